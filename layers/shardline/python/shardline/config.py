@@ -1,0 +1,69 @@
+"""Producer settings, with the KPL's defaults where the KPL has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardline.limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
+
+#: Request-level error codes that no retry can fix: the producer fails the records at once
+#: instead of retrying them until their TTL (the KPL retries them; a Lambda cannot wait).
+PERMANENT_ERROR_CODES = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "ValidationException",
+        "InvalidArgumentException",
+        "UnrecognizedClientException",
+    }
+)
+
+#: Codes that mean "slow down", per record or per request.
+THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """How the producer aggregates, collects, paces and retries.
+
+    - `aggregation_max_size`: cap of one Kinesis record built by aggregation, counted as Kinesis
+      meters it (data plus partition key). The default, two 25 KiB PUT payload units, is the KPL's.
+    - `collection_max_count` / `collection_max_size`: one PutRecords request.
+    - `rate_limit`: percent of a shard's write limits the per-shard token buckets allow (KPL: 150).
+    - `record_ttl`: seconds a record may wait, retries included, before it fails as `Expired`.
+    - `fail_if_throttled`: fail throttled records at once instead of retrying them.
+    - `retry_base_delay` / `retry_max_delay`: exponential backoff with full jitter between attempts.
+    - `max_concurrency`: PutRecords requests in flight at once (to different shards).
+    - `permanent_error_codes`: request-level errors failed at once rather than retried.
+    """
+
+    aggregation_enabled: bool = True
+    aggregation_max_size: int = 2 * PUT_PAYLOAD_UNIT
+    aggregation_max_count: int = 4_294_967_295
+    collection_max_count: int = 500
+    collection_max_size: int = 5 * 1024 * 1024
+    rate_limit: float = 150.0
+    record_ttl: float = 30.0
+    fail_if_throttled: bool = False
+    retry_base_delay: float = 0.05
+    retry_max_delay: float = 2.0
+    max_concurrency: int = 8
+    limits: Limits = DEFAULT_LIMITS
+    permanent_error_codes: frozenset[str] = field(default=PERMANENT_ERROR_CODES)
+
+    def __post_init__(self) -> None:
+        limits = self.limits
+        if not 1 <= self.aggregation_max_size <= limits.max_record_size:
+            raise ValueError(f"aggregation_max_size must be within 1..{limits.max_record_size}")
+        if not 1 <= self.collection_max_count <= limits.max_records_per_request:
+            raise ValueError(f"collection_max_count must be within 1..{limits.max_records_per_request}")
+        if not limits.max_record_size <= self.collection_max_size <= limits.max_request_size:
+            raise ValueError(
+                f"collection_max_size must be within {limits.max_record_size}..{limits.max_request_size}"
+            )
+        if self.aggregation_max_count < 1 or self.max_concurrency < 1:
+            raise ValueError("aggregation_max_count and max_concurrency must be at least 1")
+        if self.rate_limit <= 0 or self.record_ttl <= 0:
+            raise ValueError("rate_limit and record_ttl must be positive")
+        if not 0 < self.retry_base_delay <= self.retry_max_delay:
+            raise ValueError("retry delays must satisfy 0 < retry_base_delay <= retry_max_delay")

@@ -1,0 +1,92 @@
+"""Per-shard token buckets, so the producer paces itself below each shard's write limits.
+
+Each predicted shard gets two buckets, Kinesis records per second and bytes per second, sized
+to `rate_limit` percent of the shard's limits (the KPL's default is 150%: a little
+over-subscription keeps shards busy, the retrier absorbs the rare throttle). Records whose shard
+is unknown bypass the limiter: they are sent one by one and Kinesis does the pacing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shardline.limits import DEFAULT_LIMITS, Limits
+
+
+class TokenBucket:
+    """`rate` tokens per second, holding at most one second's worth.
+
+    A request larger than the bucket may still pass once the bucket is full; the bucket then
+    goes into debt, so an oversize record is paced instead of blocked for ever.
+    """
+
+    __slots__ = ("_tokens", "_updated", "capacity", "rate")
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.capacity = rate
+        self._tokens = rate
+        self._updated = now
+
+    def _refill(self, now: float) -> None:
+        if now > self._updated:
+            self._tokens = min(self.capacity, self._tokens + (now - self._updated) * self.rate)
+            self._updated = now
+
+    def available(self, now: float) -> float:
+        self._refill(now)
+        return self._tokens
+
+    def wait_time(self, amount: float, now: float) -> float:
+        """Seconds until `amount` could be taken (0 if it can be now)."""
+        needed = min(amount, self.capacity) - self.available(now)
+        return max(0.0, needed / self.rate)
+
+    def take(self, amount: float, now: float) -> None:
+        self._refill(now)
+        self._tokens -= amount
+
+
+class ShardLimiter:
+    """Records/s and bytes/s buckets for every shard the producer writes to."""
+
+    def __init__(
+        self,
+        *,
+        rate_limit: float = 150.0,
+        limits: Limits = DEFAULT_LIMITS,
+        clock: Callable[[], float],
+    ) -> None:
+        self._records_rate = limits.shard_write_records_per_second * rate_limit / 100.0
+        self._bytes_rate = limits.shard_write_bytes_per_second * rate_limit / 100.0
+        self._clock = clock
+        self._buckets: dict[str, tuple[TokenBucket, TokenBucket]] = {}
+
+    def _buckets_of(self, shard_id: str, now: float) -> tuple[TokenBucket, TokenBucket]:
+        buckets = self._buckets.get(shard_id)
+        if buckets is None:
+            buckets = self._buckets[shard_id] = (
+                TokenBucket(self._records_rate, now),
+                TokenBucket(self._bytes_rate, now),
+            )
+        return buckets
+
+    def wait_time(self, shard_id: str | None, size: int) -> float:
+        """Seconds before one Kinesis record of `size` bytes may go to `shard_id` (0: now)."""
+        if shard_id is None:
+            return 0.0
+        now = self._clock()
+        records, data = self._buckets_of(shard_id, now)
+        return max(records.wait_time(1, now), data.wait_time(size, now))
+
+    def try_take(self, shard_id: str | None, size: int) -> bool:
+        """Take tokens for one Kinesis record of `size` bytes if both buckets allow it now."""
+        if shard_id is None:
+            return True
+        if self.wait_time(shard_id, size) > 0:
+            return False
+        now = self._clock()
+        records, data = self._buckets_of(shard_id, now)
+        records.take(1, now)
+        data.take(size, now)
+        return True

@@ -1,0 +1,75 @@
+"""Every Kinesis Data Streams limit that shardline checks, in one place.
+
+Validation, aggregation, collection and rate limiting all read their numbers from a
+`Limits` value; nothing else in the library spells a Kinesis limit. The defaults are the
+service defaults. AWS lets a stream raise its maximum record size (1 MiB up to 10 MiB,
+`UpdateMaxRecordSize`), so that one — and the request size that follows it — is configurable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+
+#: Smallest and largest hash key a record can map to (the 128-bit MD5 space).
+MIN_HASH_KEY = 0
+MAX_HASH_KEY = 2**128 - 1
+
+#: A partition key is 1..256 Unicode characters (the service counts characters, not bytes).
+MIN_PARTITION_KEY_LENGTH = 1
+MAX_PARTITION_KEY_LENGTH = 256
+
+#: `MaxRecordSizeInKiB` accepts 1024..10240 KiB.
+MIN_MAX_RECORD_SIZE = 1 * MiB
+MAX_MAX_RECORD_SIZE = 10 * MiB
+
+#: Kinesis bills and meters PUTs in 25 KiB payload units (data + partition key, rounded up).
+PUT_PAYLOAD_UNIT = 25 * KiB
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits one stream enforces.
+
+    `max_record_size` counts the data blob plus the UTF-8 partition key, as the service does.
+    `max_request_size` is the PutRecords request total (data + partition keys of every record).
+    """
+
+    max_record_size: int = 1 * MiB
+    max_records_per_request: int = 500
+    max_request_size: int = 5 * MiB
+    shard_write_records_per_second: int = 1000
+    shard_write_bytes_per_second: int = 1 * MiB
+
+    def __post_init__(self) -> None:
+        if not MIN_MAX_RECORD_SIZE <= self.max_record_size <= MAX_MAX_RECORD_SIZE:
+            raise ValueError(
+                f"max_record_size must be within {MIN_MAX_RECORD_SIZE}..{MAX_MAX_RECORD_SIZE} bytes, "
+                f"got {self.max_record_size}"
+            )
+        if not 1 <= self.max_records_per_request <= 500:
+            raise ValueError(
+                f"max_records_per_request must be within 1..500, got {self.max_records_per_request}"
+            )
+        if not self.max_record_size <= self.max_request_size <= max(5 * MiB, self.max_record_size):
+            raise ValueError(
+                "max_request_size must hold at least one record and stay within the service's request "
+                f"limit, got {self.max_request_size}"
+            )
+        if self.shard_write_records_per_second <= 0 or self.shard_write_bytes_per_second <= 0:
+            raise ValueError("per-shard write rates must be positive")
+
+    @classmethod
+    def for_max_record_size(cls, max_record_size: int) -> Limits:
+        """Limits for a stream whose `MaxRecordSizeInKiB` was raised; the request cap grows with it."""
+        return cls(max_record_size=max_record_size, max_request_size=max(5 * MiB, max_record_size))
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def put_payload_units(record_size: int) -> int:
+    """The 25 KiB PUT payload units one Kinesis record of `record_size` bytes consumes."""
+    return max(1, -(-record_size // PUT_PAYLOAD_UNIT))

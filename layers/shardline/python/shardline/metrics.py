@@ -1,0 +1,86 @@
+"""Producer metrics as a plain snapshot, named as the KPL names them.
+
+The producer counts; something else (a later Lambda adapter) emits. `snapshot()` returns plain
+dicts and numbers so they can be logged, asserted on, or written as CloudWatch EMF.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Summary:
+    """Count, sum, min and max of observed values (what a CloudWatch statistic set holds)."""
+
+    count: int = 0
+    total: float = 0.0
+    minimum: float = 0.0
+    maximum: float = 0.0
+
+    def observe(self, value: float) -> None:
+        if self.count == 0 or value < self.minimum:
+            self.minimum = value
+        if self.count == 0 or value > self.maximum:
+            self.maximum = value
+        self.count += 1
+        self.total += value
+
+    def as_dict(self) -> dict[str, float]:
+        average = self.total / self.count if self.count else 0.0
+        return {
+            "count": self.count,
+            "sum": self.total,
+            "min": self.minimum,
+            "max": self.maximum,
+            "avg": average,
+        }
+
+
+class ProducerMetrics:
+    """Thread-safe counters and summaries of one producer."""
+
+    COUNTERS = (
+        "UserRecordsReceived",
+        "UserRecordsPut",
+        "UserRecordsDataPut",
+        "KinesisRecordsPut",
+        "KinesisRecordsDataPut",
+        "AllErrors",
+        "UserRecordExpired",
+        "RequestsSent",
+    )
+    SUMMARIES = ("UserRecordsPerKinesisRecord", "RetriesPerRecord", "BufferingTime", "RequestTime")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter()
+        self._summaries = {name: Summary() for name in self.SUMMARIES}
+
+    def count(self, name: str, value: int = 1) -> None:
+        with self._lock:
+            self._counters[name] += value
+
+    def error(self, code: str, value: int = 1) -> None:
+        """One failed attempt with `code` (ErrorsByCode and AllErrors)."""
+        with self._lock:
+            self._errors[code] += value
+            self._counters["AllErrors"] += value
+
+    def observe(self, name: str, value: float) -> None:
+        with self._lock:
+            self._summaries[name].observe(value)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every metric now: counters as ints, ErrorsByCode as a dict, summaries as dicts.
+        Times (BufferingTime, RequestTime) are in milliseconds."""
+        with self._lock:
+            snapshot: dict[str, Any] = {name: self._counters[name] for name in self.COUNTERS}
+            snapshot["ErrorsByCode"] = dict(self._errors)
+            for name, summary in self._summaries.items():
+                snapshot[name] = summary.as_dict()
+        return snapshot

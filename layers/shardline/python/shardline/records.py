@@ -1,0 +1,137 @@
+"""User records, their hash keys, and validation before anything is sent.
+
+A `UserRecord` is what a caller hands to shardline: a partition key, a data blob and, rarely,
+an explicit hash key. Its hash key (`hash_key`) decides its shard. `validate` checks a whole
+batch against `shardline.limits` and reports every problem with the record's index and field,
+so a caller can reject a request before one byte reaches Kinesis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from shardline.limits import (
+    DEFAULT_LIMITS,
+    MAX_HASH_KEY,
+    MAX_PARTITION_KEY_LENGTH,
+    MIN_PARTITION_KEY_LENGTH,
+    Limits,
+)
+
+
+class UserRecord(NamedTuple):
+    """One record as the user sees it. Immutable; cheap to create (the decoder makes millions)."""
+
+    partition_key: str
+    data: bytes
+    explicit_hash_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordProblem:
+    """Why the record at `index` cannot be sent: which `field`, and a human `message`."""
+
+    index: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"record {self.index}: {self.field}: {self.message}"
+
+
+class InvalidRecord(ValueError):
+    """A batch holds at least one record Kinesis would reject. Nothing was sent.
+
+    `index`, `field` and `message` describe the first problem; `problems` lists all of them.
+    """
+
+    def __init__(self, problems: list[RecordProblem]) -> None:
+        self.problems = tuple(problems)
+        first = self.problems[0]
+        self.index, self.field, self.message = first.index, first.field, first.message
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+def md5_hash_key(partition_key: str) -> int:
+    """The hash key Kinesis derives from a partition key: MD5 of its UTF-8 bytes, big-endian."""
+    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
+
+
+def hash_key(record: UserRecord) -> int:
+    """The 128-bit hash key that decides `record`'s shard."""
+    if record.explicit_hash_key is not None:
+        return int(record.explicit_hash_key)
+    return md5_hash_key(record.partition_key)
+
+
+def record_size(record: UserRecord) -> int:
+    """Bytes the record counts against the record-size limit: data plus UTF-8 partition key."""
+    return len(record.data) + len(record.partition_key.encode("utf-8"))
+
+
+def find_problems(records: Iterable[object], limits: Limits = DEFAULT_LIMITS) -> list[RecordProblem]:
+    """Every problem in `records`, in index order; an empty list means the batch can be sent."""
+    problems: list[RecordProblem] = []
+    for index, record in enumerate(records):
+        problems.extend(_problems_of(index, record, limits))
+    return problems
+
+
+def validate(records: Iterable[object], limits: Limits = DEFAULT_LIMITS) -> list[UserRecord]:
+    """Return `records` as a list if all are valid, else raise `InvalidRecord` naming each problem."""
+    batch = list(records)
+    problems = find_problems(batch, limits)
+    if problems:
+        raise InvalidRecord(problems)
+    return batch  # type: ignore[return-value]  # every element passed the UserRecord checks
+
+
+def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProblem]:
+    if not isinstance(record, UserRecord):
+        return [RecordProblem(index, "record", f"expected a UserRecord, got {type(record).__name__}")]
+    problems: list[RecordProblem] = []
+    key = record.partition_key
+    key_bytes = 0
+    if not isinstance(key, str):
+        problems.append(RecordProblem(index, "partition_key", f"must be a str, got {type(key).__name__}"))
+    elif not MIN_PARTITION_KEY_LENGTH <= len(key) <= MAX_PARTITION_KEY_LENGTH:
+        problems.append(
+            RecordProblem(
+                index,
+                "partition_key",
+                f"must be {MIN_PARTITION_KEY_LENGTH} to {MAX_PARTITION_KEY_LENGTH} characters, "
+                f"got {len(key)}",
+            )
+        )
+    else:
+        try:
+            key_bytes = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            problems.append(RecordProblem(index, "partition_key", "is not encodable as UTF-8"))
+    data = record.data
+    if not isinstance(data, bytes):
+        problems.append(RecordProblem(index, "data", f"must be bytes, got {type(data).__name__}"))
+    elif len(data) + key_bytes > limits.max_record_size:
+        problems.append(
+            RecordProblem(
+                index,
+                "data",
+                f"record is {len(data) + key_bytes} bytes (data plus partition key); "
+                f"the stream accepts at most {limits.max_record_size}",
+            )
+        )
+    ehk = record.explicit_hash_key
+    if ehk is not None:
+        if not isinstance(ehk, str):
+            problems.append(
+                RecordProblem(index, "explicit_hash_key", f"must be a str or None, got {type(ehk).__name__}")
+            )
+        elif not (ehk.isascii() and ehk.isdigit()):
+            problems.append(RecordProblem(index, "explicit_hash_key", "must be a decimal integer string"))
+        elif int(ehk) > MAX_HASH_KEY:
+            problems.append(RecordProblem(index, "explicit_hash_key", "must be within 0..2**128-1"))
+    return problems

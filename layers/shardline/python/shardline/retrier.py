@@ -1,0 +1,167 @@
+"""Retrier: classifies every PutRecords outcome, as the C++ KPL's retrier does.
+
+| outcome                                                   | action                                   |
+|-----------------------------------------------------------|------------------------------------------|
+| request-level error, throttled and `fail_if_throttled`    | fail every user record with that code    |
+| request-level error with a permanent code (config)        | fail every user record (no retry helps)  |
+| any other request-level error                             | retry every user record                  |
+| response record count differs from the request            | fail every user record                   |
+| per-record error, throttled and `fail_if_throttled`       | fail the record's user records           |
+| any other per-record error                                | retry them                               |
+| success in the predicted shard (or nothing was predicted) | done                                     |
+| success elsewhere, hash key inside the actual shard       | done + invalidate the shard map          |
+| success elsewhere, hash key outside the actual shard      | retry as `Wrong Shard` + invalidate      |
+
+The shard map is invalidated once per Kinesis record, not once per user record. Unlike the KPL,
+every retry waits: exponential backoff with full jitter, bounded by the record's TTL.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shardline.collector import PutRecordsBatch
+from shardline.config import THROTTLE_ERROR_CODES, ProducerConfig
+from shardline.metrics import ProducerMetrics
+from shardline.reducer import BufferedRecord, KinesisRecord
+from shardline.result import Attempt, RecordResult
+from shardline.sender import SendOutcome
+from shardline.shard_map import ShardMap
+
+EXPIRED = "Expired"
+WRONG_SHARD = "Wrong Shard"
+COUNT_MISMATCH = "RecordCountMismatch"
+
+
+class Retrier:
+    """Turns outcomes into finished results or scheduled retries.
+
+    `finish(record, result)` resolves a record; `retry(record, at)` re-queues it to be sent
+    again no earlier than clock time `at`.
+    """
+
+    def __init__(
+        self,
+        *,
+        shard_map: ShardMap,
+        config: ProducerConfig,
+        clock: Callable[[], float],
+        rng: random.Random,
+        metrics: ProducerMetrics,
+        finish: Callable[[BufferedRecord, RecordResult], None],
+        retry: Callable[[BufferedRecord, float], None],
+    ) -> None:
+        self._shard_map = shard_map
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._metrics = metrics
+        self._finish = finish
+        self._retry = retry
+
+    def handle(self, batch: PutRecordsBatch, outcome: SendOutcome) -> None:
+        """Classify the outcome of sending `batch`."""
+        self._metrics.observe("RequestTime", outcome.duration * 1000.0)
+        if outcome.error_code is not None:
+            code, message = outcome.error_code, outcome.error_message or ""
+            permanent = code in self._config.permanent_error_codes
+            for kinesis_record in batch.records:
+                self._failed(kinesis_record, outcome, code, message, give_up=permanent)
+            return
+        if len(outcome.entries) != len(batch.records):
+            message = f"sent {len(batch.records)} records, the response holds {len(outcome.entries)}"
+            for kinesis_record in batch.records:
+                self._failed(kinesis_record, outcome, COUNT_MISMATCH, message, give_up=True)
+            return
+        for kinesis_record, entry in zip(batch.records, outcome.entries, strict=True):
+            code = entry.get("ErrorCode")
+            if code:
+                self._failed(kinesis_record, outcome, code, entry.get("ErrorMessage") or "", give_up=False)
+            else:
+                self._succeeded(kinesis_record, outcome, entry)
+
+    def expire(self, record: BufferedRecord, message: str) -> None:
+        """Fail `record` as `Expired` (TTL or deadline passed before it could be sent)."""
+        record.attempts.append(Attempt(self._clock(), 0.0, False, EXPIRED, message))
+        self._metrics.count("UserRecordExpired")
+        self._metrics.error(EXPIRED)
+        self._finish_failed(record, EXPIRED, message)
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def _failed(
+        self, kinesis_record: KinesisRecord, outcome: SendOutcome, code: str, message: str, *, give_up: bool
+    ) -> None:
+        give_up = give_up or (self._config.fail_if_throttled and code in THROTTLE_ERROR_CODES)
+        for member in kinesis_record.members:
+            member.attempts.append(Attempt(outcome.started, outcome.duration, False, code, message))
+            self._metrics.error(code)
+            if give_up:
+                self._finish_failed(member, code, message)
+            else:
+                self._schedule_retry(member)
+
+    def _succeeded(
+        self, kinesis_record: KinesisRecord, outcome: SendOutcome, entry: Mapping[str, Any]
+    ) -> None:
+        actual = entry["ShardId"]
+        sequence_number = entry["SequenceNumber"]
+        predicted = kinesis_record.predicted_shard
+        actual_range = None
+        if predicted is not None and predicted != actual:
+            # Refresh first (once per Kinesis record): the actual shard may be a child born in a split.
+            self._shard_map.invalidate(outcome.started, predicted)
+            actual_range = self._shard_map.hash_range(actual)
+        aggregated = kinesis_record.aggregated
+        self._metrics.count("KinesisRecordsPut")
+        self._metrics.count("KinesisRecordsDataPut", kinesis_record.size)
+        self._metrics.observe("UserRecordsPerKinesisRecord", len(kinesis_record.members))
+        for index, member in enumerate(kinesis_record.members):
+            if (
+                predicted is not None
+                and predicted != actual
+                and (actual_range is None or member.hash_key not in actual_range)
+            ):
+                message = (
+                    f"landed in {actual}, whose hash range does not hold the record (predicted {predicted})"
+                )
+                member.attempts.append(
+                    Attempt(outcome.started, outcome.duration, False, WRONG_SHARD, message)
+                )
+                self._metrics.error(WRONG_SHARD)
+                self._schedule_retry(member)
+                continue
+            member.attempts.append(Attempt(outcome.started, outcome.duration, True))
+            self._metrics.count("UserRecordsPut")
+            self._metrics.count("UserRecordsDataPut", len(member.record.data))
+            self._metrics.observe("RetriesPerRecord", len(member.attempts) - 1)
+            self._finish(
+                member,
+                RecordResult(
+                    success=True,
+                    shard_id=actual,
+                    sequence_number=sequence_number,
+                    sub_sequence_number=index if aggregated else None,
+                    attempts=tuple(member.attempts),
+                ),
+            )
+
+    def _schedule_retry(self, record: BufferedRecord) -> None:
+        now = self._clock()
+        if now >= record.expires:
+            self.expire(record, f"record TTL of {self._config.record_ttl:g} s passed while retrying")
+            return
+        failures = sum(1 for attempt in record.attempts if not attempt.success)
+        ceiling = min(self._config.retry_max_delay, self._config.retry_base_delay * 2 ** (failures - 1))
+        self._retry(record, now + self._rng.uniform(0.0, ceiling))
+
+    def _finish_failed(self, record: BufferedRecord, code: str, message: str) -> None:
+        self._metrics.observe("RetriesPerRecord", max(0, len(record.attempts) - 1))
+        self._finish(
+            record,
+            RecordResult(
+                success=False, error_code=code, error_message=message, attempts=tuple(record.attempts)
+            ),
+        )

@@ -1,0 +1,51 @@
+"""Helpers for integration tests: loopback Kinesis clients and small, separate streams."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import boto3
+import botocore.config
+
+STREAM_ACTIVE_DEADLINE_S = 30.0
+
+CLIENT_CONFIG = botocore.config.Config(
+    retries={"max_attempts": 0, "mode": "standard"},
+    max_pool_connections=16,
+    connect_timeout=5,
+    read_timeout=30,
+)
+
+
+def kinesis_client(endpoint_url: str) -> Any:
+    """A boto3 Kinesis client for a loopback endpoint, with dummy credentials and no retries."""
+    return boto3.client(
+        "kinesis",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=CLIENT_CONFIG,
+    )
+
+
+def unique_stream_name(prefix: str = "test") -> str:
+    """A stream name no other test uses (servers live for the whole session)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def create_stream(client: Any, name: str, shard_count: int) -> dict[str, Any]:
+    """Create a stream and wait until it is ACTIVE; returns its StreamDescriptionSummary."""
+    client.create_stream(StreamName=name, ShardCount=shard_count)
+    deadline = time.monotonic() + STREAM_ACTIVE_DEADLINE_S
+    while True:
+        summary = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]
+        if summary["StreamStatus"] == "ACTIVE":
+            return summary
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"stream {name} still {summary['StreamStatus']} after {STREAM_ACTIVE_DEADLINE_S:.0f} s"
+            )
+        time.sleep(0.05)

@@ -49,3 +49,49 @@ def create_stream(client: Any, name: str, shard_count: int) -> dict[str, Any]:
                 f"stream {name} still {summary['StreamStatus']} after {STREAM_ACTIVE_DEADLINE_S:.0f} s"
             )
         time.sleep(0.05)
+
+
+def read_stream(client: Any, name: str) -> dict[str, list[tuple[str, int | None, Any]]]:
+    """Every user record in every shard (closed ones too), de-aggregated.
+
+    Returns {shard id: [(sequence number, sub-sequence number or None, UserRecord), ...]} in
+    shard order. Reads until each shard's iterator reaches its end or the tip of the shard.
+    """
+    from shardline.aggregation import decode, is_aggregated
+    from shardline.records import UserRecord
+
+    shards = client.list_shards(StreamName=name)["Shards"]
+    found: dict[str, list[tuple[str, int | None, Any]]] = {}
+    for shard in shards:
+        shard_id = shard["ShardId"]
+        iterator = client.get_shard_iterator(
+            StreamName=name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records = found[shard_id] = []
+        while iterator:
+            response = client.get_records(ShardIterator=iterator, Limit=10000)
+            for kinesis_record in response["Records"]:
+                data = kinesis_record["Data"]
+                sequence = kinesis_record["SequenceNumber"]
+                if is_aggregated(data):
+                    records.extend((sequence, i, user) for i, user in enumerate(decode(data)))
+                else:
+                    user = UserRecord(
+                        kinesis_record["PartitionKey"], data, kinesis_record.get("ExplicitHashKey")
+                    )
+                    records.append((sequence, None, user))
+            iterator = response.get("NextShardIterator")
+            if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
+                break
+    return found
+
+
+def shard_ranges(client: Any, name: str) -> dict[str, tuple[int, int]]:
+    """{shard id: (starting hash key, ending hash key)} for every shard, open or closed."""
+    return {
+        shard["ShardId"]: (
+            int(shard["HashKeyRange"]["StartingHashKey"]),
+            int(shard["HashKeyRange"]["EndingHashKey"]),
+        )
+        for shard in client.list_shards(StreamName=name)["Shards"]
+    }

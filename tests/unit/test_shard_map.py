@@ -5,6 +5,7 @@ ListShards is injected as a plain function over a list of shards, and time as a 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from botocore.exceptions import ClientError
@@ -130,7 +131,7 @@ def test_invalidate_refreshes_once_and_ignores_what_it_already_knows():
 def test_a_closed_shard_answers_hash_range_until_its_ttl_passes():
     shard_map, list_shards, clock = make_map()
     shard_map.refresh()
-    list_shards.shards = [shard("merged", 0, 2 * QUARTER - 1)] + four_shards()[2:]
+    list_shards.shards = [shard("merged", 0, 2 * QUARTER - 1), *four_shards()[2:]]
     clock.now += 1
     shard_map.invalidate(clock.now, "s0")
     assert shard_map.predict(0) == "merged"
@@ -156,7 +157,7 @@ def test_failed_refreshes_back_off_1s_times_1_5_up_to_30s():
     backoffs = [min(1.0 * 1.5**n, 30.0) for n in range(12)]
     # Polled every `step` seconds, each attempt comes at the first poll after its backoff.
     expected_gaps = [math.ceil(backoff / step) * step for backoff in backoffs]
-    gaps = [b - a for a, b in zip(attempts_at, attempts_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(attempts_at)]
     assert gaps[: len(expected_gaps)] == expected_gaps
     assert "LimitExceededException" in shard_map.last_error
 

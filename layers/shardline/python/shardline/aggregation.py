@@ -340,80 +340,59 @@ def _decode_canonical(buf: bytes) -> list[UserRecord] | None:
 
 
 def _decode_generic(buf: bytes) -> list[UserRecord]:
-    """Any valid protobuf layout: fields in any order, unknown fields and tags skipped."""
+    """Any valid protobuf layout: fields in any order, any varint encoding, unknown fields and
+    tags skipped. The slow path: clarity over speed."""
     pk_table: list[str] = []
     ehk_table: list[str] = []
     raw: list[tuple[int, int, bytes]] = []  # (partition key index, hash key index or -1, data)
-    add_raw = raw.append
     pos = 0
     end = len(buf)
     try:
         while pos < end:
-            tag = buf[pos]
-            pos += 1
+            tag, pos = _read_varint(buf, pos, end)
             if tag == 0x1A:  # a Record
-                length = buf[pos]
-                pos += 1
-                if length >= 0x80:
-                    length, pos = _read_varint(buf, pos - 1, end)
-                rec_end = pos + length
-                if rec_end > end:
+                length, pos = _read_varint(buf, pos, end)
+                if pos + length > end:
                     raise AggregationError("truncated record")
-                pk_i = -1
-                ehk_i = -1
-                data = None
-                while pos < rec_end:
-                    field = buf[pos]
-                    pos += 1
-                    if field == 0x1A:
-                        n = buf[pos]
-                        pos += 1
-                        if n >= 0x80:
-                            n, pos = _read_varint(buf, pos - 1, rec_end)
-                        data = buf[pos : pos + n]
-                        pos += n
-                    elif field == 0x08:
-                        pk_i = buf[pos]
-                        pos += 1
-                        if pk_i >= 0x80:
-                            pk_i, pos = _read_varint(buf, pos - 1, rec_end)
-                    elif field == 0x10:
-                        ehk_i = buf[pos]
-                        pos += 1
-                        if ehk_i >= 0x80:
-                            ehk_i, pos = _read_varint(buf, pos - 1, rec_end)
-                    else:
-                        if field >= 0x80:
-                            field, pos = _read_varint(buf, pos - 1, rec_end)
-                        pos = _skip_field(buf, pos, rec_end, field)
-                if pos != rec_end:
-                    raise AggregationError("truncated record field")
-                if pk_i < 0 or data is None:
-                    raise AggregationError(f"record {len(raw)} lacks its partition key index or data")
-                add_raw((pk_i, ehk_i, data))
-            elif tag == 0x0A or tag == 0x12:
-                n = buf[pos]
-                pos += 1
-                if n >= 0x80:
-                    n, pos = _read_varint(buf, pos - 1, end)
-                if pos + n > end:
+                raw.append(_decode_record(buf, pos, pos + length, len(raw)))
+                pos += length
+            elif tag == 0x0A or tag == 0x12:  # a partition key or explicit hash key table entry
+                length, pos = _read_varint(buf, pos, end)
+                if pos + length > end:
                     raise AggregationError("truncated key table entry")
-                key = buf[pos : pos + n].decode("utf-8")
-                pos += n
-                (pk_table if tag == 0x0A else ehk_table).append(key)
+                (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + length].decode("utf-8"))
+                pos += length
             else:
-                if tag >= 0x80:
-                    tag, pos = _read_varint(buf, pos - 1, end)
                 pos = _skip_field(buf, pos, end, tag)
-    except IndexError:  # a varint or tag ran past the end of the buffer
-        raise AggregationError("truncated aggregated record") from None
     except UnicodeDecodeError:
         raise AggregationError("a key table entry is not valid UTF-8") from None
     try:
-        make = tuple.__new__  # UserRecord is a NamedTuple: skip its Python-level __new__
         return [
-            make(UserRecord, (pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None))
+            UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None)
             for pk_i, ehk_i, data in raw
         ]
     except IndexError:
         raise AggregationError("a record's key index points outside its table") from None
+
+
+def _decode_record(buf: bytes, pos: int, end: int, number: int) -> tuple[int, int, bytes]:
+    pk_i = -1
+    ehk_i = -1
+    data = None
+    while pos < end:
+        field, pos = _read_varint(buf, pos, end)
+        if field == 0x1A:
+            length, pos = _read_varint(buf, pos, end)
+            if pos + length > end:
+                raise AggregationError(f"record {number}: truncated data")
+            data = buf[pos : pos + length]
+            pos += length
+        elif field == 0x08:
+            pk_i, pos = _read_varint(buf, pos, end)
+        elif field == 0x10:
+            ehk_i, pos = _read_varint(buf, pos, end)
+        else:
+            pos = _skip_field(buf, pos, end, field)
+    if pk_i < 0 or data is None:
+        raise AggregationError(f"record {number} lacks its partition key index or data")
+    return pk_i, ehk_i, data

@@ -38,6 +38,9 @@ from shardline.sender import KinesisClient, SendOutcome, send
 from shardline.shard_map import ShardMap
 
 _NEVER = float("inf")
+#: A shard held back by its token buckets is looked at again no sooner than this: it then
+#: sends a batch's worth rather than one record per refill (and the loop does not spin).
+_LIMITER_TICK = 0.05
 
 
 def deadline_from_context(context: Any, margin: float = 1.0) -> float:
@@ -253,7 +256,7 @@ class Producer:
                 waiting = self._limiter.wait_time(shard, kinesis_record.size)
                 if waiting > 0:
                     self._reducer.give_back(queue, kinesis_record)
-                    wake_at = min(wake_at, now + waiting)
+                    wake_at = min(wake_at, now + max(waiting, _LIMITER_TICK))
                     break
                 if batch is None or not batch.fits(kinesis_record):
                     if (batch is not None and shard in batch.shards) or len(batches) >= slots:

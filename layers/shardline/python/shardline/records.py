@@ -9,6 +9,7 @@ so a caller can reject a request before one byte reaches Kinesis.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -20,6 +21,9 @@ from shardline.limits import (
     MIN_PARTITION_KEY_LENGTH,
     Limits,
 )
+
+# The service's pattern: at most 39 digits (2**128-1 has 39), no leading zeros.
+_DECIMAL_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 
 
 class UserRecord(NamedTuple):
@@ -130,8 +134,10 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
             problems.append(
                 RecordProblem(index, "explicit_hash_key", f"must be a str or None, got {type(ehk).__name__}")
             )
-        elif not (ehk.isascii() and ehk.isdigit()):
-            problems.append(RecordProblem(index, "explicit_hash_key", "must be a decimal integer string"))
+        elif not _DECIMAL_HASH_KEY.fullmatch(ehk):
+            problems.append(
+                RecordProblem(index, "explicit_hash_key", "must be a decimal integer without leading zeros")
+            )
         elif int(ehk) > MAX_HASH_KEY:
             problems.append(RecordProblem(index, "explicit_hash_key", "must be within 0..2**128-1"))
     return problems

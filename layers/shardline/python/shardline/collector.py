@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from shardline.reducer import KinesisRecord
 
 
-@dataclass(slots=True, eq=False)
 class PutRecordsBatch:
     """The Kinesis records of one PutRecords request, and the shards they were predicted for."""
 
-    max_count: int
-    max_size: int
-    records: list[KinesisRecord] = field(default_factory=list)
-    size: int = 0
-    shards: set[str | None] = field(default_factory=set)
+    __slots__ = ("max_count", "max_size", "records", "shards", "size")
+
+    def __init__(self, max_count: int, max_size: int) -> None:
+        self.max_count = max_count
+        self.max_size = max_size
+        self.records: list[KinesisRecord] = []
+        self.size = 0
+        self.shards: set[str | None] = set()
 
     def fits(self, kinesis_record: KinesisRecord) -> bool:
         return len(self.records) < self.max_count and self.size + kinesis_record.size <= self.max_size

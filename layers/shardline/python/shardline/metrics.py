@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(slots=True)
 class Summary:
     """Count, sum, min and max of observed values (what a CloudWatch statistic set holds)."""
 
-    count: int = 0
-    total: float = 0.0
-    minimum: float = 0.0
-    maximum: float = 0.0
+    __slots__ = ("count", "maximum", "minimum", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.minimum = 0.0
+        self.maximum = 0.0
 
     def observe(self, value: float) -> None:
         if self.count == 0 or value < self.minimum:

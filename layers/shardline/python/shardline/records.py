@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from shardline.limits import (
@@ -34,8 +33,7 @@ class UserRecord(NamedTuple):
     explicit_hash_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RecordProblem:
+class RecordProblem(NamedTuple):
     """Why the record at `index` cannot be sent: which `field`, and a human `message`."""
 
     index: int

@@ -11,7 +11,6 @@ whose shard is unknown — is sent as a plain Kinesis record with its own keys.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 from shardline.aggregation import AggregateBuilder
 from shardline.records import UserRecord, hash_key
@@ -20,19 +19,37 @@ from shardline.result import Attempt, RecordResult
 AGGREGATE_PARTITION_KEY = "a"
 
 
-@dataclass(slots=True, eq=False)
 class BufferedRecord:
-    """A user record inside the producer, with everything its retries need to remember."""
+    """A user record inside the producer, with everything its retries need to remember.
 
-    record: UserRecord
-    future: Future[RecordResult]
-    sequence: int  # order of put(): keeps per-shard order across re-queues
-    arrived: float
-    expires: float
-    hash_key: int = -1
-    predicted_shard: str | None = None
-    assigned: bool = False  # the partitioner ran (once per record)
-    attempts: list[Attempt] = field(default_factory=list)
+    `sequence` is the order of put() (it keeps per-shard order across re-queues); `assigned`
+    says the partitioner ran (once per record).
+    """
+
+    __slots__ = (
+        "arrived",
+        "assigned",
+        "attempts",
+        "expires",
+        "future",
+        "hash_key",
+        "predicted_shard",
+        "record",
+        "sequence",
+    )
+
+    def __init__(
+        self, record: UserRecord, future: Future[RecordResult], sequence: int, arrived: float, expires: float
+    ) -> None:
+        self.record = record
+        self.future = future
+        self.sequence = sequence
+        self.arrived = arrived
+        self.expires = expires
+        self.hash_key = -1
+        self.predicted_shard: str | None = None
+        self.assigned = False
+        self.attempts: list[Attempt] = []
 
     def assign(self, record: UserRecord) -> None:
         self.record = record
@@ -40,15 +57,24 @@ class BufferedRecord:
         self.assigned = True
 
 
-@dataclass(slots=True, eq=False)
 class KinesisRecord:
     """One entry of a PutRecords request: a lone user record or a KPL aggregate."""
 
-    members: list[BufferedRecord]
-    partition_key: str
-    explicit_hash_key: str | None
-    data: bytes
-    predicted_shard: str | None
+    __slots__ = ("data", "explicit_hash_key", "members", "partition_key", "predicted_shard")
+
+    def __init__(
+        self,
+        members: list[BufferedRecord],
+        partition_key: str,
+        explicit_hash_key: str | None,
+        data: bytes,
+        predicted_shard: str | None,
+    ) -> None:
+        self.members = members
+        self.partition_key = partition_key
+        self.explicit_hash_key = explicit_hash_key
+        self.data = data
+        self.predicted_shard = predicted_shard
 
     @property
     def size(self) -> int:

@@ -1,12 +1,14 @@
-"""What the producer tells the caller about each user record: the outcome and every attempt."""
+"""What the producer tells the caller about each user record: the outcome and every attempt.
+
+Both are NamedTuples: immutable, cheap to create, and `._asdict()` gives a JSON-ready dict.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One trip of a record to Kinesis (or one decision about it, such as `Expired`).
 
     `started` is on the producer's clock (seconds); `duration` is how long the request took.
@@ -19,8 +21,7 @@ class Attempt:
     error_message: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RecordResult:
+class RecordResult(NamedTuple):
     """The final outcome of one user record.
 
     On success `shard_id` and `sequence_number` say where it landed; `sub_sequence_number` is its

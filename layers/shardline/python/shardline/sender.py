@@ -7,8 +7,7 @@ error code, or `Internal` for anything else, as the KPL does), and the retrier d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -23,8 +22,7 @@ class KinesisClient(Protocol):
     def list_shards(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SendOutcome:
+class SendOutcome(NamedTuple):
     """What one PutRecords call returned: either a request-level error or per-record entries."""
 
     started: float

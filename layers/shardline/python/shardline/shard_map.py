@@ -18,27 +18,36 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
 ListShards = Callable[..., Mapping[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
 class HashRange:
-    """The closed interval of hash keys a shard owns."""
+    """The closed interval of hash keys a shard owns; `hash_key in hash_range` tests membership."""
 
-    start: int
-    end: int
+    __slots__ = ("end", "start")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
 
     def __contains__(self, hash_key: object) -> bool:
         return isinstance(hash_key, int) and self.start <= hash_key <= self.end
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashRange) and (self.start, self.end) == (other.start, other.end)
 
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
+    def __hash__(self) -> int:
+        return hash((self.start, self.end))
+
+    def __repr__(self) -> str:
+        return f"HashRange({self.start}, {self.end})"
+
+
+class _Snapshot(NamedTuple):
     endings: tuple[int, ...]  # sorted ending hash keys of the open shards
     shard_ids: tuple[str, ...]  # shard_ids[i] ends at endings[i]
     ranges: Mapping[str, HashRange]

@@ -129,3 +129,16 @@ def test_explicit_hash_key_strategy_derives_the_hash_from_the_record(moto_stream
     top_shard = next(s for s, (low, high) in ranges.items() if low <= near_top <= high)
     bottom_shard = next(s for s, (low, _) in ranges.items() if low == 0)
     assert [r.shard_id for r in results] == [top_shard, bottom_shard, top_shard]
+
+
+def test_a_failing_strategy_fails_only_the_records_it_failed_on(moto_stream):
+    client, name = moto_stream
+
+    def from_data(record: UserRecord) -> int:
+        return int(record.data)  # b"oops" raises ValueError
+
+    records = [UserRecord("k", b"5"), UserRecord("k", b"oops"), UserRecord("k", b"7")]
+    results = Producer(client, name, partitioner=ByExplicitHashKey(from_data)).put_many(records)
+
+    assert [r.success for r in results] == [True, False, True]
+    assert results[1].error_code == "PartitionerError" and "ValueError" in results[1].error_message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from shardline.config import ProducerConfig
@@ -92,3 +94,31 @@ def test_an_invalid_record_rejects_the_whole_batch_and_sends_nothing(stream):
 
     assert [(p.index, p.field) for p in raised.value.problems] == [(1, "partition_key"), (2, "data")]
     assert client.requests == [] and producer.pending == 0
+
+
+class SlowPuts(RequestLog):
+    """Each PutRecords takes `delay` seconds more, and the log counts the calls."""
+
+    def __init__(self, client, delay: float) -> None:
+        super().__init__(client)
+        self._delay = delay
+
+    def put_records(self, **kwargs):
+        time.sleep(self._delay)
+        return super().put_records(**kwargs)
+
+
+def test_at_the_deadline_in_flight_records_finish_and_queued_ones_expire(stream):
+    client, name = stream
+    slow = SlowPuts(client._client, delay=0.5)
+    config = ProducerConfig(aggregation_enabled=False)
+    producer = Producer(slow, name, config=config)
+    records = [UserRecord("one-key", f"{i}".encode()) for i in range(600)]  # one shard: 500 + 100
+
+    started = time.monotonic()
+    results = producer.put_many(records, deadline=0.2)
+
+    assert time.monotonic() - started < 2.0
+    assert all(r.success for r in results[:500]), "the request in flight at the deadline was awaited"
+    assert all(r.error_code == "Expired" and "deadline" in r.error_message for r in results[500:])
+    assert len(slow.requests) == 1

@@ -33,7 +33,7 @@ from shardline.partitioning import ByPartitionKey, Partitioner
 from shardline.records import UserRecord, validate
 from shardline.reducer import BufferedRecord, Reducer
 from shardline.result import RecordResult
-from shardline.retrier import Retrier
+from shardline.retrier import PARTITIONER_ERROR, Retrier
 from shardline.sender import KinesisClient, SendOutcome, send
 from shardline.shard_map import ShardMap
 
@@ -173,8 +173,11 @@ class Producer:
             wake_at = self._step(now)
             if not (self._in_flight or self._retries or any(self._queues.values()) or self._incoming):
                 return
-            wake_at = min(wake_at, self._stop_at)
-            timeout = None if wake_at == _NEVER else max(0.0, wake_at - now)
+            if now >= self._stop_at:
+                timeout = None  # everything unsent has expired: only in-flight requests are left
+            else:
+                wake_at = min(wake_at, self._stop_at)
+                timeout = None if wake_at == _NEVER else max(0.0, wake_at - now)
             if self._in_flight:
                 done, _ = wait(list(self._in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -205,7 +208,11 @@ class Producer:
         touched: set[str | None] = set()
         for buffered in records:
             if not buffered.assigned:
-                buffered.assign(self._partitioner.assign(buffered.record, self.shard_map))
+                try:
+                    buffered.assign(self._partitioner.assign(buffered.record, self.shard_map))
+                except Exception as exc:  # a user strategy failed on this record: fail it, not the batch
+                    self._retrier.fail(buffered, PARTITIONER_ERROR, f"{type(exc).__name__}: {exc}")
+                    continue
             shard = self.shard_map.predict(buffered.hash_key)
             buffered.predicted_shard = shard
             self._queues.setdefault(shard, []).append(buffered)

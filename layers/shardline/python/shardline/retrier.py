@@ -33,6 +33,7 @@ from shardline.shard_map import ShardMap
 EXPIRED = "Expired"
 WRONG_SHARD = "Wrong Shard"
 COUNT_MISMATCH = "RecordCountMismatch"
+PARTITIONER_ERROR = "PartitionerError"
 
 
 class Retrier:
@@ -84,10 +85,14 @@ class Retrier:
 
     def expire(self, record: BufferedRecord, message: str) -> None:
         """Fail `record` as `Expired` (TTL or deadline passed before it could be sent)."""
-        record.attempts.append(Attempt(self._clock(), 0.0, False, EXPIRED, message))
         self._metrics.count("UserRecordExpired")
-        self._metrics.error(EXPIRED)
-        self._finish_failed(record, EXPIRED, message)
+        self.fail(record, EXPIRED, message)
+
+    def fail(self, record: BufferedRecord, code: str, message: str) -> None:
+        """Fail `record` without sending it (one attempt that never reached Kinesis)."""
+        record.attempts.append(Attempt(self._clock(), 0.0, False, code, message))
+        self._metrics.error(code)
+        self._finish_failed(record, code, message)
 
     # -- outcomes --------------------------------------------------------------------------
 

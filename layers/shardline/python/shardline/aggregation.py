@@ -132,63 +132,55 @@ class AggregateBuilder:
 
     def size_with(self, record: UserRecord) -> int:
         """Encoded size of the aggregate if `record` were added."""
-        extra = 0
-        pk = record.partition_key
-        pk_ref = self._pk_index.get(pk)
-        if pk_ref is None:
-            pk_len = len(pk.encode("utf-8"))
-            extra += 1 + varint_size(pk_len) + pk_len
-            pk_ref_size = varint_size(len(self._pk_index))
-        else:
-            pk_ref_size = len(pk_ref) - 1
-        body = 1 + pk_ref_size
-        ehk = record.explicit_hash_key
-        if ehk is not None:
-            ehk_ref = self._ehk_index.get(ehk)
-            if ehk_ref is None:
-                extra += 1 + varint_size(len(ehk)) + len(ehk)
-                body += 1 + varint_size(len(self._ehk_index))
-            else:
-                body += len(ehk_ref)
-        data_len = len(record.data)
-        body += 1 + varint_size(data_len) + data_len
-        return self.size + extra + 1 + varint_size(body) + body
+        _, pk_entry, _, ehk_entry, head = self._pieces(record)
+        return self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(record.data)
 
-    def add(self, record: UserRecord) -> None:
-        """Append `record`; its partition and hash keys join the tables if they are new."""
-        pk = record.partition_key
-        pk_ref = self._pk_index.get(pk)
-        if pk_ref is None:
-            pk_ref = self._pk_index[pk] = _TAG_PK_INDEX + _encode_varint(len(self._pk_index))
-            encoded = pk.encode("utf-8")
-            entry = _TAG_PARTITION_KEY_TABLE + _encode_varint(len(encoded)) + encoded
-            self._table_parts.append(entry)
-            self.size += len(entry)
-        ehk = record.explicit_hash_key
-        if ehk is None:
-            ehk_ref = b""
-        else:
-            ehk_ref = self._ehk_index.get(ehk)
-            if ehk_ref is None:
-                ehk_ref = self._ehk_index[ehk] = _TAG_EHK_INDEX + _encode_varint(len(self._ehk_index))
-                encoded = ehk.encode("ascii")
-                entry = _TAG_HASH_KEY_TABLE + _encode_varint(len(encoded)) + encoded
-                self._ehk_table_parts.append(entry)
-                self.size += len(entry)
+    def add(self, record: UserRecord, cap: int | None = None) -> bool:
+        """Append `record` unless the aggregate would then exceed `cap` bytes; True if added.
+
+        Its partition and hash keys join the tables if they are new.
+        """
+        pk_ref, pk_entry, ehk_ref, ehk_entry, head = self._pieces(record)
         data = record.data
-        data_len = len(data)
-        head = pk_ref + ehk_ref + _TAG_DATA + _encode_varint(data_len)
-        body_len = len(head) + data_len
-        head = _TAG_RECORD + _encode_varint(body_len) + head
+        new_size = self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(data)
+        if cap is not None and new_size > cap:
+            return False
+        if pk_entry:
+            self._pk_index[record.partition_key] = pk_ref
+            self._table_parts.append(pk_entry)
+        if ehk_entry:
+            self._ehk_index[record.explicit_hash_key] = ehk_ref  # type: ignore[index]  # not None here
+            self._ehk_table_parts.append(ehk_entry)
         self._parts.append(head)
         self._parts.append(data)
-        self.size += len(head) + data_len
+        self.size = new_size
         self.count += 1
+        return True
+
+    def _pieces(self, record: UserRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """(key index ref, new key table entry or b"", hash key ref, new entry or b"", record head)."""
+        pk = record.partition_key
+        pk_ref = self._pk_index.get(pk)
+        pk_entry = ehk_entry = b""
+        if pk_ref is None:
+            pk_ref = _TAG_PK_INDEX + _encode_varint(len(self._pk_index))
+            encoded = pk.encode("utf-8")
+            pk_entry = _TAG_PARTITION_KEY_TABLE + _encode_varint(len(encoded)) + encoded
+        ehk = record.explicit_hash_key
+        ehk_ref = b""
+        if ehk is not None:
+            ehk_ref = self._ehk_index.get(ehk, b"")
+            if not ehk_ref:
+                ehk_ref = _TAG_EHK_INDEX + _encode_varint(len(self._ehk_index))
+                encoded = ehk.encode("ascii")
+                ehk_entry = _TAG_HASH_KEY_TABLE + _encode_varint(len(encoded)) + encoded
+        data_len = len(record.data)
+        head = pk_ref + ehk_ref + _TAG_DATA + _encode_varint(data_len)
+        return pk_ref, pk_entry, ehk_ref, ehk_entry, _TAG_RECORD + _encode_varint(len(head) + data_len) + head
 
     def build(self) -> bytes:
         """The aggregated record: magic, protobuf body, MD5 of the body."""
-        body = b"".join((*self._table_parts, *self._ehk_table_parts, *self._parts))
-        return MAGIC + body + _md5(body).digest()
+        return _frame(b"".join(self._table_parts), b"".join(self._ehk_table_parts), b"".join(self._parts))
 
 
 def encode(records: Iterable[UserRecord]) -> bytes:
@@ -226,8 +218,15 @@ def encode(records: Iterable[UserRecord]) -> bytes:
                 data,
             )
         )
-    body = b"".join(pk_table) + b"".join(ehk_table) + b"".join(parts)
-    return MAGIC + body + _md5(body).digest()
+    return _frame(b"".join(pk_table), b"".join(ehk_table), b"".join(parts))
+
+
+def _frame(*body: bytes) -> bytes:
+    """Magic, body, MD5 of the body: hashed piecewise so the body is copied only once more."""
+    digest = _md5()
+    for piece in body:
+        digest.update(piece)
+    return b"".join((MAGIC, *body, digest.digest()))
 
 
 _PREFIX_TABLE_SIZE = 1 << 14
@@ -258,22 +257,23 @@ def decode(payload: bytes) -> list[UserRecord]:
     """
     if not is_aggregated(payload):
         raise AggregationError("not a KPL aggregated record (missing magic F3 89 9A C2)")
-    body = bytes(payload[4:-DIGEST_SIZE])
-    if _md5(body).digest() != payload[-DIGEST_SIZE:]:
+    payload = bytes(payload)  # a no-op for bytes; slices of it below are the records' data
+    end = len(payload) - DIGEST_SIZE
+    if _md5(memoryview(payload)[4:end]).digest() != payload[end:]:
         raise AggregationError("MD5 trailer does not match the aggregated record body")
     try:
-        records = _decode_canonical(body)
+        records = _decode_canonical(payload, 4, end)
     except (IndexError, UnicodeDecodeError):  # malformed: let the generic decoder name the fault
         records = None
-    return records if records is not None else _decode_generic(body)
+    return records if records is not None else _decode_generic(payload[4:end])
 
 
-def _decode_canonical(buf: bytes) -> list[UserRecord] | None:
+def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None:
     """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
-    in order, varints of at most two bytes. Returns None at the first deviation (the generic
-    decoder then decides), so this function never has to be right about malformed input."""
-    pos = 0
-    end = len(buf)
+    in order, varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
+    Returns None at the first deviation (the generic decoder then decides), so this function
+    never has to be right about malformed input. A read may run past `end` into the MD5
+    trailer, but every record must end exactly where its length says, within `end`."""
     pk_table: list[str] = []
     ehk_table: list[str] = []
     while pos < end:

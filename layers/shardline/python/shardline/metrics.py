@@ -76,6 +76,12 @@ class ProducerMetrics:
         with self._lock:
             self._summaries[name].observe(value)
 
+    def observe_many(self, name: str, values: list[float]) -> None:
+        with self._lock:
+            observe = self._summaries[name].observe
+            for value in values:
+                observe(value)
+
     def snapshot(self) -> dict[str, Any]:
         """Every metric now: counters as ints, ErrorsByCode as a dict, summaries as dicts.
         Times (BufferingTime, RequestTime) are in milliseconds."""

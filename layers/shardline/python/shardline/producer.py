@@ -111,14 +111,15 @@ class Producer:
     def put(self, record: UserRecord) -> Future[RecordResult]:
         """Validate and buffer one record; its future resolves during a later `flush()`."""
         validate([record], self.config.limits)
-        return self._enqueue(record)
+        future: Future[RecordResult] = Future()
+        self._enqueue([record], future)
+        return future
 
     def put_many(self, records: Iterable[UserRecord], deadline: float | None = None) -> list[RecordResult]:
         """Validate every record (nothing is sent if one is invalid), send all, return results in order."""
-        batch = validate(records, self.config.limits)
-        futures = [self._enqueue(record) for record in batch]
+        buffered = self._enqueue(validate(records, self.config.limits))
         self.flush(deadline)
-        return [future.result() for future in futures]
+        return [record.result for record in buffered]  # type: ignore[misc]  # flush set every result
 
     def flush(self, deadline: float | None = None) -> None:
         """Send everything buffered and return when each record has a result.
@@ -158,14 +159,17 @@ class Producer:
 
     # -- the loop --------------------------------------------------------------------------
 
-    def _enqueue(self, record: UserRecord) -> Future[RecordResult]:
+    def _enqueue(
+        self, records: list[UserRecord], future: Future[RecordResult] | None = None
+    ) -> list[BufferedRecord]:
         now = self._clock()
-        future: Future[RecordResult] = Future()
-        buffered = BufferedRecord(record, future, next(self._sequence), now, now + self.config.record_ttl)
+        expires = now + self.config.record_ttl
+        sequence = self._sequence
+        buffered = [BufferedRecord(record, future, next(sequence), now, expires) for record in records]
         with self._put_lock:
-            self._incoming.append(buffered)
-        self.metrics.count("UserRecordsReceived")
-        return future
+            self._incoming.extend(buffered)
+        self.metrics.count("UserRecordsReceived", len(buffered))
+        return buffered
 
     def _drive(self) -> None:
         while True:
@@ -273,9 +277,14 @@ class Producer:
                     batches.append(batch)
                 self._limiter.try_take(shard, kinesis_record.size)
                 batch.add(kinesis_record)
-                for member in kinesis_record.members:
-                    if not member.attempts:
-                        self.metrics.observe("BufferingTime", (now - member.arrived) * 1000.0)
+                self.metrics.observe_many(
+                    "BufferingTime",
+                    [
+                        (now - member.arrived) * 1000.0
+                        for member in kinesis_record.members
+                        if not member.attempts
+                    ],
+                )
         for batch in batches:
             self._submit(batch)
         return wake_at
@@ -300,7 +309,9 @@ class Producer:
 
     @staticmethod
     def _finish(buffered: BufferedRecord, result: RecordResult) -> None:
-        buffered.future.set_result(result)
+        buffered.result = result
+        if buffered.future is not None:
+            buffered.future.set_result(result)
 
 
 def _newest_first(buffered: BufferedRecord) -> int:

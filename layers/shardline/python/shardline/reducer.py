@@ -23,7 +23,8 @@ class BufferedRecord:
     """A user record inside the producer, with everything its retries need to remember.
 
     `sequence` is the order of put() (it keeps per-shard order across re-queues); `assigned`
-    says the partitioner ran (once per record).
+    says the partitioner ran (once per record). `result` is set when the record is done, and
+    `future` (only records given to put() have one) is resolved with it.
     """
 
     __slots__ = (
@@ -35,14 +36,21 @@ class BufferedRecord:
         "hash_key",
         "predicted_shard",
         "record",
+        "result",
         "sequence",
     )
 
     def __init__(
-        self, record: UserRecord, future: Future[RecordResult], sequence: int, arrived: float, expires: float
+        self,
+        record: UserRecord,
+        future: Future[RecordResult] | None,
+        sequence: int,
+        arrived: float,
+        expires: float,
     ) -> None:
         self.record = record
         self.future = future
+        self.result: RecordResult | None = None
         self.sequence = sequence
         self.arrived = arrived
         self.expires = expires
@@ -117,15 +125,11 @@ class Reducer:
         first = queue.pop()
         if predicted_shard is None or not self._enabled or not queue:
             return single(first)
+        cap = self._max_size - len(AGGREGATE_PARTITION_KEY)
         builder = AggregateBuilder()
         builder.add(first.record)
         members = [first]
-        cap = self._max_size - len(AGGREGATE_PARTITION_KEY)
-        while queue and builder.count < self._max_count:
-            candidate = queue[-1]
-            if builder.size_with(candidate.record) > cap:
-                break
-            builder.add(candidate.record)
+        while queue and builder.count < self._max_count and builder.add(queue[-1].record, cap):
             members.append(queue.pop())
         if len(members) == 1:
             return single(first)

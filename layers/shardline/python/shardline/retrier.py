@@ -120,9 +120,12 @@ class Retrier:
             self._shard_map.invalidate(outcome.started, predicted)
             actual_range = self._shard_map.hash_range(actual)
         aggregated = kinesis_record.aggregated
-        self._metrics.count("KinesisRecordsPut")
-        self._metrics.count("KinesisRecordsDataPut", kinesis_record.size)
-        self._metrics.observe("UserRecordsPerKinesisRecord", len(kinesis_record.members))
+        metrics = self._metrics
+        metrics.count("KinesisRecordsPut")
+        metrics.count("KinesisRecordsDataPut", kinesis_record.size)
+        metrics.observe("UserRecordsPerKinesisRecord", len(kinesis_record.members))
+        retries: list[float] = []
+        data_put = 0
         for index, member in enumerate(kinesis_record.members):
             if (
                 predicted is not None
@@ -139,9 +142,8 @@ class Retrier:
                 self._schedule_retry(member)
                 continue
             member.attempts.append(Attempt(outcome.started, outcome.duration, True))
-            self._metrics.count("UserRecordsPut")
-            self._metrics.count("UserRecordsDataPut", len(member.record.data))
-            self._metrics.observe("RetriesPerRecord", len(member.attempts) - 1)
+            retries.append(len(member.attempts) - 1)
+            data_put += len(member.record.data)
             self._finish(
                 member,
                 RecordResult(
@@ -152,6 +154,9 @@ class Retrier:
                     attempts=tuple(member.attempts),
                 ),
             )
+        metrics.count("UserRecordsPut", len(retries))
+        metrics.count("UserRecordsDataPut", data_put)
+        metrics.observe_many("RetriesPerRecord", retries)
 
     def _schedule_retry(self, record: BufferedRecord) -> None:
         now = self._clock()

@@ -1,0 +1,137 @@
+"""Command line: `python -m bench [--quick] [--json PATH] [--seed N] [--profile]`; prints the report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import codec, imports, lambda_event, notes, peers, units
+from bench.inputs import partition_keys, user_records
+from bench.report import Report, render, write_json
+
+LAMBDA_EVENT_AGGREGATES = 80  # ~4.1 MB of data, ~5.5 MB base64: under Lambda's 6 MB invocation payload
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="shardline against aiokpl and aws-kinesis-agg in one run: figures, ratios, targets.",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller inputs (a smoke run)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--seed", type=int, default=20_240_601, help="seed of every generated input")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print cProfile tables of shardline's hot paths"
+    )
+    return parser.parse_args(argv)
+
+
+def _codec_section(report: Report, problems: list[str], seed: int, repeats: int) -> list[codec.Workload]:
+    workloads = [
+        codec.make_workload("100 B records, 1,000 keys", seed=seed, data_size=100),
+        codec.make_workload("1 KiB records, 1,000 keys", seed=seed + 1, data_size=1024),
+    ]
+    for workload in workloads:
+        _log(f"codec: {workload.label}")
+        findings = codec.sanity(workload)
+        problems += findings["problems"]
+        rows, details = codec.measure(workload, repeats)
+        report.rows += rows
+        report.details[f"codec {workload.label}"] = details | {"sanity": findings}
+    return workloads
+
+
+def _lambda_section(report: Report, problems: list[str], seed: int, repeats: int) -> None:
+    _log("Lambda event")
+    workload = codec.make_workload(
+        "100 B records", seed=seed, data_size=100, aggregates=LAMBDA_EVENT_AGGREGATES
+    )
+    event = lambda_event.lambda_event(workload.payloads)
+    expected = [(r.partition_key, r.data) for batch in workload.batches for r in batch]
+    problems += lambda_event.sanity(event, expected)
+    label = f"{LAMBDA_EVENT_AGGREGATES} aggregates of 100 B records"
+    rows, details = lambda_event.measure(label, event, workload.record_count, repeats)
+    report.rows += rows
+    report.details["lambda event"] = details
+
+
+def _units_section(report: Report, problems: list[str], seed: int, record_count: int) -> None:
+    _log(f"PUT units: shardline Producer over {record_count:,} records")
+    rows, details = units.measure(seed=seed, record_count=record_count, per_request_records=20_000)
+    report.rows += rows
+    report.details["put units"] = details
+    for scenario in ("bulk", "per_request_500"):
+        sent = details[scenario]["shardline"]
+        if sent["failed"]:
+            problems.append(f"PUT units ({scenario}): {sent['failed']} records failed in the fake stream")
+        problems += [f"PUT units ({scenario}): {violation}" for violation in sent["violations"]]
+        if sent["problem"]:
+            problems.append(f"PUT units ({scenario}): {sent['problem']}")
+
+
+def _imports_section(report: Report, runs: int) -> None:
+    _log("import cost (fresh interpreters)")
+    rows, details = imports.measure(runs=runs)
+    report.rows += rows
+    report.details["imports"] = details
+
+
+def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
+    """Every measurement, in order; returns the report and, with `profile`, the profile tables."""
+    started = time.perf_counter()
+    repeats = 3 if quick else 11
+    meta: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpus": len(os.sched_getaffinity(0)),
+        "repeats": repeats,
+        "seed": seed,
+        "quick": quick,
+        **peers.versions(),
+    }
+    report = Report(meta=meta)
+    problems: list[str] = []
+    workloads = _codec_section(report, problems, seed, repeats)
+    _lambda_section(report, problems, seed + 2, repeats)
+    _units_section(report, problems, seed + 3, 20_000 if quick else 100_000)
+    _imports_section(report, 3 if quick else 7)
+    report.notes += notes.compose(report.details, problems)
+    meta["seconds"] = time.perf_counter() - started
+
+    profile_text = None
+    if profile:
+        _log("profiling shardline")
+        from bench import profiling
+
+        rng = random.Random(seed + 3)
+        producer_records = user_records(rng, partition_keys(rng, 1000), 20_000, 100)
+        profile_text = profiling.profile(workloads[0], producer_records)
+    return report, profile_text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the report (progress goes to stderr). Exits 0 unless it crashes."""
+    args = _parse(argv)
+    report, profile_text = run(args.quick, args.seed, args.profile)
+    print(render(report))
+    if profile_text:
+        print()
+        print(profile_text)
+    if args.json:
+        write_json(report, args.json)
+        _log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

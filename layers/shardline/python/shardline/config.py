@@ -40,8 +40,8 @@ class ProducerConfig:
     aggregation_enabled: bool = True
     aggregation_max_size: int = 2 * PUT_PAYLOAD_UNIT
     aggregation_max_count: int = 4_294_967_295
-    collection_max_count: int = 500
-    collection_max_size: int = 5 * 1024 * 1024
+    collection_max_count: int = DEFAULT_LIMITS.max_records_per_request
+    collection_max_size: int = DEFAULT_LIMITS.max_request_size
     rate_limit: float = 150.0
     record_ttl: float = 30.0
     fail_if_throttled: bool = False

@@ -30,9 +30,9 @@ from shardline.aggregation import (
 from shardline.limits import MAX_HASH_KEY
 from shardline.records import UserRecord
 
-CONFORMANCE_FILE = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "kpl_aggregated_records.json"
-)
+# Aggregated records produced by the real KPL (from the awslabs kinesis-aggregation test suite,
+# Apache-2.0), kept in the repository so the tests need nothing outside it.
+CONFORMANCE_FILE = Path(__file__).resolve().parents[1] / "conformance" / "kpl_aggregated_records.json"
 
 # -- hand-rolled protobuf --------------------------------------------------------------------
 

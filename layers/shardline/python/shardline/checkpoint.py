@@ -1,0 +1,331 @@
+"""The lease/checkpoint table of a consumer group: one DynamoDB row per shard, KCL-compatible.
+
+    table = LeaseTable(boto3.client("dynamodb"), "orders-consumer-leases")
+    lease = table.take("shardId-000000000001", owner=context.aws_request_id)
+    lease = table.checkpoint(lease, Position(record.sequence_number, record.sub_sequence_number))
+
+Columns the KCL reads and writes: `leaseKey` (hash key: the shard id, or `<stream>:<shard id>`
+for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoint`,
+`checkpointSubSequenceNumber`, `ownerSwitchesSinceCheckpoint`, `parentShardId` (string set),
+`childShardIds` (string set). Columns of ours: `failedSequenceNumber`,
+`failedSubSequenceNumber`, `failedAttempts` and `lastError` (the record that keeps failing, for
+poison-record handling), and `updatedAt` (epoch seconds of the last write).
+
+Every write is conditional. Taking a lease increments `leaseCounter`, which fences the previous
+holder: its next write fails and it gets `LeaseLost`. A checkpoint is written only under the
+counter it was taken with and only forward (compare-and-swap against the stored position;
+DynamoDB numbers cannot hold 56-digit sequence numbers, so the order is checked here). A write
+whose reply was lost is re-read and accepted if it landed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardline.positions import SHARD_END, TRIM_HORIZON, Position
+
+CONDITION_FAILED = "ConditionalCheckFailedException"
+TRANSACTION_CANCELED = "TransactionCanceledException"
+CANCELED_BY_CONDITION = "ConditionalCheckFailed"  # a cancellation reason of TransactWriteItems
+MAX_TRANSACTION_ITEMS = 100
+_TAKE_ATTEMPTS = 5
+
+
+class LeaseLost(Exception):
+    """Another invocation took the lease: stop, write nothing more."""
+
+
+class SinkConflict(Exception):
+    """A sink write in a checkpoint transaction failed its own condition; nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One row of the table as this invocation holds it."""
+
+    key: str
+    owner: str
+    counter: int
+    checkpoint: Position
+    owner_switches: int = 0
+    parent_shard_ids: frozenset[str] = frozenset()
+    child_shard_ids: frozenset[str] = frozenset()
+    failed_at: Position | None = None
+    failed_attempts: int = 0
+    last_error: str | None = None
+
+
+def _lease_of(item: Mapping[str, Any]) -> Lease:
+    failed_at = None
+    if "failedSequenceNumber" in item:
+        failed_at = Position(item["failedSequenceNumber"]["S"], int(item["failedSubSequenceNumber"]["N"]))
+    return Lease(
+        key=item["leaseKey"]["S"],
+        owner=item.get("leaseOwner", {}).get("S", ""),
+        counter=int(item["leaseCounter"]["N"]),
+        checkpoint=Position(
+            item["checkpoint"]["S"], int(item.get("checkpointSubSequenceNumber", {"N": "0"})["N"])
+        ),
+        owner_switches=int(item.get("ownerSwitchesSinceCheckpoint", {"N": "0"})["N"]),
+        parent_shard_ids=frozenset(item.get("parentShardId", {}).get("SS", ())),
+        child_shard_ids=frozenset(item.get("childShardIds", {}).get("SS", ())),
+        failed_at=failed_at,
+        failed_attempts=int(item.get("failedAttempts", {"N": "0"})["N"]),
+        last_error=item.get("lastError", {}).get("S"),
+    )
+
+
+def _code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
+
+
+class LeaseTable:
+    """Leases and checkpoints of one consumer group, in one DynamoDB table."""
+
+    def __init__(
+        self, dynamodb_client: Any, table_name: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._client = dynamodb_client
+        self.table_name = table_name
+        self._clock = clock
+
+    @staticmethod
+    def create(dynamodb_client: Any, table_name: str) -> None:
+        """Create the table (PAY_PER_REQUEST, hash key `leaseKey`): for tests and the local runtime;
+        deployed tables come from the CDK app."""
+        dynamodb_client.create_table(
+            TableName=table_name,
+            KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        dynamodb_client.get_waiter("table_exists").wait(TableName=table_name)
+
+    def get(self, key: str) -> Lease | None:
+        """The row for `key` (strongly consistent), or None."""
+        item = self._client.get_item(TableName=self.table_name, Key=self._key(key), ConsistentRead=True).get(
+            "Item"
+        )
+        return _lease_of(item) if item else None
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def take(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        """Take the lease of `key` for `owner`, incrementing `leaseCounter` (which fences any
+        previous holder). Creates the row at TRIM_HORIZON if there is none."""
+        for _ in range(_TAKE_ATTEMPTS):
+            current = self.get(key)
+            if current is None:
+                lease = Lease(
+                    key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids)
+                )
+                if self._write_new(lease):
+                    return lease
+                continue
+            switches = current.owner_switches + (current.owner != owner)
+            taken = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
+            try:
+                self._client.update_item(
+                    TableName=self.table_name,
+                    Key=self._key(key),
+                    UpdateExpression="SET leaseOwner = :owner, leaseCounter = :next, "
+                    "ownerSwitchesSinceCheckpoint = :switches, updatedAt = :now",
+                    ConditionExpression="leaseCounter = :seen",
+                    ExpressionAttributeValues={
+                        ":owner": {"S": owner},
+                        ":next": {"N": str(taken.counter)},
+                        ":switches": {"N": str(switches)},
+                        ":now": self._now(),
+                        ":seen": {"N": str(current.counter)},
+                    },
+                )
+                return taken
+            except ClientError as exc:
+                if _code(exc) != CONDITION_FAILED:
+                    raise
+        raise LeaseLost(f"lease {key}: could not take it in {_TAKE_ATTEMPTS} attempts (contended)")
+
+    def _write_new(self, lease: Lease) -> bool:
+        item = {
+            **self._key(lease.key),
+            "leaseOwner": {"S": lease.owner},
+            "leaseCounter": {"N": "1"},
+            "checkpoint": {"S": lease.checkpoint.sequence},
+            "checkpointSubSequenceNumber": {"N": "0"},
+            "ownerSwitchesSinceCheckpoint": {"N": "0"},
+            "updatedAt": self._now(),
+        }
+        if lease.parent_shard_ids:
+            item["parentShardId"] = {"SS": sorted(lease.parent_shard_ids)}
+        try:
+            self._client.put_item(
+                TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(leaseKey)"
+            )
+            return True
+        except ClientError as exc:
+            if _code(exc) != CONDITION_FAILED:
+                raise
+            return False
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def checkpoint(self, lease: Lease, position: Position) -> Lease:
+        """Move the checkpoint forward to `position` under `lease`. Returns the updated lease.
+
+        A position at or below the current checkpoint changes nothing. Raises `LeaseLost` if the
+        lease was taken since.
+        """
+        if position <= lease.checkpoint:
+            return lease
+        try:
+            self._client.update_item(**self._checkpoint_update(lease, position))
+        except ClientError as exc:
+            if _code(exc) != CONDITION_FAILED:
+                return self._confirm_landed(lease, position, exc)
+            return self._confirm_landed(
+                lease, position, LeaseLost(f"lease {lease.key} was taken by another owner")
+            )
+        except Exception as exc:  # timeout, reset: did it land?
+            return self._confirm_landed(lease, position, exc)
+        return self._advanced(lease, position)
+
+    def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
+        """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction: both or neither.
+
+        At most `MAX_TRANSACTION_ITEMS - 1` writes. Raises `LeaseLost` when the lease was taken,
+        `SinkConflict` when one of `writes` failed its own condition.
+        """
+        if not writes:
+            return self.checkpoint(lease, position)
+        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
+        if position <= lease.checkpoint:
+            raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
+        update = self._checkpoint_update(lease, position)
+        del update["ReturnValues"]
+        token = hashlib.sha256(
+            f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}".encode()
+        ).hexdigest()
+        try:
+            self._client.transact_write_items(
+                TransactItems=[{"Update": update}, *writes], ClientRequestToken=token[:36]
+            )
+        except ClientError as exc:
+            if _code(exc) == TRANSACTION_CANCELED:
+                reasons = exc.response.get("CancellationReasons") or []
+                codes = [reason.get("Code", "None") for reason in reasons]
+                if codes and codes[0] == CANCELED_BY_CONDITION:
+                    return self._confirm_landed(lease, position, LeaseLost(f"lease {lease.key} was taken"))
+                if any(code == CANCELED_BY_CONDITION for code in codes[1:]):
+                    raise SinkConflict(f"a sink write failed its condition: {codes}") from exc
+            return self._confirm_landed(lease, position, exc)
+        except Exception as exc:
+            return self._confirm_landed(lease, position, exc)
+        return self._advanced(lease, position)
+
+    def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
+        """Count one more failed attempt at `position` (a new position starts at 1)."""
+        attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
+        error = error[:1000]
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=self._key(lease.key),
+                UpdateExpression="SET failedSequenceNumber = :seq, failedSubSequenceNumber = :sub, "
+                "failedAttempts = :n, lastError = :error, updatedAt = :now",
+                ConditionExpression="leaseCounter = :counter",
+                ExpressionAttributeValues={
+                    ":seq": {"S": position.sequence},
+                    ":sub": {"N": str(position.sub_sequence)},
+                    ":n": {"N": str(attempts)},
+                    ":error": {"S": error or "-"},
+                    ":now": self._now(),
+                    ":counter": {"N": str(lease.counter)},
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) == CONDITION_FAILED:
+                raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
+            raise
+        return replace(lease, failed_at=position, failed_attempts=attempts, last_error=error)
+
+    def mark_shard_end(self, seen: Lease) -> bool:
+        """Set a (parent) shard's checkpoint to SHARD_END if it is still where `seen` found it.
+
+        For a closed shard whose checkpoint is at its last record. Not fenced by the lease
+        counter (the caller does not hold that lease) but by compare-and-swap on the position.
+        """
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=self._key(seen.key),
+                UpdateExpression="SET checkpoint = :end, checkpointSubSequenceNumber = :zero, "
+                "updatedAt = :now",
+                ConditionExpression="checkpoint = :seq AND checkpointSubSequenceNumber = :sub",
+                ExpressionAttributeValues={
+                    ":end": {"S": SHARD_END},
+                    ":zero": {"N": "0"},
+                    ":now": self._now(),
+                    ":seq": {"S": seen.checkpoint.sequence},
+                    ":sub": {"N": str(seen.checkpoint.sub_sequence)},
+                },
+            )
+            return True
+        except ClientError as exc:
+            if _code(exc) == CONDITION_FAILED:
+                return False
+            raise
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _checkpoint_update(self, lease: Lease, position: Position) -> dict[str, Any]:
+        clear_failure = lease.failed_at is not None and lease.failed_at <= position
+        expression = (
+            "SET checkpoint = :seq, checkpointSubSequenceNumber = :sub, "
+            "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now"
+        )
+        if clear_failure:
+            expression += " REMOVE failedSequenceNumber, failedSubSequenceNumber, failedAttempts, lastError"
+        return {
+            "TableName": self.table_name,
+            "Key": self._key(lease.key),
+            "UpdateExpression": expression,
+            "ConditionExpression": "leaseCounter = :counter AND checkpoint = :old_seq "
+            "AND checkpointSubSequenceNumber = :old_sub",
+            "ExpressionAttributeValues": {
+                ":seq": {"S": position.sequence},
+                ":sub": {"N": str(position.sub_sequence)},
+                ":zero": {"N": "0"},
+                ":now": self._now(),
+                ":counter": {"N": str(lease.counter)},
+                ":old_seq": {"S": lease.checkpoint.sequence},
+                ":old_sub": {"N": str(lease.checkpoint.sub_sequence)},
+            },
+            "ReturnValues": "NONE",
+        }
+
+    def _advanced(self, lease: Lease, position: Position) -> Lease:
+        if lease.failed_at is not None and lease.failed_at <= position:
+            lease = replace(lease, failed_at=None, failed_attempts=0, last_error=None)
+        return replace(lease, checkpoint=position, owner_switches=0)
+
+    def _confirm_landed(self, lease: Lease, position: Position, error: Exception) -> Lease:
+        """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
+        stored = self.get(lease.key)
+        if stored is not None and stored.counter == lease.counter and stored.checkpoint == position:
+            return self._advanced(lease, position)
+        if stored is None or stored.counter != lease.counter:
+            raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
+        raise error
+
+    def _key(self, key: str) -> dict[str, Any]:
+        return {"leaseKey": {"S": key}}
+
+    def _now(self) -> dict[str, str]:
+        return {"N": str(int(self._clock()))}

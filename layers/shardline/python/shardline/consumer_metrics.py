@@ -1,0 +1,50 @@
+"""Consumer metrics as a plain snapshot (emitted as CloudWatch EMF by the Lambda adapters)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+
+class ConsumerMetrics:
+    """Counters of one consumer group, and how far behind the newest processed record was."""
+
+    COUNTERS = (
+        "RecordsReceived",  # Kinesis records in events
+        "UserRecords",  # after de-aggregation
+        "DuplicatesSkipped",  # at or below the checkpoint
+        "RecordsProcessed",
+        "RecordsFailed",
+        "RecordsSentToDLQ",
+        "CheckpointsWritten",
+        "LeaseLosses",
+        "BatchesWaitingForParent",
+        "OutOfRangeRecords",
+        "CorruptAggregatesPassedThrough",
+    )
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._lock = threading.Lock()
+        self._counters: Counter[str] = Counter()
+        self._clock = clock
+        self._millis_behind: float | None = None
+
+    def count(self, name: str, value: int = 1) -> None:
+        if value:
+            with self._lock:
+                self._counters[name] += value
+
+    def set_behind(self, arrival: float) -> None:
+        """Record how old (by its arrival time) the newest record of a batch is."""
+        if arrival:
+            self._millis_behind = max(0.0, (self._clock() - arrival) * 1000.0)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters as ints, and `MillisBehindLatest` (None before any record)."""
+        with self._lock:
+            snapshot: dict[str, Any] = {name: self._counters[name] for name in self.COUNTERS}
+        snapshot["MillisBehindLatest"] = self._millis_behind
+        return snapshot

@@ -1,0 +1,109 @@
+"""Parent-before-child ordering across a reshard, for consumers fed by an event-source mapping.
+
+Nothing in Lambda guarantees that a child shard's batches wait for its parents. `ShardLineage`
+learns each shard's parents and hash range from ListShards, and decides whether a child may run:
+every parent that has a lease row must be at SHARD_END. A parent is marked SHARD_END here once it
+is closed and nothing is left after its checkpoint (probed with GetRecords from the checkpoint).
+A parent without a row, or no longer listed (trimmed past retention), does not block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardline.aggregation import AggregationError, decode, is_aggregated
+from shardline.checkpoint import Lease, LeaseTable
+from shardline.positions import SHARD_END
+from shardline.shard_map import HashRange
+
+_PROBE_PAGES = 20
+
+
+class ShardLineage:
+    """Parents, hash ranges and parent completion, from ListShards and the lease table."""
+
+    def __init__(self, kinesis: Any, table: LeaseTable) -> None:
+        self._kinesis = kinesis
+        self._table = table
+        self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard
+
+    def parents(self, stream: str, shard_id: str) -> tuple[str, ...]:
+        shard = self._shard(stream, shard_id)
+        if shard is None:
+            return ()
+        return tuple(p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p)
+
+    def hash_range(self, stream: str, shard_id: str) -> HashRange | None:
+        shard = self._shard(stream, shard_id)
+        if shard is None:
+            return None
+        keys = shard["HashKeyRange"]
+        return HashRange(int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
+
+    def parents_finished(self, stream: str, parent_keys: Iterable[str]) -> bool:
+        """True if every parent with a lease row is at SHARD_END (marking finished ones)."""
+        for key in parent_keys:
+            row = self._table.get(key)
+            if row is None or row.checkpoint.sequence == SHARD_END:
+                continue
+            if not (self._exhausted(stream, key.rsplit(":", 1)[-1], row) and self._table.mark_shard_end(row)):
+                return False
+        return True
+
+    def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:
+        shards = self._shards.get(stream)
+        if shards is None or shard_id not in shards:
+            shards = self._shards[stream] = self._list(stream)
+        return shards.get(shard_id)
+
+    def _list(self, stream: str) -> dict[str, Mapping[str, Any]]:
+        shards: dict[str, Mapping[str, Any]] = {}
+        request: dict[str, Any] = {"StreamName": stream}
+        while True:
+            response = self._kinesis.list_shards(**request)
+            shards.update((shard["ShardId"], shard) for shard in response.get("Shards", ()))
+            if not response.get("NextToken"):
+                return shards
+            request = {"NextToken": response["NextToken"]}
+
+    def _exhausted(self, stream: str, shard_id: str, row: Lease) -> bool:
+        """Is the parent closed with nothing after its checkpoint?"""
+        self._shards.pop(stream, None)  # a parent may have closed since the listing was cached
+        shard = self._shard(stream, shard_id)
+        if shard is None:
+            return True  # no longer listed: trimmed past retention
+        if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is None:
+            return False
+        checkpoint = row.checkpoint
+        request: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
+        if checkpoint.is_sentinel:
+            request["ShardIteratorType"] = "TRIM_HORIZON"
+        else:
+            request.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=checkpoint.sequence)
+        try:
+            iterator = self._kinesis.get_shard_iterator(**request)["ShardIterator"]
+        except ClientError as exc:
+            return exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+        for _ in range(_PROBE_PAGES):
+            response = self._kinesis.get_records(ShardIterator=iterator, Limit=100)
+            for record in response.get("Records", ()):
+                if checkpoint.is_sentinel or int(record["SequenceNumber"]) > int(checkpoint.sequence):
+                    return False
+                if _sub_records(record["Data"]) > checkpoint.sub_sequence + 1:
+                    return False  # the checkpoint stopped inside this aggregate
+            iterator = response.get("NextShardIterator")
+            if not iterator:
+                return True
+        return False
+
+
+def _sub_records(data: bytes) -> int:
+    if not is_aggregated(data):
+        return 1
+    try:
+        return len(decode(data))
+    except AggregationError:
+        return 1

@@ -1,0 +1,258 @@
+"""KinesisConsumer.process against moto server (Kinesis, DynamoDB, SQS) with real KPL aggregates.
+
+Each test writes records with shardline's producer, then replays the shard through
+`ShardFeed` (tests/integration/esm.py), the way the event-source mapping does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import Counter
+
+import boto3
+import pytest
+
+from shardline.checkpoint import LeaseTable
+from shardline.config import ProducerConfig
+from shardline.consumer import ConsumedRecord, KinesisConsumer
+from shardline.dead_letters import DeadLetterQueue
+from shardline.positions import Position
+from shardline.producer import Producer
+from shardline.records import UserRecord
+from tests.integration.esm import Context, ShardFeed
+from tests.integration.helpers import create_stream, kinesis_client, unique_stream_name
+
+RECORDS = 60
+
+
+def aws(service: str, endpoint: str):
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+class Pipeline:
+    """One stream (one shard) of aggregated records, a lease table and a sink table."""
+
+    def __init__(self, endpoint: str, records: int = RECORDS) -> None:
+        self.kinesis = kinesis_client(endpoint)
+        self.dynamodb = aws("dynamodb", endpoint)
+        self.sqs = aws("sqs", endpoint)
+        self.stream = unique_stream_name("consume")
+        create_stream(self.kinesis, self.stream, shard_count=1)
+        self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]
+        # Small aggregates (~10 records each) so a batch spans several Kinesis records.
+        producer = Producer(self.kinesis, self.stream, config=ProducerConfig(aggregation_max_size=400))
+        self.sent = [UserRecord(f"key-{i % 7}", json.dumps({"n": i}).encode()) for i in range(records)]
+        assert all(r.success for r in producer.put_many(self.sent))
+        self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
+        LeaseTable.create(self.dynamodb, self.leases.table_name)
+        self.sink = f"sink-{uuid.uuid4().hex[:8]}"
+        self.dynamodb.create_table(
+            TableName=self.sink,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.queue_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+
+    def feed(self, batch_size: int = 10) -> ShardFeed:
+        return ShardFeed(self.kinesis, self.stream, self.shard_id, batch_size=batch_size)
+
+    def consumer(self, **options) -> KinesisConsumer:
+        return KinesisConsumer("test-group", self.leases, kinesis=self.kinesis, **options)
+
+    def sink_items(self) -> list[dict]:
+        return self.dynamodb.scan(TableName=self.sink, ConsistentRead=True)["Items"]
+
+    def dead_letters(self) -> list[dict]:
+        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+        return [json.loads(m["Body"]) for m in messages.get("Messages", [])]
+
+
+@pytest.fixture
+def pipeline(moto_server) -> Pipeline:
+    return Pipeline(moto_server)
+
+
+def n_of(record: ConsumedRecord) -> int:
+    return record.json()["n"]
+
+
+def test_a_replayed_batch_repeats_no_side_effect(pipeline):
+    seen: list[int] = []
+    consumer = pipeline.consumer()
+    consumer.handler(lambda record: seen.append(n_of(record)))
+    event = pipeline.feed(batch_size=100).next_event()
+
+    assert consumer.process(event, Context()) == {"batchItemFailures": []}
+    assert consumer.process(event, Context()) == {"batchItemFailures": []}
+
+    assert seen == list(range(RECORDS))
+    metrics = consumer.metrics.snapshot()
+    assert metrics["DuplicatesSkipped"] == RECORDS and metrics["RecordsProcessed"] == RECORDS
+    assert metrics["UserRecords"] == 2 * RECORDS and metrics["RecordsReceived"] < RECORDS, "aggregated"
+
+
+def test_the_checkpoint_is_written_every_n_records_and_at_the_end_not_per_record(pipeline):
+    consumer = pipeline.consumer(checkpoint_every=25)
+    consumer.handler(lambda record: None)
+
+    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+
+    assert consumer.metrics.snapshot()["CheckpointsWritten"] == 3  # after 25, 50, and 60
+    lease = pipeline.leases.get(pipeline.shard_id)
+    last = pipeline.feed(batch_size=100).records[-1]["kinesis"]["sequenceNumber"]
+    assert lease.checkpoint.sequence == last
+
+
+def test_a_handler_error_checkpoints_before_it_and_reports_its_kinesis_record(pipeline):
+    calls: list[int] = []
+    fail_once = {23}
+
+    consumer = pipeline.consumer()
+
+    @consumer.handler
+    def handle(record):
+        calls.append(n_of(record))
+        if n_of(record) in fail_once:
+            fail_once.clear()
+            raise RuntimeError("boom")
+
+    feed = pipeline.feed(batch_size=100)
+    response = feed.invoke(consumer)
+
+    failing = next(r for r in feed.records if 23 in _numbers(r))
+    assert response == {"batchItemFailures": [{"itemIdentifier": failing["kinesis"]["sequenceNumber"]}]}
+    assert calls == list(range(24)), "nothing after the failing record ran"
+    lease = pipeline.leases.get(pipeline.shard_id)
+    assert lease.checkpoint.sequence == failing["kinesis"]["sequenceNumber"] or int(
+        lease.checkpoint.sequence
+    ) < int(failing["kinesis"]["sequenceNumber"])
+    assert lease.failed_attempts == 1 and "boom" in lease.last_error
+
+    feed.drain(consumer)
+
+    assert calls == list(range(24)) + list(range(23, RECORDS)), "the replay skipped 0..22 of the aggregate"
+
+
+def test_a_poison_record_goes_whole_to_the_dlq_and_the_shard_moves_on(pipeline):
+    processed: list[int] = []
+    consumer = pipeline.consumer(dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url), max_attempts=3)
+
+    @consumer.handler
+    def handle(record):
+        if n_of(record) == 31:
+            raise ValueError("cannot parse order 31")
+        processed.append(n_of(record))
+
+    feed = pipeline.feed(batch_size=10)
+    feed.drain(consumer)
+
+    assert processed == [n for n in range(RECORDS) if n != 31]
+    [letter] = pipeline.dead_letters()
+    assert json.loads(__import__("base64").b64decode(letter["data"])) == {"n": 31}
+    assert letter["partitionKey"] == "key-3" and letter["attempts"] == 3
+    assert "cannot parse order 31" in letter["error"] and letter["subSequenceNumber"] is not None
+    assert consumer.metrics.snapshot()["RecordsSentToDLQ"] == 1
+    assert pipeline.leases.get(pipeline.shard_id).failed_at is None
+
+
+def test_without_a_dlq_a_poison_record_blocks_and_is_reported_every_time(pipeline):
+    consumer = pipeline.consumer(max_attempts=2)
+    consumer.handler(lambda record: 1 / 0 if n_of(record) == 5 else None)
+    feed = pipeline.feed(batch_size=10)
+    for _ in range(4):
+        feed.invoke(consumer)
+    assert not feed.finished and pipeline.leases.get(pipeline.shard_id).failed_attempts == 4
+
+
+def test_near_the_time_limit_it_checkpoints_and_reports_the_rest(pipeline):
+    processed: list[int] = []
+    remaining = {"ms": 60_000}
+    consumer = pipeline.consumer(time_margin=5.0)
+
+    @consumer.handler
+    def handle(record):
+        processed.append(n_of(record))
+        if len(processed) == 12:
+            remaining["ms"] = 4_000  # the invocation is running out
+
+    feed = pipeline.feed(batch_size=100)
+    response = feed.invoke(consumer, Context(lambda: remaining["ms"]))
+
+    assert processed == list(range(12)) and response["batchItemFailures"]
+    assert pipeline.leases.get(pipeline.shard_id).checkpoint == Position(*_position_of(feed, 11))
+    remaining["ms"] = 60_000
+    feed.drain(consumer)
+    assert processed == list(range(RECORDS))
+
+
+def test_a_lost_lease_stops_side_effects_and_moves_no_checkpoint(pipeline):
+    processed: list[int] = []
+    consumer = pipeline.consumer(checkpoint_every=5)
+
+    @consumer.handler
+    def handle(record):
+        processed.append(n_of(record))
+        if n_of(record) == 7:
+            pipeline.leases.take(pipeline.shard_id, owner="another-invocation")
+
+    feed = pipeline.feed(batch_size=100)
+    response = feed.invoke(consumer)
+
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.owner == "another-invocation"
+    assert row.checkpoint == Position(*_position_of(feed, 4)), "the checkpoint after record 4 stands"
+    # The loss is found at the next checkpoint write (after record 9); nothing runs after that.
+    assert processed == list(range(10)) and response["batchItemFailures"]
+    assert consumer.metrics.snapshot()["LeaseLosses"] == 1
+
+
+def test_two_invocations_on_one_shard_only_one_commits(pipeline):
+    both_inside = threading.Barrier(2, timeout=10)
+    committed: Counter[str] = Counter()
+
+    def run(name: str, results: dict) -> None:
+        consumer = pipeline.consumer()
+
+        @consumer.handler
+        def handle(record):
+            if n_of(record) == 0:
+                both_inside.wait()  # both hold a lease; the later take fenced the earlier
+
+        results[name] = consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+        committed[name] = consumer.metrics.snapshot()["CheckpointsWritten"]
+
+    results: dict = {}
+    threads = [threading.Thread(target=run, args=(name, results)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(committed.values()) == [0, 1]
+    winner = max(committed, key=committed.get)
+    loser = "a" if winner == "b" else "b"
+    assert results[winner] == {"batchItemFailures": []} and results[loser]["batchItemFailures"]
+
+
+def _numbers(lambda_record: dict) -> set[int]:
+    from shardline.deaggregation import deaggregate
+
+    return {n_of(r) for r in deaggregate([lambda_record])}
+
+
+def _position_of(feed: ShardFeed, n: int) -> tuple[str, int]:
+    from shardline.deaggregation import deaggregate
+
+    for record in deaggregate(feed.records):
+        if n_of(record) == n:
+            return record.sequence_number, record.sub_sequence_number or 0
+    raise AssertionError(n)

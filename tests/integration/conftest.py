@@ -28,3 +28,11 @@ def kinesis_endpoint(request: pytest.FixtureRequest) -> KinesisBackend:
     """A Kinesis endpoint on loopback, once per backend (moto server, kinesis-mock)."""
     name = request.param
     return KinesisBackend(name, request.getfixturevalue(BACKEND_FIXTURES[name]))
+
+
+@pytest.fixture
+def pipeline(moto_server):
+    """A one-shard stream of aggregated records, a lease table, a sink table and a DLQ (moto server)."""
+    from tests.integration.test_consumer import Pipeline
+
+    return Pipeline(moto_server)

@@ -25,9 +25,9 @@ class Context:
 
 
 def read_shard(kinesis: Any, stream: str, shard_id: str) -> list[dict[str, Any]]:
-    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")[
-        "ShardIterator"
-    ]
+    iterator = kinesis.get_shard_iterator(
+        StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
     records: list[dict[str, Any]] = []
     while iterator:
         response = kinesis.get_records(ShardIterator=iterator, Limit=10000)
@@ -73,13 +73,15 @@ class ShardFeed:
     def next_event(self) -> dict[str, Any]:
         return {"Records": self.records[self.position : self.position + self.batch_size]}
 
-    def invoke(self, consumer: KinesisConsumer, context: Context | None = None) -> dict[str, Any] | BaseException:
+    def invoke(
+        self, consumer: KinesisConsumer, context: Context | None = None
+    ) -> dict[str, Any] | BaseException:
         """One invocation; returns the response, or the exception it raised (a crash)."""
         event = self.next_event()
         self.invocations += 1
         try:
             response = consumer.process(event, context or Context())
-        except BaseException as exc:  # noqa: BLE001 - a crash of any kind: retry the batch
+        except BaseException as exc:
             return exc
         failures = response["batchItemFailures"]
         if failures:

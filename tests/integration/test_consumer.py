@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 
 import boto3
-import pytest
 
 from shardline.checkpoint import LeaseTable
 from shardline.config import ProducerConfig
@@ -74,11 +73,6 @@ class Pipeline:
     def dead_letters(self) -> list[dict]:
         messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
         return [json.loads(m["Body"]) for m in messages.get("Messages", [])]
-
-
-@pytest.fixture
-def pipeline(moto_server) -> Pipeline:
-    return Pipeline(moto_server)
 
 
 def n_of(record: ConsumedRecord) -> int:

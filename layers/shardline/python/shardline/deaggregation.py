@@ -101,8 +101,8 @@ def deaggregate(
     for index, event_record in enumerate(kinesis_event_records):
         stream, shard_id = stream_and_shard(event_record, index)
         kinesis = _field(event_record, index, "kinesis")
-        sequence = _field(kinesis, index, "sequenceNumber")
-        encoded = _field(kinesis, index, "data")
+        sequence = _field(event_record, index, "kinesis", "sequenceNumber")
+        encoded = _field(event_record, index, "kinesis", "data")
         arrival = float(kinesis.get("approximateArrivalTimestamp") or 0.0)
         try:
             data = base64.b64decode(encoded, validate=True)
@@ -125,7 +125,7 @@ def deaggregate(
                         )
                     )
                 continue
-        key = _field(kinesis, index, "partitionKey")
+        key = _field(event_record, index, "kinesis", "partitionKey")
         out.append(
             make(
                 ConsumedRecord,

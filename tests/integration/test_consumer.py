@@ -250,3 +250,44 @@ def _position_of(feed: ShardFeed, n: int) -> tuple[str, int]:
         if n_of(record) == n:
             return record.sequence_number, record.sub_sequence_number or 0
     raise AssertionError(n)
+
+
+def test_the_checkpoint_is_also_written_every_interval_seconds(pipeline):
+    now = {"t": 0.0}
+    consumer = pipeline.consumer(checkpoint_every=1_000, checkpoint_interval=10.0, clock=lambda: now["t"])
+
+    @consumer.handler
+    def handle(record):
+        now["t"] += 1.0  # each record takes a second
+
+    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+
+    assert consumer.metrics.snapshot()["CheckpointsWritten"] == RECORDS // 10
+
+
+def test_a_batch_handler_gets_the_new_records_at_once_and_is_retried_whole(pipeline):
+    batches: list[list[int]] = []
+    consumer = pipeline.consumer()
+    failures = iter([RuntimeError("first try fails")])
+
+    @consumer.batch_handler
+    def handle(records):
+        batches.append([n_of(r) for r in records])
+        error = next(failures, None)
+        if error:
+            raise error
+
+    feed = pipeline.feed(batch_size=100)
+    first = feed.invoke(consumer)
+    feed.drain(consumer)
+
+    assert first["batchItemFailures"] and batches == [list(range(RECORDS))] * 2
+    assert consumer.metrics.snapshot()["CheckpointsWritten"] == 1
+
+
+def test_metrics_say_how_far_behind_the_newest_record_was(pipeline):
+    consumer = pipeline.consumer()
+    consumer.handler(lambda record: None)
+    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+    behind = consumer.metrics.snapshot()["MillisBehindLatest"]
+    assert behind is not None and 0 <= behind < 600_000

@@ -211,30 +211,36 @@ def test_a_lost_lease_stops_side_effects_and_moves_no_checkpoint(pipeline):
 
 def test_two_invocations_on_one_shard_only_one_commits(pipeline):
     both_inside = threading.Barrier(2, timeout=10)
+    first_done = threading.Event()
     committed: Counter[str] = Counter()
+    results: dict = {}
 
-    def run(name: str, results: dict) -> None:
+    def run(name: str) -> None:
         consumer = pipeline.consumer()
 
         @consumer.handler
         def handle(record):
             if n_of(record) == 0:
-                both_inside.wait()  # both hold a lease; the later take fenced the earlier
+                both_inside.wait()  # both invocations hold the lease at the same counter
+            if name == "second" and n_of(record) == RECORDS - 1:
+                # moto evaluates conditional writes without a lock, so the two commits are
+                # ordered here; DynamoDB itself makes them atomic.
+                first_done.wait(timeout=10)
 
         results[name] = consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
         committed[name] = consumer.metrics.snapshot()["CheckpointsWritten"]
+        if name == "first":
+            first_done.set()
 
-    results: dict = {}
-    threads = [threading.Thread(target=run, args=(name, results)) for name in ("a", "b")]
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("first", "second")]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
-    assert sorted(committed.values()) == [0, 1]
-    winner = max(committed, key=committed.get)
-    loser = "a" if winner == "b" else "b"
-    assert results[winner] == {"batchItemFailures": []} and results[loser]["batchItemFailures"]
+    assert committed == {"first": 1, "second": 0}
+    assert results["first"] == {"batchItemFailures": []} and results["second"]["batchItemFailures"]
+    assert pipeline.leases.get(pipeline.shard_id).counter == 2, "created at 1, one commit"
 
 
 def _numbers(lambda_record: dict) -> set[int]:

@@ -11,11 +11,13 @@ for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoi
 `failedSubSequenceNumber`, `failedAttempts` and `lastError` (the record that keeps failing, for
 poison-record handling), and `updatedAt` (epoch seconds of the last write).
 
-Every write is conditional. Taking a lease increments `leaseCounter`, which fences the previous
-holder: its next write fails and it gets `LeaseLost`. A checkpoint is written only under the
-counter it was taken with and only forward (compare-and-swap against the stored position;
-DynamoDB numbers cannot hold 56-digit sequence numbers, so the order is checked here). A write
-whose reply was lost is re-read and accepted if it landed.
+Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
+do), setting `leaseOwner`: whoever writes next under a counter it did not see gets `LeaseLost`.
+`take` claims a lease with a write of its own; `hold` only reads it, and the holder's first
+checkpoint claims it — so a batch that succeeds costs one write. A checkpoint only moves
+forward (compare-and-swap against the stored position; DynamoDB numbers cannot hold 56-digit
+sequence numbers, so the order is checked here). A write whose reply was lost is re-read and
+accepted if it landed.
 """
 
 from __future__ import annotations
@@ -151,6 +153,18 @@ class LeaseTable:
                     raise
         raise LeaseLost(f"lease {key}: could not take it in {_TAKE_ATTEMPTS} attempts (contended)")
 
+    def hold(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        """The lease of `key` as `owner` will claim it with its first write (no write now, unless
+        the row does not exist yet). Two holders of the same counter: the first to write wins."""
+        for _ in range(_TAKE_ATTEMPTS):
+            current = self.get(key)
+            if current is not None:
+                return replace(current, owner=owner)
+            lease = Lease(key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids))
+            if self._write_new(lease):
+                return lease
+        raise LeaseLost(f"lease {key}: could not create it in {_TAKE_ATTEMPTS} attempts (contended)")
+
     def _write_new(self, lease: Lease) -> bool:
         item = {
             **self._key(lease.key),
@@ -209,9 +223,9 @@ class LeaseTable:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
         update = self._checkpoint_update(lease, position)
         del update["ReturnValues"]
-        token = hashlib.sha256(
-            f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}".encode()
-        ).hexdigest()
+        # Idempotent retries of this very transaction (same lease, position and writes) only.
+        identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
+        token = hashlib.sha256(identity.encode()).hexdigest()
         try:
             self._client.transact_write_items(
                 TransactItems=[{"Update": update}, *writes], ClientRequestToken=token[:36]
@@ -232,28 +246,33 @@ class LeaseTable:
     def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
         """Count one more failed attempt at `position` (a new position starts at 1)."""
         attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
-        error = error[:1000]
+        error = error[:1000] or "-"
         try:
             self._client.update_item(
                 TableName=self.table_name,
                 Key=self._key(lease.key),
                 UpdateExpression="SET failedSequenceNumber = :seq, failedSubSequenceNumber = :sub, "
-                "failedAttempts = :n, lastError = :error, updatedAt = :now",
+                "failedAttempts = :n, lastError = :error, updatedAt = :now, "
+                "leaseOwner = :owner, leaseCounter = :next",
                 ConditionExpression="leaseCounter = :counter",
                 ExpressionAttributeValues={
                     ":seq": {"S": position.sequence},
                     ":sub": {"N": str(position.sub_sequence)},
                     ":n": {"N": str(attempts)},
-                    ":error": {"S": error or "-"},
+                    ":error": {"S": error},
                     ":now": self._now(),
                     ":counter": {"N": str(lease.counter)},
+                    ":owner": {"S": lease.owner},
+                    ":next": {"N": str(lease.counter + 1)},
                 },
             )
         except ClientError as exc:
             if _code(exc) == CONDITION_FAILED:
                 raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
             raise
-        return replace(lease, failed_at=position, failed_attempts=attempts, last_error=error)
+        return replace(
+            lease, counter=lease.counter + 1, failed_at=position, failed_attempts=attempts, last_error=error
+        )
 
     def mark_shard_end(self, seen: Lease) -> bool:
         """Set a (parent) shard's checkpoint to SHARD_END if it is still where `seen` found it.
@@ -288,7 +307,8 @@ class LeaseTable:
         clear_failure = lease.failed_at is not None and lease.failed_at <= position
         expression = (
             "SET checkpoint = :seq, checkpointSubSequenceNumber = :sub, "
-            "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now"
+            "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now, "
+            "leaseOwner = :owner, leaseCounter = :next"
         )
         if clear_failure:
             expression += " REMOVE failedSequenceNumber, failedSubSequenceNumber, failedAttempts, lastError"
@@ -304,6 +324,8 @@ class LeaseTable:
                 ":zero": {"N": "0"},
                 ":now": self._now(),
                 ":counter": {"N": str(lease.counter)},
+                ":owner": {"S": lease.owner},
+                ":next": {"N": str(lease.counter + 1)},
                 ":old_seq": {"S": lease.checkpoint.sequence},
                 ":old_sub": {"N": str(lease.checkpoint.sub_sequence)},
             },
@@ -313,13 +335,17 @@ class LeaseTable:
     def _advanced(self, lease: Lease, position: Position) -> Lease:
         if lease.failed_at is not None and lease.failed_at <= position:
             lease = replace(lease, failed_at=None, failed_attempts=0, last_error=None)
-        return replace(lease, checkpoint=position, owner_switches=0)
+        return replace(lease, counter=lease.counter + 1, checkpoint=position, owner_switches=0)
 
     def _confirm_landed(self, lease: Lease, position: Position, error: Exception) -> Lease:
         """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
         stored = self.get(lease.key)
-        if stored is not None and stored.counter == lease.counter and stored.checkpoint == position:
-            return self._advanced(lease, position)
+        if stored is not None and (stored.counter, stored.owner, stored.checkpoint) == (
+            lease.counter + 1,
+            lease.owner,
+            position,
+        ):
+            return self._advanced(lease, position)  # it landed; only the reply was lost
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
         raise error

@@ -21,6 +21,7 @@ checkpoint, so a crash leaves both or neither — exactly-once effects.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 import uuid
@@ -31,6 +32,7 @@ from shardline.checkpoint import MAX_TRANSACTION_ITEMS, Lease, LeaseLost, LeaseT
 from shardline.consumer_metrics import ConsumerMetrics
 from shardline.dead_letters import DeadLetterQueue
 from shardline.deaggregation import ConsumedRecord, deaggregate, stream_and_shard
+from shardline.positions import Position
 from shardline.resharding import ShardLineage
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ BatchHandler = Callable[[list[ConsumedRecord]], Writes]
 
 __all__ = ["ConsumedRecord", "KinesisConsumer", "deaggregate"]
 
+_ANY_SEQUENCE = Position("0")
+
 
 class KinesisConsumer:
     """One consumer group's processing of Lambda Kinesis events.
@@ -50,7 +54,9 @@ class KinesisConsumer:
       uses parents already recorded in lease rows, and hash ranges are not checked.
     - `dlq`: where poison records go after `max_attempts` failed attempts (None: they block).
     - `checkpoint_every` / `checkpoint_interval`: write the checkpoint after this many records
-      or seconds, and at the end of the batch — not once per record.
+      (default: no count) or seconds, and at the end of the batch — not once per record. A
+      batch that succeeds within the interval costs one DynamoDB write. After a crash, a plain
+      handler sees again at most what ran since the last checkpoint.
     - `time_margin`: stop (checkpoint, report the rest failed) when the invocation has less
       than this many seconds left.
     - `multi_stream`: lease keys are `<stream>:<shard id>` (one group reading several streams).
@@ -64,13 +70,13 @@ class KinesisConsumer:
         kinesis: Any = None,
         dlq: DeadLetterQueue | None = None,
         max_attempts: int = 3,
-        checkpoint_every: int = 500,
+        checkpoint_every: int | None = None,
         checkpoint_interval: float = 5.0,
         time_margin: float = 2.0,
         multi_stream: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_attempts < 1 or checkpoint_every < 1:
+        if max_attempts < 1 or (checkpoint_every is not None and checkpoint_every < 1):
             raise ValueError("max_attempts and checkpoint_every must be at least 1")
         self.group = group
         self.table = table
@@ -78,7 +84,7 @@ class KinesisConsumer:
         self._lineage = ShardLineage(kinesis, table) if kinesis is not None else None
         self._dlq = dlq
         self._max_attempts = max_attempts
-        self._checkpoint_every = checkpoint_every
+        self._checkpoint_every = checkpoint_every or float("inf")
         self._checkpoint_interval = checkpoint_interval
         self._time_margin = time_margin
         self._multi_stream = multi_stream
@@ -152,14 +158,14 @@ class _ShardRun:
         key = c.lease_key(self.stream, self.shard_id)
         try:
             parents = lineage.parents(self.stream, self.shard_id) if lineage else ()
-            self.lease = c.table.take(key, self.owner, parent_shard_ids=parents)
+            self.lease = c.table.hold(key, self.owner, parent_shard_ids=parents)
             parent_keys = [c.lease_key(self.stream, parent) for parent in self.lease.parent_shard_ids]
             if lineage is not None and not lineage.parents_finished(self.stream, parent_keys):
                 metrics.count("BatchesWaitingForParent")
                 return self.event_records[0]["kinesis"]["sequenceNumber"]
             hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
             records = deaggregate(self.event_records, hash_range=hash_range, metrics=metrics)
-            fresh = [record for record in records if record.position > self.lease.checkpoint]
+            fresh = records[_first_after(records, self.lease.checkpoint) :]
             metrics.count("DuplicatesSkipped", len(records) - len(fresh))
             if fresh:
                 metrics.set_behind(fresh[-1].approximate_arrival)
@@ -176,19 +182,34 @@ class _ShardRun:
         c = self.c
         handler = c._record_handler
         assert handler is not None
-        for record in records:
-            if self._out_of_time():
-                self._commit()
-                return record.sequence_number
-            try:
-                writes = handler(record)
-            except Exception as exc:
-                c.metrics.count("RecordsFailed")
-                if self._give_up_on(record, exc):
-                    continue
-                return record.sequence_number
-            self._done(record, writes)
-        return None
+        remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
+        margin_ms = c._time_margin * 1000.0
+        processed = 0
+        try:
+            for record in records:
+                if remaining_ms is not None and remaining_ms() < margin_ms:
+                    self._commit()
+                    return record.sequence_number
+                try:
+                    writes = handler(record)
+                except Exception as exc:
+                    c.metrics.count("RecordsFailed")
+                    if self._give_up_on(record, exc):
+                        continue
+                    return record.sequence_number
+                if writes:
+                    self._add_writes(writes)
+                self.done = record
+                processed += 1
+                self.since_checkpoint += 1
+                if (
+                    self.since_checkpoint >= c._checkpoint_every
+                    or c._clock() - self.checkpointed_at >= c._checkpoint_interval
+                ):
+                    self._commit()
+            return None
+        finally:
+            c.metrics.count("RecordsProcessed", processed)
 
     def _batch(self, records: list[ConsumedRecord]) -> str | None:
         if not records:
@@ -207,8 +228,9 @@ class _ShardRun:
         self.c.metrics.count("RecordsProcessed", len(records))
         return None
 
-    def _done(self, record: ConsumedRecord, writes: Writes) -> None:
-        writes = list(writes or ())
+    def _add_writes(self, writes: Sequence[Mapping[str, Any]]) -> None:
+        """Sink writes of the record about to be marked done; they ride with a checkpoint."""
+        writes = list(writes)
         if len(writes) > MAX_TRANSACTION_ITEMS - 1:
             raise ValueError(
                 f"the handler returned {len(writes)} writes for one record; at most "
@@ -217,14 +239,6 @@ class _ShardRun:
         if len(self.writes) + len(writes) > MAX_TRANSACTION_ITEMS - 1:
             self._commit()  # what is done so far; this record's writes start the next transaction
         self.writes.extend(writes)
-        self.done = record
-        self.since_checkpoint += 1
-        self.c.metrics.count("RecordsProcessed")
-        if (
-            self.since_checkpoint >= self.c._checkpoint_every
-            or self.c._clock() - self.checkpointed_at >= self.c._checkpoint_interval
-        ):
-            self._commit()
 
     def _give_up_on(self, record: ConsumedRecord, exc: Exception) -> bool:
         """Count the failure; True if the record went to the DLQ and processing goes on."""
@@ -255,10 +269,6 @@ class _ShardRun:
         self.checkpointed_at = self.c._clock()
         self.c.metrics.count("CheckpointsWritten")
 
-    def _out_of_time(self) -> bool:
-        remaining = getattr(self.context, "get_remaining_time_in_millis", None)
-        return remaining is not None and remaining() / 1000.0 < self.c._time_margin
-
     def _first_uncommitted(self) -> str:
         """After a lost lease: the first Kinesis record not covered by our last checkpoint."""
         checkpoint = self.lease.checkpoint if self.lease is not None else None
@@ -267,6 +277,18 @@ class _ShardRun:
             if checkpoint is None or checkpoint.is_sentinel or int(sequence) >= int(checkpoint.sequence):
                 return sequence
         return self.event_records[-1]["kinesis"]["sequenceNumber"]
+
+
+def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:
+    """Index of the first record past `checkpoint`. A batch is in shard order, so the records at
+    or below the checkpoint are a prefix: binary search, no Position per record."""
+    if checkpoint.is_sentinel:
+        return 0 if checkpoint < _ANY_SEQUENCE else len(records)
+    target = (len(checkpoint.sequence), checkpoint.sequence, checkpoint.sub_sequence)
+    # Decimal strings without leading zeros order as (length, text): no int() per record.
+    return bisect.bisect_right(
+        records, target, key=lambda r: (len(r.sequence_number), r.sequence_number, r.sub_sequence_number or 0)
+    )
 
 
 def _describe(exc: BaseException) -> str:

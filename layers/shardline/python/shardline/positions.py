@@ -6,7 +6,8 @@ here" sort below every sequence number; SHARD_END sorts above everything:
 
     AT_TIMESTAMP < TRIM_HORIZON < LATEST < any (sequence, sub-sequence) < SHARD_END
 
-Sequence numbers are compared as integers (they are up to 128-bit decimal strings).
+Sequence numbers are compared as integers (decimal strings of up to 128 digits; real ones have
+about 56).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Position:
     def __init__(self, sequence: str, sub_sequence: int = 0) -> None:
         rank = _SENTINEL_RANK.get(sequence)
         if rank is None:
-            if not sequence.isdigit():
+            if not (sequence.isascii() and sequence.isdigit()):
                 raise ValueError(f"not a sequence number or sentinel: {sequence!r}")
             self._key: tuple[int, int, int] = (0, int(sequence), sub_sequence)
         else:
@@ -47,6 +48,8 @@ class Position:
         return isinstance(other, Position) and self._key == other._key
 
     def __lt__(self, other: Position) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
         return self._key < other._key
 
     def __hash__(self) -> int:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import codec, imports, lambda_event, notes, peers, units
+from bench import codec, consumer, imports, lambda_event, notes, peers, units
 from bench.inputs import partition_keys, user_records
 from bench.report import Report, render, write_json
 
@@ -79,6 +79,16 @@ def _units_section(report: Report, problems: list[str], seed: int, record_count:
             problems.append(f"PUT units ({scenario}): {sent['problem']}")
 
 
+def _consumer_section(
+    report: Report, problems: list[str], workload: consumer.ConsumerWorkload, repeats: int
+) -> None:
+    _log("consumer: KinesisConsumer.process against Powertools BatchProcessor")
+    rows, details, found = consumer.measure(workload, repeats)
+    report.rows += rows
+    report.details["consumer"] = details
+    problems += found
+
+
 def _imports_section(report: Report, runs: int) -> None:
     _log("import cost (fresh interpreters)")
     rows, details = imports.measure(runs=runs)
@@ -104,6 +114,8 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     workloads = _codec_section(report, problems, seed, repeats)
     _lambda_section(report, problems, seed + 2, repeats)
     _units_section(report, problems, seed + 3, 20_000 if quick else 100_000)
+    consumer_workload = consumer.make_workload(seed + 4)
+    _consumer_section(report, problems, consumer_workload, repeats)
     _imports_section(report, 3 if quick else 7)
     report.notes += notes.compose(report.details, problems)
     meta["seconds"] = time.perf_counter() - started
@@ -116,6 +128,7 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
         rng = random.Random(seed + 3)
         producer_records = user_records(rng, partition_keys(rng, 1000), 20_000, 100)
         profile_text = profiling.profile(workloads[0], producer_records)
+        profile_text += "\n\n" + consumer.profile(consumer_workload)
     return report, profile_text
 
 

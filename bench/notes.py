@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.consumer import notes as consumer_notes
+
 
 def compose(details: dict[str, Any], problems: list[str]) -> list[str]:
     """One note per section (inputs, method, side figures), then every sanity problem found."""
@@ -46,6 +48,7 @@ def compose(details: dict[str, Any], problems: list[str]) -> list[str]:
         f"{imp['timings_ms']['shardline (cached .pyc)']['difference_formula']:.1f} ms cached, "
         f"{imp['timings_ms']['shardline (source, no .pyc)']['difference_formula']:.1f} ms no .pyc. "
         f"Largest self import times after boto3 (ms, cached): {biggest}.",
+        *(consumer_notes(d["consumer"]) if "consumer" in d else []),
         "Throughput is best-of-N with the garbage collector paused inside timed calls; contenders of a row "
         "run interleaved in the same loop. Timings on a shared VM vary; ratios are steadier than figures.",
     ]

@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-#: How a figure is written: user records per second, PUT payload units per million, milliseconds.
-Unit = Literal["rec/s", "units/M", "ms"]
+#: How a figure is written: user records per second, PUT payload units per million, milliseconds,
+#: and a plain count (e.g. DynamoDB writes per batch).
+Unit = Literal["rec/s", "units/M", "ms", "count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +24,16 @@ class Target:
         return figure >= self.bound if self.op == ">=" else figure <= self.bound
 
     def __str__(self) -> str:
+        return self.text("ms")
+
+    def text(self, unit: Unit) -> str:
+        """The goal as printed in a row whose figures are in `unit`."""
         sign = "≥" if self.op == ">=" else "≤"
         if self.subject == "ratio":
             return f"{sign} {self.bound:g}×"
-        return f"{sign} {self.bound:g} ms"
+        if unit == "ms":
+            return f"{sign} {self.bound:g} ms"
+        return f"{sign} {format_figure(self.bound, unit)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ def format_figure(value: float | None, unit: Unit) -> str:
         return f"{value / 1e6:.2f} M/s" if value >= 1e6 else f"{value / 1e3:.0f} k/s"
     if unit == "units/M":
         return f"{value:,.0f}"
+    if unit == "count":
+        return f"{value:g}"
     return f"{value:.1f} ms"
 
 
@@ -98,7 +107,7 @@ def markdown_table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.measurement} | {format_figure(row.shardline, row.unit)} | {row.peer or '—'} "
             f"| {format_figure(row.peer_value, row.unit)} | {ratio} "
-            f"| {row.target if row.target else 'info'} | {_met_cell(row.met)} |"
+            f"| {row.target.text(row.unit) if row.target else 'info'} | {_met_cell(row.met)} |"
         )
     return "\n".join(lines)
 
@@ -135,7 +144,7 @@ def to_json(report: Report) -> dict[str, Any]:
     rows = []
     for row in report.rows:
         data = asdict(row)
-        data["target"] = str(row.target) if row.target else None
+        data["target"] = row.target.text(row.unit) if row.target else None
         data["ratio"] = row.ratio
         data["met"] = row.met
         rows.append(data)

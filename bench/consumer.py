@@ -1,0 +1,559 @@
+"""The consumer path: `KinesisConsumer.process` on a Lambda event of KPL aggregates, vs Powertools.
+
+The event is what the Kinesis event-source mapping hands a Lambda function: 25 Kinesis records,
+each a real KPL aggregate made with `shardline.aggregation.encode` and holding 400 user records
+of 100 bytes (10,000 in all, partition keys drawn from 1,000). shardline's consumer runs
+unchanged against `FakeLeaseTable`, an in-process lease table with the semantics of
+`shardline.checkpoint.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,
+increments it and sets the owner; checkpoints are forward-only compare-and-swap) that counts its
+reads and writes. No Kinesis client is given, so there are no parent-shard or
+hash-range look-ups. The record handler does nothing.
+
+Two shardline figures: *fresh* (the row is put back at TRIM_HORIZON before every call, so every
+user record reaches the handler and the checkpoint moves) and *replay* (the row is put back at
+the last user record, so every record is skipped as a duplicate). Either way the row exists, as
+a previous invocation left it, so no call creates it. Resetting the row is one
+in-memory assignment inside the timed call.
+
+The peer, Powertools' `BatchProcessor(EventType.KinesisDataStreams)`, is not like for like: it
+does not de-aggregate, so its no-op handler sees 25 Kinesis records, not 10,000 user records.
+"""
+
+from __future__ import annotations
+
+import base64
+import cProfile
+import io
+import pstats
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib.metadata import version
+from typing import Any, cast
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
+
+from bench.inputs import partition_keys, user_records
+from bench.report import Row, Target
+from bench.timing import best_of
+from shardline import aggregation
+from shardline.checkpoint import MAX_TRANSACTION_ITEMS, Lease, LeaseLost, LeaseTable
+from shardline.consumer import ConsumedRecord, KinesisConsumer
+from shardline.positions import TRIM_HORIZON, Position
+from shardline.records import UserRecord
+
+STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/bench"
+ROLE_ARN = "arn:aws:iam::123456789012:role/bench-consumer"
+SHARD_ID = "shardId-000000000000"
+FIRST_SEQUENCE = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898  # 56 digits
+
+USER_RECORDS = 10_000
+DATA_SIZE = 100
+KEY_COUNT = 1_000
+RECORDS_PER_AGGREGATE = 400
+
+GROUP = "bench"
+PREVIOUS_CHECKPOINT_EVERY = 500  # the consumer's default before checkpoint_every became None
+SHARDLINE_FRESH = "shardline fresh"
+SHARDLINE_REPLAY = "shardline replay"
+POWERTOOLS = "Powertools BatchProcessor"
+
+PROCESS_TARGET = Target("value", ">=", 300_000.0)
+#: A successful batch on an existing row makes one DynamoDB write: its checkpoint, at the end (the
+#: lease is held by reading the row; the checkpoint's counter increment claims it).
+WRITES_TARGET = Target("value", "<=", 1.0)
+
+#: Kinds of write `FakeLeaseTable` counts, as the real table would issue them. Each is conditional
+#: on `leaseCounter` (row creation: on the row not existing) and increments it.
+CREATE = "row creation"  # PutItem of a new row at TRIM_HORIZON, counter 1 (`hold`/`take`, no row yet)
+TAKE = "take"  # UpdateItem incrementing leaseCounter (`take` only; the consumer no longer calls it)
+CHECKPOINT = "checkpoint"  # conditional UpdateItem of the checkpoint
+CHECKPOINT_TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + handler writes
+FAILURE = "failure"  # UpdateItem counting a failed attempt
+WRITE_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION, FAILURE, CREATE, TAKE)
+CHECKPOINT_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION)
+
+
+# -- the event --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerWorkload:
+    """The user records, the aggregates they were packed into, and the Lambda event carrying them."""
+
+    records: list[UserRecord]
+    payloads: list[bytes]
+    event: dict[str, Any]
+
+    @property
+    def last_position(self) -> Position:
+        """The position of the event's last user record (its aggregate's sequence, its index in it)."""
+        last = self.event["Records"][-1]["kinesis"]["sequenceNumber"]
+        return Position(last, len(self.records) - (len(self.payloads) - 1) * RECORDS_PER_AGGREGATE - 1)
+
+    def describe(self) -> dict[str, Any]:
+        sizes = [len(payload) for payload in self.payloads]
+        return {
+            "kinesis_records": len(self.payloads),
+            "user_records": len(self.records),
+            "records_per_aggregate": RECORDS_PER_AGGREGATE,
+            "data_bytes": DATA_SIZE,
+            "partition_keys": KEY_COUNT,
+            "aggregate_bytes_min": min(sizes),
+            "aggregate_bytes_max": max(sizes),
+            "event_bytes_approx": sum(len(r["kinesis"]["data"]) + 600 for r in self.event["Records"]),
+        }
+
+
+def kinesis_event(payloads: Sequence[bytes], first_sequence: int = FIRST_SEQUENCE) -> dict[str, Any]:
+    """A Lambda Kinesis event, one record per payload, with the full shape Lambda delivers."""
+    records = []
+    for index, payload in enumerate(payloads):
+        sequence = str(first_sequence + index * 1_000_000)
+        records.append(
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": "a",
+                    "sequenceNumber": sequence,
+                    "data": base64.b64encode(payload).decode("ascii"),
+                    "approximateArrivalTimestamp": 1_718_000_000.123 + index * 0.01,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": f"{SHARD_ID}:{sequence}",
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": ROLE_ARN,
+                "awsRegion": "us-east-1",
+                "eventSourceARN": STREAM_ARN,
+            }
+        )
+    return {"Records": records}
+
+
+def make_workload(seed: int) -> ConsumerWorkload:
+    """10,000 user records of 100 bytes (1,000 keys), 400 per aggregate, in one Lambda event."""
+    rng = random.Random(seed)
+    records = user_records(rng, partition_keys(rng, KEY_COUNT), USER_RECORDS, DATA_SIZE)
+    payloads = [
+        aggregation.encode(records[start : start + RECORDS_PER_AGGREGATE])
+        for start in range(0, len(records), RECORDS_PER_AGGREGATE)
+    ]
+    return ConsumerWorkload(records, payloads, kinesis_event(payloads))
+
+
+class BenchContext:
+    """The part of Lambda's context object the consumer and Powertools read."""
+
+    aws_request_id = "bench-request-0000"
+    function_name = "bench-consumer"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench-consumer"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000  # Lambda's maximum: the consumer never stops early for time
+
+
+# -- the lease table ----------------------------------------------------------------------------
+
+
+class FakeLeaseTable:
+    """`LeaseTable`'s methods the consumer calls, on rows kept in memory, with the real semantics.
+
+    `hold` reads the row and returns it with `owner` (no write), creating it at TRIM_HORIZON with
+    counter 1 if there is none. Every other write is conditional on the stored `leaseCounter`
+    equalling the lease's, sets `leaseOwner` and increments the counter (the returned lease has
+    counter + 1), else `LeaseLost`; a checkpoint also moves only forward from the stored
+    checkpoint (compare-and-swap), and a position at or below the lease's checkpoint writes
+    nothing. `reads` counts GetItem calls, `writes` counts writes by kind (`CREATE`, `TAKE`,
+    `CHECKPOINT`, `CHECKPOINT_TRANSACTION`, `FAILURE`), as DynamoDB would bill them.
+    """
+
+    table_name = "bench-leases"
+
+    def __init__(self) -> None:
+        self._rows: dict[str, Lease] = {}
+        self.reads = 0
+        self.writes: Counter[str] = Counter()
+
+    def place(self, key: str, checkpoint: Position) -> None:
+        """Between calls: put `key`'s row back at `checkpoint`, as another invocation left it."""
+        current = self._rows.get(key)
+        self._rows[key] = Lease(key, "previous-invocation", current.counter if current else 1, checkpoint)
+
+    def row(self, key: str) -> Lease | None:
+        """The stored row, without counting a read."""
+        return self._rows.get(key)
+
+    def get(self, key: str) -> Lease | None:
+        self.reads += 1
+        return self._rows.get(key)
+
+    def hold(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        current = self.get(key)
+        if current is not None:
+            return replace(current, owner=owner)
+        return self._create(key, owner, parent_shard_ids)
+
+    def take(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        current = self.get(key)
+        if current is None:
+            return self._create(key, owner, parent_shard_ids)
+        switches = current.owner_switches + (current.owner != owner)
+        lease = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
+        self._rows[key] = lease
+        self.writes[TAKE] += 1
+        return lease
+
+    def checkpoint(self, lease: Lease, position: Position) -> Lease:
+        if position <= lease.checkpoint:
+            return lease
+        return self._advance(lease, position, CHECKPOINT)
+
+    def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
+        if not writes:
+            return self.checkpoint(lease, position)
+        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
+        if position <= lease.checkpoint:
+            raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
+        return self._advance(lease, position, CHECKPOINT_TRANSACTION)
+
+    def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
+        stored = self._fence(lease, compare_checkpoint=False)
+        attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
+        changes = {"failed_at": position, "failed_attempts": attempts, "last_error": error[:1000]}
+        self._rows[lease.key] = replace(stored, owner=lease.owner, counter=lease.counter + 1, **changes)
+        self.writes[FAILURE] += 1
+        return replace(lease, counter=lease.counter + 1, **changes)
+
+    def _create(self, key: str, owner: str, parent_shard_ids: Iterable[str]) -> Lease:
+        lease = Lease(key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids))
+        self._rows[key] = lease
+        self.writes[CREATE] += 1
+        return lease
+
+    def _fence(self, lease: Lease, *, compare_checkpoint: bool) -> Lease:
+        stored = self._rows.get(lease.key)
+        if stored is None or stored.counter != lease.counter:
+            raise LeaseLost(f"lease {lease.key} was taken by another owner")
+        if compare_checkpoint and stored.checkpoint != lease.checkpoint:
+            raise LeaseLost(f"lease {lease.key}: the checkpoint moved under us")
+        return stored
+
+    def _advance(self, lease: Lease, position: Position, kind: str) -> Lease:
+        stored = self._fence(lease, compare_checkpoint=True)
+        changes: dict[str, Any] = {"checkpoint": position, "owner_switches": 0, "counter": lease.counter + 1}
+        if lease.failed_at is not None and lease.failed_at <= position:
+            changes |= {"failed_at": None, "failed_attempts": 0, "last_error": None}
+        self._rows[lease.key] = replace(stored, owner=lease.owner, **changes)
+        self.writes[kind] += 1
+        return replace(lease, **changes)
+
+
+# -- contenders ---------------------------------------------------------------------------------
+
+
+def bench_consumer(
+    table: FakeLeaseTable, handle: Callable[[ConsumedRecord], None] | None = None, **options: Any
+) -> KinesisConsumer:
+    """`KinesisConsumer("bench", table)` with a no-op record handler (or `handle`); defaults otherwise."""
+    consumer = KinesisConsumer(GROUP, cast(LeaseTable, table), **options)
+
+    if handle is None:
+
+        @consumer.handler
+        def noop(record: ConsumedRecord) -> None:
+            return None
+
+    else:
+        consumer.handler(handle)
+    return consumer
+
+
+def powertools_noop(record: KinesisStreamRecord) -> None:
+    return None
+
+
+def contenders(
+    workload: ConsumerWorkload, consumer: KinesisConsumer, table: FakeLeaseTable
+) -> dict[str, Callable[[], object]]:
+    """The timed calls: shardline fresh and replay (row reset inside the call), and Powertools."""
+    event, context, last = workload.event, BenchContext(), workload.last_position
+    start = Position(TRIM_HORIZON)
+    processor = BatchProcessor(event_type=EventType.KinesisDataStreams)
+
+    def shardline_fresh() -> object:
+        table.place(SHARD_ID, start)
+        return consumer.process(event, context)
+
+    def shardline_replay() -> object:
+        table.place(SHARD_ID, last)
+        return consumer.process(event, context)
+
+    def powertools() -> object:
+        return process_partial_response(
+            event=event, record_handler=powertools_noop, processor=processor, context=cast(Any, context)
+        )
+
+    return {SHARDLINE_FRESH: shardline_fresh, SHARDLINE_REPLAY: shardline_replay, POWERTOOLS: powertools}
+
+
+# -- one call, counted (outside timing) ----------------------------------------------------------
+
+
+def one_call(
+    workload: ConsumerWorkload, consumer: KinesisConsumer, table: FakeLeaseTable, start: Position | None
+) -> dict[str, Any]:
+    """Place the row at `start` (None: leave the table as it is), process the event once; what it
+    answered and wrote, and the counters."""
+    if start is not None:
+        table.place(SHARD_ID, start)
+    before_row = table.row(SHARD_ID)
+    reads, writes = table.reads, table.writes.copy()
+    before = consumer.metrics.snapshot()
+    response = consumer.process(workload.event, BenchContext())
+    after = consumer.metrics.snapshot()
+    written = table.writes - writes
+    row = table.row(SHARD_ID)
+    return {
+        "response": response,
+        "reads": table.reads - reads,
+        "writes": {kind: written[kind] for kind in WRITE_KINDS},
+        "total_writes": sum(written[kind] for kind in WRITE_KINDS),
+        "checkpoint_writes": sum(written[kind] for kind in CHECKPOINT_KINDS),
+        "checkpoint_after": repr(row.checkpoint) if row else None,
+        "counter_before": before_row.counter if before_row else None,
+        "counter_after": row.counter if row else None,
+        "owner_after": row.owner if row else None,
+        "metrics": {
+            name: after[name] - before[name]
+            for name in ("RecordsProcessed", "DuplicatesSkipped", "CheckpointsWritten", "UserRecords")
+        },
+    }
+
+
+def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
+    """Outside timing: what each contender does with the event; problems found, and the counts.
+
+    The bench consumer (no-op handler, default options) runs once fresh and once as a replay;
+    a consumer with a collecting handler checks that the handler sees every user record, in
+    order; Powertools' handler is counted. Reports problems instead of raising.
+    """
+    problems: list[str] = []
+    last = workload.last_position
+    table = FakeLeaseTable()
+    consumer = bench_consumer(table)
+    fresh = one_call(workload, consumer, table, Position(TRIM_HORIZON))
+    replay = one_call(workload, consumer, table, last)
+    for name, call, processed, skipped in (
+        ("fresh", fresh, USER_RECORDS, 0),
+        ("replay", replay, 0, USER_RECORDS),
+    ):
+        if call["response"] != {"batchItemFailures": []}:
+            problems.append(f"consumer {name}: answered {call['response']}")
+        counted = call["metrics"]
+        if (counted["RecordsProcessed"], counted["DuplicatesSkipped"]) != (processed, skipped):
+            problems.append(
+                f"consumer {name}: {counted['RecordsProcessed']} processed and "
+                f"{counted['DuplicatesSkipped']} skipped, expected {processed} and {skipped}"
+            )
+        if call["reads"] != 1:
+            problems.append(f"consumer {name}: {call['reads']} GetItem reads, expected 1 (the hold)")
+        if call["checkpoint_after"] != repr(last):
+            problems.append(f"consumer {name}: checkpoint left at {call['checkpoint_after']}, not {last!r}")
+    # The row exists (as a previous invocation left it): the hold only reads it, and the one write
+    # is the checkpoint, which claims the lease (counter + 1, owner set).
+    if fresh["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), CHECKPOINT: 1}:
+        problems.append(
+            f"consumer: a successful batch of {USER_RECORDS:,} user records on an existing row made "
+            f"writes {fresh['writes']}, expected exactly 1 (checkpoint)"
+        )
+    if (fresh["counter_after"], fresh["owner_after"]) != (
+        (fresh["counter_before"] or 0) + 1,
+        BenchContext.aws_request_id,
+    ):
+        problems.append(
+            f"consumer fresh: row left with counter {fresh['counter_after']} and owner "
+            f"{fresh['owner_after']!r}, expected {(fresh['counter_before'] or 0) + 1} and "
+            f"{BenchContext.aws_request_id!r} (the checkpoint claims the lease)"
+        )
+    if replay["total_writes"] != 0:
+        problems.append(f"consumer replay: writes {replay['writes']}, expected none")
+
+    # A first invocation (no row yet), with a handler that collects what it sees.
+    seen: list[tuple[str, bytes]] = []
+    first_table = FakeLeaseTable()
+    first = one_call(
+        workload,
+        bench_consumer(first_table, lambda record: seen.append((record.partition_key, record.data))),
+        first_table,
+        None,
+    )
+    if seen != [(record.partition_key, record.data) for record in workload.records]:
+        problems.append(f"consumer: the handler saw {len(seen):,} records, not the event's user records")
+    if first["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), CREATE: 1, CHECKPOINT: 1}:
+        problems.append(
+            f"consumer first call (no row): writes {first['writes']}, expected 1 row creation + 1 checkpoint"
+        )
+
+    # How many checkpoints the same batch makes with the previous default, checkpoint_every=500.
+    every_table = FakeLeaseTable()
+    every = one_call(
+        workload,
+        bench_consumer(every_table, checkpoint_every=PREVIOUS_CHECKPOINT_EVERY),
+        every_table,
+        Position(TRIM_HORIZON),
+    )
+
+    handled: list[KinesisStreamRecord] = []
+
+    def collect(record: KinesisStreamRecord) -> None:  # Powertools passes it as `record=`
+        handled.append(record)
+
+    try:
+        answer: Any = process_partial_response(
+            event=workload.event,
+            record_handler=collect,
+            processor=BatchProcessor(event_type=EventType.KinesisDataStreams),
+            context=cast(Any, BenchContext()),
+        )
+    except BatchProcessingError as exc:
+        answer = f"BatchProcessingError ({exc.msg})"
+    if answer != {"batchItemFailures": []} or len(handled) != len(workload.payloads):
+        problems.append(f"Powertools: answered {answer} after {len(handled)} records")
+    return problems, {
+        "fresh": fresh,
+        "replay": replay,
+        "first_call": first,
+        "checkpoint_every_500": every,
+        "powertools_handler_calls": len(handled),
+    }
+
+
+# -- measurement -------------------------------------------------------------------------------
+
+
+def measure(workload: ConsumerWorkload, repeats: int) -> tuple[list[Row], dict[str, Any], list[str]]:
+    """Rows (rates, ratios, DynamoDB writes per batch), details, and sanity problems."""
+    problems, counts = sanity(workload)
+    table = FakeLeaseTable()
+    seconds = best_of(contenders(workload, bench_consumer(table), table), repeats)
+    users, kinesis = len(workload.records), len(workload.payloads)
+    fresh, replay = users / seconds[SHARDLINE_FRESH], users / seconds[SHARDLINE_REPLAY]
+    powertools_kinesis = kinesis / seconds[POWERTOOLS]
+    powertools_users = users / seconds[POWERTOOLS]
+    label = f"{users:,} user records in {kinesis} aggregates"
+    unlike = "not like for like: Powertools does not de-aggregate"
+    rows = [
+        Row(f"Consumer process, {label}, fresh (all handled)", "rec/s", fresh, target=PROCESS_TARGET),
+        Row(f"Consumer process, {label}, replay (all skipped as duplicates)", "rec/s", replay),
+        Row(
+            f"Consumer user rec/s vs Powertools Kinesis rec/s ({unlike}: it sees {kinesis} records)",
+            "rec/s",
+            fresh,
+            f"{POWERTOOLS}, Kinesis records",
+            powertools_kinesis,
+        ),
+        Row(
+            f"Consumer user rec/s vs Powertools user-record equivalent ({unlike}: "
+            f"{RECORDS_PER_AGGREGATE} per Kinesis record, never decoded)",
+            "rec/s",
+            fresh,
+            f"{POWERTOOLS}, user-record equivalent",
+            powertools_users,
+        ),
+        Row(
+            "Consumer DynamoDB writes per successful batch (row exists; the checkpoint claims the lease)",
+            "count",
+            counts["fresh"]["total_writes"],
+            target=WRITES_TARGET,
+        ),
+        Row(
+            "Consumer DynamoDB reads per batch (GetItem of the lease hold)",
+            "count",
+            counts["fresh"]["reads"],
+        ),
+    ]
+    details = {
+        "workload": workload.describe(),
+        "powertools": version("aws-lambda-powertools"),
+        "seconds": seconds,
+        "user_records_per_s": {
+            SHARDLINE_FRESH: fresh,
+            SHARDLINE_REPLAY: replay,
+            POWERTOOLS: powertools_users,
+        },
+        "powertools_kinesis_records_per_s": powertools_kinesis,
+        **counts,
+    }
+    return rows, details, problems
+
+
+def notes(details: dict[str, Any]) -> list[str]:
+    """The consumer section's notes: inputs, method, and DynamoDB calls per batch."""
+    w, fresh, replay = details["workload"], details["fresh"], details["replay"]
+    first, every = details["first_call"], details["checkpoint_every_500"]
+    return [
+        f"Consumer: KinesisConsumer.process (default options, no-op handler, no Kinesis client) on one "
+        f"Lambda event of {w['kinesis_records']} KPL aggregates (~{w['event_bytes_approx'] / 1e6:.1f} MB) "
+        f"holding {w['user_records']:,} user records of {w['data_bytes']} B; the lease table is an "
+        f"in-process fake with LeaseTable's semantics, its row put back at TRIM_HORIZON (fresh) or at the "
+        f"last record (replay) inside each timed call. Powertools {details['powertools']} "
+        f"BatchProcessor(KinesisDataStreams) with a no-op handler on the same event is not like for "
+        f"like: it does not de-aggregate, so its handler runs {details['powertools_handler_calls']} "
+        f"times; its user-record equivalent is {RECORDS_PER_AGGREGATE} × its Kinesis records/s.",
+        f"DynamoDB writes per successful batch: {fresh['checkpoint_writes']} (checkpoint) + "
+        f"{fresh['writes'][CREATE]} (row creation), with the row already existing as after a previous "
+        f"invocation, and {fresh['reads']} read (the GetItem of the lease hold; the checkpoint's "
+        f"counter increment claims the lease); replay: {replay['total_writes']} writes, "
+        f"{replay['reads']} read. A first invocation (no row yet): {first['checkpoint_writes']} "
+        f"(checkpoint) + {first['writes'][CREATE]} (row creation). With checkpoint_every="
+        f"{PREVIOUS_CHECKPOINT_EVERY} (the previous default) the same batch makes "
+        f"{every['checkpoint_writes']} checkpoint writes.",
+    ]
+
+
+# -- profile -------------------------------------------------------------------------------------
+
+
+def profile(workload: ConsumerWorkload, top: int = 10, rounds: int = 20) -> str:
+    """cProfile tables (by own time) of `process` on the event: fresh, then replay."""
+    table = FakeLeaseTable()
+    consumer = bench_consumer(table)
+    context = BenchContext()
+    sections = []
+    for title, start in (("fresh", Position(TRIM_HORIZON)), ("replay", workload.last_position)):
+
+        def run(start: Position = start) -> None:
+            for _ in range(rounds):
+                table.place(SHARD_ID, start)
+                consumer.process(workload.event, context)
+
+        run()  # warm-up, untimed
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run()
+        profiler.disable()
+        buffer = io.StringIO()
+        stats = pstats.Stats(profiler, stream=buffer)
+        stats.strip_dirs().sort_stats("tottime").print_stats(top)
+        lines = [line for line in buffer.getvalue().splitlines() if line.strip()]
+        header = next(index for index, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+        total = next((line.strip() for line in lines if "function calls" in line), "")
+        sections.append(
+            "\n".join(
+                [
+                    f"## KinesisConsumer.process, {title}, {USER_RECORDS:,} user records (x{rounds})",
+                    "",
+                    "```",
+                    total,
+                    *lines[header:],
+                    "```",
+                ]
+            )
+        )
+    return "\n\n".join(sections)

@@ -4,7 +4,8 @@ a transactional sink applies every record exactly once, plain handlers repeat at
 
 A crash is a `Crash` (a BaseException: nothing in the consumer may catch it) raised before or
 after the handler, or before or after a DynamoDB write reaches the server (after = the write
-landed but the process died before it heard back). The ESM stand-in retries the batch.
+landed but the process died before it heard back); inside the transaction, DynamoDB cancels it.
+The ESM stand-in retries the batch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import random
 from collections import Counter
 
 import pytest
+from botocore.exceptions import ClientError
 
 from shardline.checkpoint import LeaseTable
 from shardline.consumer import KinesisConsumer
@@ -41,6 +43,16 @@ class CrashingDynamoDB:
 
         def write(**kwargs):
             roll = self._rng.random()
+            if roll < self.rate / 3 and name == "transact_write_items":
+                # Inside the transaction: DynamoDB cancels it (nothing applied) and says so.
+                self.crashes["rejected transact_write_items"] += 1
+                raise ClientError(
+                    {
+                        "Error": {"Code": "TransactionCanceledException", "Message": "injected"},
+                        "CancellationReasons": [{"Code": "ThrottlingError"}],
+                    },
+                    "TransactWriteItems",
+                )
             if roll < self.rate / 2:
                 self.crashes[f"before {name}"] += 1
                 raise Crash

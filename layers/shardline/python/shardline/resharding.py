@@ -29,6 +29,7 @@ class ShardLineage:
         self._kinesis = kinesis
         self._table = table
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard
+        self._finished: set[str] = set()  # parent lease keys seen at SHARD_END (final: no re-read)
 
     def parents(self, stream: str, shard_id: str) -> tuple[str, ...]:
         shard = self._shard(stream, shard_id)
@@ -46,11 +47,16 @@ class ShardLineage:
     def parents_finished(self, stream: str, parent_keys: Iterable[str]) -> bool:
         """True if every parent with a lease row is at SHARD_END (marking finished ones)."""
         for key in parent_keys:
-            row = self._table.get(key)
-            if row is None or row.checkpoint.sequence == SHARD_END:
+            if key in self._finished:
                 continue
-            if not (self._exhausted(stream, key.rsplit(":", 1)[-1], row) and self._table.mark_shard_end(row)):
+            row = self._table.get(key)
+            if row is None:
+                continue
+            if row.checkpoint.sequence != SHARD_END and not (
+                self._exhausted(stream, key.rsplit(":", 1)[-1], row) and self._table.mark_shard_end(row)
+            ):
                 return False
+            self._finished.add(key)
         return True
 
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:

@@ -21,7 +21,6 @@ does not de-aggregate, so its no-op handler sees 25 Kinesis records, not 10,000 
 
 from __future__ import annotations
 
-import base64
 import cProfile
 import io
 import pstats
@@ -36,6 +35,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
 
+from bench import lambda_event
 from bench.inputs import partition_keys, user_records
 from bench.report import Row, Target
 from bench.timing import best_of
@@ -45,10 +45,7 @@ from shardline.consumer import ConsumedRecord, KinesisConsumer
 from shardline.positions import TRIM_HORIZON, Position
 from shardline.records import UserRecord
 
-STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/bench"
-ROLE_ARN = "arn:aws:iam::123456789012:role/bench-consumer"
 SHARD_ID = "shardId-000000000000"
-FIRST_SEQUENCE = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898  # 56 digits
 
 USER_RECORDS = 10_000
 DATA_SIZE = 100
@@ -108,30 +105,9 @@ class ConsumerWorkload:
         }
 
 
-def kinesis_event(payloads: Sequence[bytes], first_sequence: int = FIRST_SEQUENCE) -> dict[str, Any]:
-    """A Lambda Kinesis event, one record per payload, with the full shape Lambda delivers."""
-    records = []
-    for index, payload in enumerate(payloads):
-        sequence = str(first_sequence + index * 1_000_000)
-        records.append(
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": "a",
-                    "sequenceNumber": sequence,
-                    "data": base64.b64encode(payload).decode("ascii"),
-                    "approximateArrivalTimestamp": 1_718_000_000.123 + index * 0.01,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"{SHARD_ID}:{sequence}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": ROLE_ARN,
-                "awsRegion": "us-east-1",
-                "eventSourceARN": STREAM_ARN,
-            }
-        )
-    return {"Records": records}
+def kinesis_event(payloads: Sequence[bytes]) -> dict[str, Any]:
+    """A Lambda Kinesis event, one record per payload (the same builder the codec section uses)."""
+    return lambda_event.lambda_event(payloads)
 
 
 def make_workload(seed: int) -> ConsumerWorkload:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
+
 from shardline.checkpoint import LeaseTable
 from shardline.config import ProducerConfig
 from shardline.consumer import KinesisConsumer
@@ -36,12 +38,19 @@ def split_stream(kinesis) -> tuple[str, str, list[str]]:
     return name, parent["ShardId"], [s["ShardId"] for s in open_shards(kinesis, name)]
 
 
-def test_a_child_waits_until_its_parent_is_finished(kinesis_mock, moto_server):
+@pytest.fixture
+def resharded(kinesis_mock, moto_server):
+    """(kinesis client, stream, parent, children, lease table) of a freshly split stream."""
     kinesis = kinesis_client(kinesis_mock)
     dynamodb = aws("dynamodb", moto_server)
     stream, parent, children = split_stream(kinesis)
     table = LeaseTable(dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
     LeaseTable.create(dynamodb, table.table_name)
+    return kinesis, stream, parent, children, table
+
+
+def test_a_child_waits_until_its_parent_is_finished(resharded):
+    kinesis, stream, parent, children, table = resharded
     order: list[tuple[str, int]] = []
     consumer = KinesisConsumer("lineage", table, kinesis=kinesis)
     consumer.handler(lambda record: order.append((record.shard_id, record.json()["n"])))
@@ -70,12 +79,8 @@ def test_a_child_waits_until_its_parent_is_finished(kinesis_mock, moto_server):
     assert sorted(n for shard, n in order[40:]) == list(range(40, 80))
 
 
-def test_a_parent_without_a_lease_row_does_not_block(kinesis_mock, moto_server):
-    kinesis = kinesis_client(kinesis_mock)
-    dynamodb = aws("dynamodb", moto_server)
-    stream, parent, children = split_stream(kinesis)
-    table = LeaseTable(dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
-    LeaseTable.create(dynamodb, table.table_name)
+def test_a_parent_without_a_lease_row_does_not_block(resharded):
+    kinesis, stream, parent, children, table = resharded
     consumer = KinesisConsumer("lineage", table, kinesis=kinesis)
     consumer.handler(lambda record: None)
 

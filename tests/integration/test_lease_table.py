@@ -10,23 +10,16 @@ import uuid
 from typing import Any
 
 import boto3
-import botocore.config
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from shardline.checkpoint import Lease, LeaseLost, LeaseTable, SinkConflict
 from shardline.positions import LATEST, SHARD_END, TRIM_HORIZON, Position
+from tests.integration.helpers import CLIENT_CONFIG
 
 KEY = "shardId-000000000001"
 BASE_SEQUENCE = 49590338271490256608559692538361571095921575989136588898  # 56 digits, like Kinesis
 FAILURE_COLUMNS = {"failedSequenceNumber", "failedSubSequenceNumber", "failedAttempts", "lastError"}
-
-CLIENT_CONFIG = botocore.config.Config(
-    retries={"max_attempts": 0, "mode": "standard"},
-    max_pool_connections=16,
-    connect_timeout=5,
-    read_timeout=30,
-)
 
 
 def seq(n: int) -> str:

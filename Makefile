@@ -16,8 +16,8 @@ help:
 	@echo "make lint    ruff only"
 	@echo "make bench   run the benchmarks (python -m bench)"
 	@echo "make local   run the whole pipeline on loopback (not there yet)"
-	@echo "make synth   synthesize the CDK app (not there yet)"
-	@echo "make deploy  deploy the CDK app (not there yet)"
+	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
+	@echo "make deploy  deploy the CDK app to the account of your AWS credentials"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
 
 setup: $(VENV)/.stamp node_modules/.stamp
@@ -45,9 +45,11 @@ local:
 	@echo "make local: not there yet - the local runtime arrives with a later issue." >&2
 	@exit 1
 
-synth deploy:
-	@echo "make $@: not there yet - the CDK app arrives with a later issue." >&2
-	@exit 1
+synth: setup
+	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
+
+deploy: setup
+	node_modules/.bin/cdk deploy --no-notices
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache .hypothesis

@@ -22,13 +22,14 @@ checkpoint, so a crash leaves both or neither — exactly-once effects.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shardline.checkpoint import MAX_TRANSACTION_ITEMS, Lease, LeaseLost, LeaseTable
+from shardline.checkpoint import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS, Lease, LeaseLost, LeaseTable
 from shardline.consumer_metrics import ConsumerMetrics
 from shardline.dead_letters import DeadLetterQueue
 from shardline.deaggregation import ConsumedRecord, deaggregate, stream_and_shard
@@ -146,6 +147,8 @@ class _ShardRun:
         self.lease: Lease | None = None
         self.done: ConsumedRecord | None = None  # last record whose handler returned
         self.writes: list[Mapping[str, Any]] = []  # sink writes of the records since the checkpoint
+        self.written_items: set[str] = set()  # (table, key) of those writes
+        self.writes_size = 0
         self.since_checkpoint = 0
         self.checkpointed_at = consumer._clock()
 
@@ -229,16 +232,34 @@ class _ShardRun:
         return None
 
     def _add_writes(self, writes: Sequence[Mapping[str, Any]]) -> None:
-        """Sink writes of the record about to be marked done; they ride with a checkpoint."""
+        """Sink writes of the record about to be marked done; they ride with a checkpoint.
+
+        What is pending is committed first when this record's writes would not fit in the same
+        transaction: over 99 items, over the 4 MB request size, or an item already written in it
+        (DynamoDB refuses two operations on one item in a transaction).
+        """
         writes = list(writes)
-        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+        items = {_item_of(write) for write in writes}
+        size = sum(_size_of(write) for write in writes)
+        if (
+            len(writes) > MAX_TRANSACTION_ITEMS - 1
+            or len(items) < len(writes)
+            or size > MAX_TRANSACTION_BYTES
+        ):
             raise ValueError(
-                f"the handler returned {len(writes)} writes for one record; at most "
-                f"{MAX_TRANSACTION_ITEMS - 1} fit in a transaction with the checkpoint"
+                f"the handler returned {len(writes)} writes ({size} bytes) for one record; at most "
+                f"{MAX_TRANSACTION_ITEMS - 1} writes to distinct items, {MAX_TRANSACTION_BYTES} bytes, "
+                "fit in a transaction with the checkpoint"
             )
-        if len(self.writes) + len(writes) > MAX_TRANSACTION_ITEMS - 1:
+        if (
+            len(self.writes) + len(writes) > MAX_TRANSACTION_ITEMS - 1
+            or self.writes_size + size > MAX_TRANSACTION_BYTES
+            or not items.isdisjoint(self.written_items)
+        ):
             self._commit()  # what is done so far; this record's writes start the next transaction
         self.writes.extend(writes)
+        self.written_items |= items
+        self.writes_size += size
 
     def _give_up_on(self, record: ConsumedRecord, exc: Exception) -> bool:
         """Count the failure; True if the record went to the DLQ and processing goes on."""
@@ -265,6 +286,8 @@ class _ShardRun:
             return
         self.lease = self.c.table.checkpoint_with(self.lease, self.done.position, self.writes)
         self.writes = []
+        self.written_items = set()
+        self.writes_size = 0
         self.since_checkpoint = 0
         self.checkpointed_at = self.c._clock()
         self.c.metrics.count("CheckpointsWritten")
@@ -277,6 +300,19 @@ class _ShardRun:
             if checkpoint is None or checkpoint.is_sentinel or int(sequence) >= int(checkpoint.sequence):
                 return sequence
         return self.event_records[-1]["kinesis"]["sequenceNumber"]
+
+
+def _item_of(write: Mapping[str, Any]) -> str:
+    """The (table, key) a TransactWriteItems entry touches, as a comparable string. A Put names
+    no key (the table's schema is not known here): its whole item stands for it."""
+    [(_, operation)] = write.items()
+    target = operation.get("Key") or operation.get("Item")
+    return json.dumps([operation.get("TableName"), target], sort_keys=True, default=str)
+
+
+def _size_of(write: Mapping[str, Any]) -> int:
+    """Rough bytes of an entry on the wire (binary values count once, as DynamoDB counts them)."""
+    return len(json.dumps(write, default=lambda value: "x" * len(value)))
 
 
 def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:

@@ -1,0 +1,35 @@
+"""CDK entry point: the shardline stack from the `shardline` context of cdk.json, checked by cdk-nag.
+
+Synthesizes offline: no lookups, no credentials (the environment stays account/region-agnostic).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from infra.config import load
+from infra.nag import acknowledge
+from infra.stack import PipelineStack
+
+CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
+
+
+def build(context: dict | None = None, outdir: str | None = None) -> tuple[cdk.App, PipelineStack]:
+    """The app and its stack. `context` replaces cdk.json's context (tests pass their own); run as
+    `python app.py` (no CLI to pass the context), cdk.json is read directly."""
+    app = cdk.App(context=context, outdir=outdir)
+    if context is None and app.node.try_get_context("shardline") is None:
+        app = cdk.App(context=json.loads(CDK_JSON.read_text())["context"], outdir=outdir)
+    config = load(app.node.try_get_context("shardline"))
+    stack = PipelineStack(app, config.stack_name, config=config)
+    acknowledge(stack)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack
+
+
+if __name__ == "__main__":
+    build()[0].synth()

@@ -1,0 +1,87 @@
+"""Consumer group `event_sink`: every user record of the stream, exactly once, in a DynamoDB table.
+
+The handler returns each record's `Put` as a TransactWriteItems entry; shardline's consumer commits
+it in the same transaction as the checkpoint, so a crash or a replay leaves neither a gap nor a
+duplicate (exactly-once effects). The Lambda function is the event-source mapping's target, with
+ReportBatchItemFailures on.
+
+Sink table (hash key `pk` S, range key `sk` S), one item per user record:
+
+    pk                   "<stream name>#<shard id>"
+    sk                   "<sequence number, zero-padded to 129 digits>#<sub-sequence, 6 digits>"
+    sequenceNumber       S  the Kinesis record's sequence number, as Kinesis writes it
+    subSequenceNumber    N  its index in the KPL aggregate (absent for a record that was not aggregated;
+                            `sk` then ends in #000000)
+    partitionKey         S  the user record's partition key
+    explicitHashKey      S  when the producer set one
+    data                 B  the payload, as sent
+    approximateArrival   N  epoch seconds (milliseconds precision) Kinesis received the record
+
+129 digits is the longest sequence number the Kinesis API allows, and a KPL aggregate (1 MiB, at
+least 6 bytes a sub-record) holds fewer than 10**6 records, so `sk` sorts as the shard does: a Query
+on `pk` reads a shard's records in order, and a record is found with `item_key(...)`.
+
+A record too large for a DynamoDB item (400 KB) fails in the handler, so after MAX_ATTEMPTS it goes,
+whole, to the DLQ (when DLQ_URL is set) instead of breaking the checkpoint transaction.
+
+Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL
+(optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2); Powertools'
+POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE ("shardline"), POWERTOOLS_TRACE_DISABLED.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+
+from shardline.consumer import ConsumedRecord
+from shardline.lambda_consumer import ConsumerFunction
+
+SEQUENCE_DIGITS = 129
+SUB_SEQUENCE_DIGITS = 6
+MAX_DATA_BYTES = 400 * 1024 - 2 * 1024  # DynamoDB's item limit, less room for the keys and attributes
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None) -> dict[str, Any]:
+    """The sink table key of a user record."""
+    return {
+        "pk": {"S": f"{stream}#{shard_id}"},
+        "sk": {"S": f"{sequence.zfill(SEQUENCE_DIGITS)}#{sub_sequence or 0:0{SUB_SEQUENCE_DIGITS}d}"},
+    }
+
+
+def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
+    """The user logic: one Put per record, committed with the checkpoint."""
+    if len(record.data) > MAX_DATA_BYTES:
+        raise ValueError(f"{len(record.data)} bytes of data do not fit in a DynamoDB item")
+    item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
+    item |= {
+        "sequenceNumber": {"S": record.sequence_number},
+        "partitionKey": {"S": record.partition_key},
+        "data": {"B": record.data},
+        "approximateArrival": {"N": f"{record.approximate_arrival:.3f}"},
+    }
+    if record.sub_sequence_number is not None:
+        item["subSequenceNumber"] = {"N": str(record.sub_sequence_number)}
+    if record.explicit_hash_key is not None:
+        item["explicitHashKey"] = {"S": record.explicit_hash_key}
+    return [{"Put": {"TableName": table, "Item": item}}]
+
+
+function = ConsumerFunction(lambda table: partial(to_sink, table))
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+    """Kinesis event → {"batchItemFailures": [...]}; the invocation's consumer metrics as EMF."""
+    logger.append_keys(consumer_group=os.environ.get("SHARDLINE_GROUP"))
+    return function.handle(event, context, metrics)

@@ -1,0 +1,1 @@
+"""The CDK app of shardline: one construct per concern, composed by `stack.PipelineStack`."""

@@ -1,0 +1,193 @@
+"""The pipeline configuration (the `shardline` context of cdk.json), validated with clear errors.
+
+Every error names the key it is about, e.g. `shardline.consumerGroups[1].stream: unknown stream
+'orders' (known: events)`, and fails synth before anything is built.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
+SINKS = ("events", "counter")
+
+
+class ConfigError(ValueError):
+    """The pipeline configuration is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    shards: int | None  # None: on-demand
+    retention_hours: int
+    encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
+    max_record_size_kib: int
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    auth: str  # "iam" or "api-key"
+    throttle_rate: float
+    throttle_burst: int
+    max_records_per_request: int
+    max_body_bytes: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    name: str
+    stream: str
+    handler: str  # folder under functions/
+    sink: str  # "events" or "counter": the example sink table's key schema
+    batch_size: int
+    batching_window_seconds: int
+    starting_position: str
+    parallelization: int
+    retry_attempts: int
+    max_record_age_seconds: int
+    max_attempts: int
+    checkpoint_interval_seconds: float
+    memory_mb: int
+    timeout_seconds: int
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    stack_name: str
+    powertools_layer_version: int
+    log_retention_days: int
+    streams: tuple[StreamConfig, ...]
+    api: ApiConfig
+    consumer_groups: tuple[ConsumerGroupConfig, ...]
+
+    def stream(self, name: str) -> StreamConfig:
+        return next(stream for stream in self.streams if stream.name == name)
+
+
+class _Reader:
+    """Reads typed values from one mapping, naming the key in every error."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: must be an object, got {type(data).__name__}")
+        self.data, self.path = data, path
+
+    def _fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}.{key}: {message}")
+
+    def int(self, key: str, default: int | None = None, *, low: int, high: int) -> int:
+        value = self.data.get(key, default)
+        if value is None:
+            raise self._fail(key, "is required")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._fail(key, f"must be an integer, got {value!r}")
+        if not low <= value <= high:
+            raise self._fail(key, f"must be within {low}..{high}, got {value}")
+        return value
+
+    def number(self, key: str, default: float, *, low: float, high: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+            raise self._fail(key, f"must be a number within {low}..{high}, got {value!r}")
+        return float(value)
+
+    def str(self, key: str, default: str | None = None, *, choices: tuple[str, ...] = ()) -> str:
+        value = self.data.get(key, default)
+        if value is None:
+            raise self._fail(key, "is required")
+        if not isinstance(value, str):
+            raise self._fail(key, f"must be a string, got {value!r}")
+        if choices and value not in choices:
+            raise self._fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def name(self, key: str) -> str:
+        value = self.str(key)
+        if not NAME.match(value):
+            raise self._fail(key, f"must be 1-64 letters, digits, '_', '.' or '-', got {value!r}")
+        return value
+
+    def list(self, key: str) -> list[Any]:
+        value = self.data.get(key, [])
+        if not isinstance(value, list):
+            raise self._fail(key, "must be a list")
+        return value
+
+
+def _stream(data: Any, path: str) -> StreamConfig:
+    read = _Reader(data, path)
+    shards = read.data.get("shards", 4)
+    if shards != "on-demand":
+        shards = read.int("shards", low=1, high=500)
+    return StreamConfig(
+        name=read.name("name"),
+        shards=None if shards == "on-demand" else shards,
+        retention_hours=read.int("retentionHours", 24, low=24, high=8760),
+        encryption=read.str("encryption", "customer-managed", choices=("customer-managed", "aws-managed")),
+        max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
+    )
+
+
+def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGroupConfig:
+    read = _Reader(data, path)
+    stream = read.str("stream")
+    if stream not in streams:
+        raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
+    retention_seconds = streams[stream].retention_hours * 3600
+    return ConsumerGroupConfig(
+        name=read.name("name"),
+        stream=stream,
+        handler=read.str("handler"),
+        sink=read.str("sink", "events", choices=SINKS),
+        batch_size=read.int("batchSize", 100, low=1, high=10000),
+        batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
+        starting_position=read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS),
+        parallelization=read.int("parallelization", 1, low=1, high=10),
+        retry_attempts=read.int("retryAttempts", 10, low=0, high=10000),
+        max_record_age_seconds=read.int(
+            "maxRecordAgeSeconds", 86400, low=60, high=min(604800, retention_seconds)
+        ),
+        max_attempts=read.int("maxAttempts", 3, low=1, high=100),
+        checkpoint_interval_seconds=read.number("checkpointIntervalSeconds", 5.0, low=0.1, high=900),
+        memory_mb=read.int("memoryMb", 512, low=128, high=10240),
+        timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
+    )
+
+
+def load(context: Any) -> PipelineConfig:
+    """Validate the `shardline` context value and return the pipeline configuration."""
+    read = _Reader(context, "shardline")
+    streams: dict[str, StreamConfig] = {}
+    for index, data in enumerate(read.list("streams")):
+        stream = _stream(data, f"shardline.streams[{index}]")
+        if stream.name in streams:
+            raise ConfigError(f"shardline.streams[{index}].name: duplicate stream {stream.name!r}")
+        streams[stream.name] = stream
+    if not streams:
+        raise ConfigError("shardline.streams: declare at least one stream")
+    groups: list[ConsumerGroupConfig] = []
+    for index, data in enumerate(read.list("consumerGroups")):
+        group = _group(data, f"shardline.consumerGroups[{index}]", streams)
+        if any(existing.name == group.name for existing in groups):
+            raise ConfigError(f"shardline.consumerGroups[{index}].name: duplicate group {group.name!r}")
+        groups.append(group)
+    api = _Reader(read.data.get("api", {}), "shardline.api")
+    return PipelineConfig(
+        stack_name=read.name("stackName") if "stackName" in read.data else "shardline",
+        powertools_layer_version=read.int("powertoolsLayerVersion", 27, low=1, high=10000),
+        log_retention_days=read.int("logRetentionDays", 30, low=1, high=3653),
+        streams=tuple(streams.values()),
+        api=ApiConfig(
+            auth=api.str("auth", "iam", choices=("iam", "api-key")),
+            throttle_rate=api.number("throttleRate", 100.0, low=1, high=10000),
+            throttle_burst=api.int("throttleBurst", 200, low=1, high=5000),
+            max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
+            max_body_bytes=api.int("maxBodyBytes", 6 * 1024 * 1024, low=1024, high=10 * 1024 * 1024),
+        ),
+        consumer_groups=tuple(groups),
+    )

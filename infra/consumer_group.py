@@ -1,0 +1,86 @@
+"""A consumer group: its function, lease/checkpoint table, sink table, queues and mapping."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.config import ConsumerGroupConfig
+from infra.function import python_function
+from infra.layers import Layers
+from infra.stream import Stream
+from infra.tables import lease_table, sink_table
+
+
+class ConsumerGroup(Construct):
+    """Everything one consumer group owns; it reads only its stream and writes only its own."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ConsumerGroupConfig,
+        stream: Stream,
+        layers: Layers,
+        key: kms.IKey,
+        log_retention_days: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.leases = lease_table(self, "Leases")
+        self.sink = sink_table(self, "Sink", config.sink)
+        # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
+        self.dead_letters = self._queue("DeadLetters", key)
+        self.failures = self._queue("MappingFailures", key)
+        self.function = python_function(
+            self,
+            "Function",
+            folder=config.handler,
+            layers=layers,
+            memory_mb=config.memory_mb,
+            timeout_seconds=config.timeout_seconds,
+            log_retention_days=log_retention_days,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": f"shardline-{config.name}",
+                "SHARDLINE_GROUP": config.name,
+                "LEASE_TABLE": self.leases.table_name,
+                "SINK_TABLE": self.sink.table_name,
+                "DLQ_URL": self.dead_letters.queue_url,
+                "MAX_ATTEMPTS": str(config.max_attempts),
+                "CHECKPOINT_INTERVAL": str(config.checkpoint_interval_seconds),
+                "TIME_MARGIN": "2",
+            },
+        )
+        self.leases.grant_read_write_data(self.function)
+        self.sink.grant_read_write_data(self.function)
+        self.dead_letters.grant_send_messages(self.function)
+        stream.stream.grant_read(self.function)  # also the ListShards/GetRecords the probe needs
+        self.mapping = sources.KinesisEventSource(
+            stream.stream,
+            starting_position=lambda_.StartingPosition[config.starting_position],
+            batch_size=config.batch_size,
+            max_batching_window=Duration.seconds(config.batching_window_seconds),
+            parallelization_factor=config.parallelization,
+            retry_attempts=config.retry_attempts,
+            max_record_age=Duration.seconds(config.max_record_age_seconds),
+            bisect_batch_on_error=True,
+            report_batch_item_failures=True,
+            on_failure=sources.SqsDlq(self.failures),
+        )
+        self.function.add_event_source(self.mapping)
+
+    def _queue(self, construct_id: str, key: kms.IKey) -> sqs.Queue:
+        return sqs.Queue(
+            self,
+            construct_id,
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=key,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+            removal_policy=RemovalPolicy.RETAIN,
+        )

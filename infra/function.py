@@ -1,0 +1,57 @@
+"""A Python Lambda function the way every shardline function is built."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.layers import ARCHITECTURE, ROOT, RUNTIME, Layers
+
+_R = logs.RetentionDays
+_RETENTION = {
+    1: _R.ONE_DAY, 3: _R.THREE_DAYS, 5: _R.FIVE_DAYS, 7: _R.ONE_WEEK, 14: _R.TWO_WEEKS, 30: _R.ONE_MONTH,
+    60: _R.TWO_MONTHS, 90: _R.THREE_MONTHS, 120: _R.FOUR_MONTHS, 150: _R.FIVE_MONTHS, 180: _R.SIX_MONTHS,
+    365: _R.ONE_YEAR, 400: _R.THIRTEEN_MONTHS, 545: _R.EIGHTEEN_MONTHS, 731: _R.TWO_YEARS,
+    1827: _R.FIVE_YEARS, 3653: _R.TEN_YEARS,
+}  # fmt: skip
+
+
+def python_function(
+    scope: Construct,
+    construct_id: str,
+    *,
+    folder: str,
+    layers: Layers,
+    environment: dict[str, str],
+    memory_mb: int,
+    timeout_seconds: int,
+    log_retention_days: int,
+) -> lambda_.Function:
+    """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group."""
+    log_group = logs.LogGroup(
+        scope,
+        f"{construct_id}Logs",
+        retention=_retention(log_retention_days),
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+    return lambda_.Function(
+        scope,
+        construct_id,
+        runtime=RUNTIME,
+        architecture=ARCHITECTURE,
+        handler="app.handler",
+        code=lambda_.Code.from_asset(str(ROOT / folder), exclude=["**/__pycache__"]),
+        layers=[layers.shardline, layers.powertools],
+        memory_size=memory_mb,
+        timeout=Duration.seconds(timeout_seconds),
+        tracing=lambda_.Tracing.ACTIVE,
+        log_group=log_group,
+        environment={"POWERTOOLS_METRICS_NAMESPACE": "shardline", **environment},
+    )
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    """The shortest allowed retention of at least `days` days."""
+    return _RETENTION[min(allowed for allowed in _RETENTION if allowed >= days)]

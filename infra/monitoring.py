@@ -1,0 +1,270 @@
+"""Alarms (with the dimensions they need) to one encrypted SNS topic, and the dashboard."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from infra.consumer_group import ConsumerGroup
+from infra.producer_api import ProducerApi
+from infra.stream import Stream
+
+NAMESPACE = "shardline"
+FIVE_MINUTES = Duration.minutes(5)
+
+
+def _kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
+    return cw.Metric(
+        namespace="AWS/Kinesis",
+        metric_name=metric,
+        dimensions_map={"StreamName": stream.config.name},
+        statistic=statistic,
+        period=FIVE_MINUTES,
+    )
+
+
+def _lambda(metric: str, function_name: str, statistic: str = "Sum") -> cw.Metric:
+    return cw.Metric(
+        namespace="AWS/Lambda",
+        metric_name=metric,
+        dimensions_map={"FunctionName": function_name},
+        statistic=statistic,
+        period=FIVE_MINUTES,
+    )
+
+
+def _shardline(metric: str, dimensions: dict[str, str], statistic: str = "Sum") -> cw.Metric:
+    return cw.Metric(
+        namespace=NAMESPACE,
+        metric_name=metric,
+        dimensions_map=dimensions,
+        statistic=statistic,
+        period=FIVE_MINUTES,
+    )
+
+
+class Monitoring(Construct):
+    """`topic` gets every alarm; `dashboard` shows the pipeline."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        streams: list[Stream],
+        api: ProducerApi,
+        groups: list[ConsumerGroup],
+        key: kms.IKey,
+        name: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
+        self.alarms: list[cw.Alarm] = []
+        for stream in streams:
+            name = stream.config.name
+            half_retention_ms = stream.config.retention_hours * 3600 * 1000 / 2
+            self._alarm(
+                f"{name}IteratorAge",
+                _kinesis("GetRecords.IteratorAgeMilliseconds", stream, "Maximum"),
+                half_retention_ms,
+                f"{name}: consumers are half a retention period behind",
+            )
+            self._alarm(
+                f"{name}ReadThrottled",
+                _kinesis("ReadProvisionedThroughputExceeded", stream),
+                0,
+                f"{name}: reads throttled",
+            )
+            self._alarm(
+                f"{name}WriteThrottled",
+                _kinesis("WriteProvisionedThroughputExceeded", stream),
+                0,
+                f"{name}: writes throttled",
+            )
+            self._alarm(
+                f"{name}PutRecordsFailed",
+                _kinesis("PutRecords.FailedRecords", stream),
+                0,
+                f"{name}: PutRecords records failed",
+            )
+            self._alarm(
+                f"{name}PutRecordsThrottled",
+                _kinesis("PutRecords.ThrottledRecords", stream),
+                0,
+                f"{name}: PutRecords records throttled",
+            )
+        api_dimensions = {"ApiName": api.api.rest_api_name, "Stage": api.api.deployment_stage.stage_name}
+        api_5xx = cw.Metric(
+            namespace="AWS/ApiGateway",
+            metric_name="5XXError",
+            dimensions_map=api_dimensions,
+            statistic="Average",
+            period=FIVE_MINUTES,
+        )
+        self._alarm("Api5xxRate", api_5xx, 0.01, "producer API: more than 1% of requests answered 5XX")
+        for group in groups:
+            name = group.config.name
+            function_name = group.function.function_name
+            dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+            self._alarm(
+                f"{name}IteratorAge",
+                _lambda("IteratorAge", function_name, "Maximum"),
+                60_000 * 10,
+                f"{name}: more than 10 minutes behind",
+            )
+            self._alarm(f"{name}Errors", _lambda("Errors", function_name), 0, f"{name}: function errors")
+            self._alarm(
+                f"{name}Throttles", _lambda("Throttles", function_name), 0, f"{name}: function throttled"
+            )
+            self._alarm(
+                f"{name}DeadLetters",
+                group.dead_letters.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum"
+                ),
+                0,
+                f"{name}: poison records in the DLQ",
+            )
+            self._alarm(
+                f"{name}MappingFailures",
+                group.failures.metric_approximate_number_of_messages_visible(
+                    period=FIVE_MINUTES, statistic="Maximum"
+                ),
+                0,
+                f"{name}: batches the mapping gave up on",
+            )
+            self._alarm(
+                f"{name}LeaseLosses",
+                _shardline("LeaseLosses", dimensions),
+                0,
+                f"{name}: lease lost (two invocations on one shard)",
+            )
+        self.dashboard = self._dashboard(name, streams, api, groups, api_dimensions)
+
+    def _alarm(self, construct_id: str, metric: cw.Metric, threshold: float, description: str) -> None:
+        alarm = metric.create_alarm(
+            self,
+            construct_id,
+            threshold=threshold,
+            evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        alarm.add_alarm_action(actions.SnsAction(self.topic))
+        self.alarms.append(alarm)
+
+    def _dashboard(self, name, streams, api, groups, api_dimensions) -> cw.Dashboard:
+        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=name)
+        graph = cw.GraphWidget
+        # The producer function publishes per stream (dimensions service and StreamName).
+        producer = [{"service": "shardline-producer", "StreamName": s.config.name} for s in streams]
+        dashboard.add_widgets(
+            cw.TextWidget(markdown="# shardline", width=24, height=1),
+            graph(
+                title="Traffic in: API requests",
+                left=[
+                    cw.Metric(
+                        namespace="AWS/ApiGateway",
+                        metric_name="Count",
+                        dimensions_map=api_dimensions,
+                        statistic="Sum",
+                        period=FIVE_MINUTES,
+                    )
+                ],
+                width=12,
+            ),
+            graph(
+                title="Traffic in: Kinesis records",
+                left=[_kinesis("IncomingRecords", s) for s in streams],
+                width=12,
+            ),
+            graph(
+                title="Producer: user records per Kinesis record",
+                left=[_shardline("UserRecordsPerKinesisRecord", p, "Average") for p in producer],
+                width=8,
+            ),
+            graph(
+                title="Producer: retries per record",
+                left=[_shardline("RetriesPerRecord", p, "Average") for p in producer],
+                width=8,
+            ),
+            graph(
+                title="Producer: errors and expired",
+                left=[_shardline(m, p) for p in producer for m in ("AllErrors", "UserRecordExpired")],
+                width=8,
+            ),
+            graph(
+                title="Stream health: iterator age",
+                left=[_kinesis("GetRecords.IteratorAgeMilliseconds", s, "Maximum") for s in streams],
+                width=12,
+            ),
+            graph(
+                title="Stream health: throttled",
+                left=[
+                    m
+                    for s in streams
+                    for m in (
+                        _kinesis("WriteProvisionedThroughputExceeded", s),
+                        _kinesis("ReadProvisionedThroughputExceeded", s),
+                    )
+                ],
+                width=12,
+            ),
+        )
+        for group in groups:
+            name = group.config.name
+            dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+            dashboard.add_widgets(
+                graph(
+                    title=f"{name}: processed, duplicates skipped, DLQ",
+                    left=[
+                        _shardline(m, dimensions)
+                        for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
+                    ],
+                    width=8,
+                ),
+                graph(
+                    title=f"{name}: lag",
+                    left=[
+                        _shardline("MillisBehindLatest", dimensions, "Maximum"),
+                        _lambda("IteratorAge", group.function.function_name, "Maximum"),
+                    ],
+                    width=8,
+                ),
+                graph(
+                    title=f"{name}: lease table throttles",
+                    left=[
+                        group.leases.metric_throttled_requests_for_operations(
+                            operations=[op], period=FIVE_MINUTES
+                        )
+                        for op in (
+                            dynamodb.Operation.GET_ITEM,
+                            dynamodb.Operation.UPDATE_ITEM,
+                            dynamodb.Operation.TRANSACT_WRITE_ITEMS,
+                        )
+                    ],
+                    width=8,
+                ),
+            )
+        log_groups = [api.function.log_group.log_group_name] + [
+            g.function.log_group.log_group_name for g in groups
+        ]
+        dashboard.add_widgets(
+            cw.LogQueryWidget(
+                title="Recent errors",
+                log_group_names=log_groups,
+                query_lines=[
+                    "fields @timestamp, @log, level, message",
+                    "filter level = 'ERROR'",
+                    "sort @timestamp desc",
+                    "limit 50",
+                ],
+                width=24,
+            )
+        )
+        return dashboard

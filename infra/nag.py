@@ -1,0 +1,33 @@
+"""cdk-nag acknowledgements: each finding we accept, with the reason, in code."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Stack, Validations
+
+_MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
+
+ACKNOWLEDGED = {
+    _MANAGED.format("AWSLambdaBasicExecutionRole"): "AWS's minimal managed policy for a function's own logs.",
+    _MANAGED.format("AmazonAPIGatewayPushToCloudWatchLogs"): "AWS's managed policy for API Gateway's "
+    "account-level logging role, which execution and access logs need.",
+    "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "Only X-Ray's PutTraceSegments/PutTelemetryRecords, "
+    "which support no resource-level permissions (tracing is on for every function).",
+    "AwsSolutions::AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": "CDK's grant on our own "
+    "customer-managed key (one key resource), to send to encrypted queues and write encrypted streams.",
+    "AwsSolutions::AwsSolutions-IAM5[Action::kms:ReEncrypt*]": "CDK's grant on our own customer-managed key "
+    "(one key resource), paired with GenerateDataKey for encrypted queues.",
+    "AwsSolutions::AwsSolutions-L1": "Python 3.13 is the newest runtime for which the "
+    "pinned public Powertools layer (arm64) is published; move both together.",
+    "AwsSolutions::AwsSolutions-COG4": "The API uses IAM (SigV4) authorization, or API keys when configured: "
+    "callers are services, not Cognito users.",
+    "AwsSolutions::AwsSolutions-KDS3": "Streams use a customer-managed KMS key with rotation, stronger than "
+    "the aws/kinesis key this rule asks for.",
+    "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; the API requires IAM "
+    "authorization and has stage throttling.",
+    "AwsSolutions::AwsSolutions-SQS3": "These queues are dead-letter queues themselves.",
+}
+
+
+def acknowledge(stack: Stack) -> None:
+    for rule, reason in ACKNOWLEDGED.items():
+        Validations.of(stack).acknowledge(Acknowledgment(id=rule, reason=reason))

@@ -1,0 +1,146 @@
+"""The REST API in front of the producer Lambda: `POST /streams/{stream}/records`."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.config import ApiConfig
+from infra.function import python_function
+from infra.layers import Layers
+from infra.stream import Stream
+
+RECORDS_MODEL = {
+    "type": apigw.JsonSchemaType.OBJECT,
+    "required": ["records"],
+    "properties": {
+        "records": apigw.JsonSchema(
+            type=apigw.JsonSchemaType.ARRAY,
+            min_items=1,
+            items=apigw.JsonSchema(
+                type=apigw.JsonSchemaType.OBJECT,
+                required=["partitionKey"],
+                properties={
+                    "partitionKey": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=256
+                    ),
+                    "data": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    "explicitHashKey": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, pattern="^(0|[1-9][0-9]{0,38})$"
+                    ),
+                },
+            ),
+        )
+    },
+}
+
+
+class ProducerApi(Construct):
+    """The producer function, its least-privilege grants, and the REST API with its stage."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ApiConfig,
+        streams: list[Stream],
+        layers: Layers,
+        log_retention_days: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = python_function(
+            self,
+            "Function",
+            folder="functions/producer",
+            layers=layers,
+            memory_mb=512,
+            timeout_seconds=29,  # API Gateway's integration limit
+            log_retention_days=log_retention_days,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": "shardline-producer",
+                "SHARDLINE_STREAMS": json.dumps(
+                    {
+                        s.config.name: {
+                            "streamName": s.config.name,
+                            "maxRecordSize": s.config.max_record_size_kib * 1024,
+                        }
+                        for s in streams
+                    }
+                ),
+                "MAX_RECORDS_PER_REQUEST": str(config.max_records_per_request),
+                "MAX_BODY_BYTES": str(config.max_body_bytes),
+            },
+        )
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["kinesis:ListShards", "kinesis:PutRecords"],
+                resources=[s.stream.stream_arn for s in streams],
+            )
+        )
+        for stream in streams:
+            if stream.key is not None:
+                stream.key.grant(self.function, "kms:GenerateDataKey")
+
+        access_logs = logs.LogGroup(
+            self, "AccessLogs", removal_policy=RemovalPolicy.DESTROY, retention=logs.RetentionDays.ONE_MONTH
+        )
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            description="shardline producer: POST /streams/{stream}/records",
+            cloud_watch_role=True,
+            deploy_options=apigw.StageOptions(
+                stage_name="v1",
+                throttling_rate_limit=config.throttle_rate,
+                throttling_burst_limit=config.throttle_burst,
+                tracing_enabled=True,
+                logging_level=apigw.MethodLoggingLevel.INFO,
+                data_trace_enabled=False,  # never log payloads
+                metrics_enabled=True,
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+            ),
+        )
+        validator = self.api.add_request_validator(
+            "Validator", validate_request_body=True, validate_request_parameters=True
+        )
+        model = self.api.add_model(
+            "Records", content_type="application/json", schema=apigw.JsonSchema(**RECORDS_MODEL)
+        )
+        records = self.api.root.add_resource("streams").add_resource("{stream}").add_resource("records")
+        self.method = records.add_method(
+            "POST",
+            apigw.LambdaIntegration(self.function),
+            authorization_type=apigw.AuthorizationType.IAM
+            if config.auth == "iam"
+            else apigw.AuthorizationType.NONE,
+            api_key_required=config.auth == "api-key",
+            request_validator=validator,
+            request_models={"application/json": model},
+            request_parameters={"method.request.path.stream": True},
+        )
+        if config.auth == "api-key":
+            plan = self.api.add_usage_plan(
+                "Plan",
+                throttle=apigw.ThrottleSettings(
+                    rate_limit=config.throttle_rate, burst_limit=config.throttle_burst
+                ),
+            )
+            plan.add_api_stage(stage=self.api.deployment_stage)
+            plan.add_api_key(self.api.add_api_key("Key"))

@@ -1,0 +1,39 @@
+"""A Kinesis data stream: encrypted, retention and capacity mode from the configuration."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from infra.config import StreamConfig
+
+
+class Stream(Construct):
+    """`stream` (and its customer-managed `key`, or None when AWS manages it)."""
+
+    def __init__(self, scope: Construct, construct_id: str, config: StreamConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.key: kms.Key | None = None
+        if config.encryption == "customer-managed":
+            self.key = kms.Key(
+                self,
+                "Key",
+                description=f"shardline stream {config.name}",
+                enable_key_rotation=True,
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+        self.stream = kinesis.Stream(
+            self,
+            "Stream",
+            stream_name=config.name,
+            shard_count=config.shards,
+            stream_mode=kinesis.StreamMode.ON_DEMAND
+            if config.shards is None
+            else kinesis.StreamMode.PROVISIONED,
+            retention_period=Duration.hours(config.retention_hours),
+            encryption=kinesis.StreamEncryption.KMS if self.key else kinesis.StreamEncryption.MANAGED,
+            encryption_key=self.key,
+        )

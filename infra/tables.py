@@ -1,0 +1,38 @@
+"""DynamoDB tables: a consumer group's lease/checkpoint table and its example sink table."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+_SINK_KEYS = {
+    "events": (("pk", dynamodb.AttributeType.STRING), ("sk", dynamodb.AttributeType.STRING)),
+    "counter": (("partitionKey", dynamodb.AttributeType.STRING), None),
+}
+
+
+def _table(scope: Construct, construct_id: str, partition, sort=None) -> dynamodb.Table:
+    return dynamodb.Table(
+        scope,
+        construct_id,
+        partition_key=dynamodb.Attribute(name=partition[0], type=partition[1]),
+        sort_key=dynamodb.Attribute(name=sort[0], type=sort[1]) if sort else None,
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
+def lease_table(scope: Construct, construct_id: str) -> dynamodb.Table:
+    """Hash key `leaseKey`, as the KCL's lease table (shardline.checkpoint.LeaseTable)."""
+    return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING))
+
+
+def sink_table(scope: Construct, construct_id: str, sink: str) -> dynamodb.Table:
+    """`events`: one item per user record (pk, sk); `counter`: one item per partition key."""
+    partition, sort = _SINK_KEYS[sink]
+    return _table(scope, construct_id, partition, sort)

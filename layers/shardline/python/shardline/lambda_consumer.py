@@ -1,0 +1,75 @@
+"""Lambda adapter for a consumer group: built from the environment at the first invocation,
+reused while the container is warm, its metrics published as EMF after every invocation.
+
+    function = ConsumerFunction(lambda sink_table: partial(my_handler, sink_table))
+
+    @metrics.log_metrics
+    def handler(event, context):
+        return function.handle(event, context, metrics)
+
+Environment: SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL (optional), MAX_ATTEMPTS (3),
+CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2), POWERTOOLS_METRICS_NAMESPACE
+("shardline"). Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from shardline.checkpoint import LeaseTable
+from shardline.consumer import KinesisConsumer, RecordHandler
+from shardline.dead_letters import DeadLetterQueue
+from shardline.emf import publish
+
+
+class ConsumerFunction:
+    """One consumer group's Lambda state: clients, the consumer, the last metrics published."""
+
+    def __init__(self, handler_for: Callable[[str], RecordHandler]) -> None:
+        self._handler_for = handler_for  # sink table name -> record handler
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the warm state (tests do this between cases)."""
+        self.clients: dict[str, Any] = {}
+        self.consumer: KinesisConsumer | None = None
+        self.published: dict[str, Any] | None = None
+
+    def client(self, service: str) -> Any:
+        if service not in self.clients:
+            import boto3  # in the Lambda runtime; imported on first use, not at cold start
+
+            self.clients[service] = boto3.client(service)
+        return self.clients[service]
+
+    def get(self) -> KinesisConsumer:
+        """The consumer, built from the environment on first use."""
+        if self.consumer is None:
+            env = os.environ
+            dlq_url = env.get("DLQ_URL")
+            consumer = KinesisConsumer(
+                env["SHARDLINE_GROUP"],
+                LeaseTable(self.client("dynamodb"), env["LEASE_TABLE"]),
+                kinesis=self.client("kinesis"),
+                dlq=DeadLetterQueue(self.client("sqs"), dlq_url) if dlq_url else None,
+                max_attempts=int(env.get("MAX_ATTEMPTS", "3")),
+                checkpoint_interval=float(env.get("CHECKPOINT_INTERVAL", "5")),
+                time_margin=float(env.get("TIME_MARGIN", "2")),
+            )
+            consumer.handler(self._handler_for(env["SINK_TABLE"]))
+            self.consumer = consumer
+        return self.consumer
+
+    def handle(self, event: dict[str, Any], context: Any, metrics: Any) -> dict[str, list[dict[str, str]]]:
+        """Process the event; publish this invocation's consumer metrics (ConsumerGroup dimension)."""
+        consumer = self.get()
+        metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "shardline")
+        metrics.add_dimension(name="ConsumerGroup", value=consumer.group)
+        try:
+            return consumer.process(event, context)
+        finally:
+            snapshot = consumer.metrics.snapshot()
+            publish(metrics, snapshot, since=self.published)
+            self.published = snapshot

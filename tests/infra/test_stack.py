@@ -1,0 +1,279 @@
+"""The synthesized template is what we claim: secure defaults, least privilege, alarms, dashboard.
+
+All offline: no credentials, no lookups. cdk-nag (AwsSolutions) runs on every synth of `app.build`;
+cfn-lint checks the template; the pinned CDK CLI synthesizes the app as `cdk synth` would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from app import CDK_JSON, build
+from infra.config import ConfigError, load
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+
+def default_context() -> dict:
+    return json.loads(CDK_JSON.read_text())["context"]
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory) -> tuple[Template, Path]:
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app, stack = build(default_context(), outdir=str(outdir))
+    app.synth()  # raises if cdk-nag reports an unacknowledged finding
+    return Template.from_stack(stack), outdir / f"{stack.stack_name}.template.json"
+
+
+@pytest.fixture(scope="module")
+def template(synthesized) -> Template:
+    return synthesized[0]
+
+
+def resources(template: Template, kind: str) -> dict:
+    return template.find_resources(kind)
+
+
+def test_the_stream_is_encrypted_with_its_own_key_and_configured_capacity(template):
+    template.has_resource_properties(
+        "AWS::Kinesis::Stream",
+        {
+            "Name": "events",
+            "ShardCount": 4,
+            "RetentionPeriodHours": 24,
+            "StreamEncryption": {"EncryptionType": "KMS", "KeyId": Match.any_value()},
+        },
+    )
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+
+
+def test_each_group_has_a_kcl_lease_table_and_a_sink_pay_per_request_with_pitr(template):
+    tables = resources(template, "AWS::DynamoDB::Table").values()
+    assert len(tables) == 4
+    for table in tables:
+        props = table["Properties"]
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+        assert props["SSESpecification"] == {"SSEEnabled": True}
+    keys = sorted(tuple(k["AttributeName"] for k in t["Properties"]["KeySchema"]) for t in tables)
+    assert keys == [("leaseKey",), ("leaseKey",), ("partitionKey",), ("pk", "sk")]
+
+
+def test_functions_are_arm64_python313_traced_with_both_layers_and_explicit_logs(template):
+    functions = resources(template, "AWS::Lambda::Function")
+    assert len(functions) == 3
+    for function in functions.values():
+        props = function["Properties"]
+        assert props["Runtime"] == "python3.13" and props["Architectures"] == ["arm64"]
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert len(props["Layers"]) == 2
+        assert "LogGroup" in props["LoggingConfig"]
+    powertools = [
+        layer
+        for f in functions.values()
+        for layer in f["Properties"]["Layers"]
+        if "AWSLambdaPowertoolsPythonV3-python313-arm64" in json.dumps(layer)
+    ]
+    assert len(powertools) == 3
+    for group in resources(template, "AWS::Logs::LogGroup").values():
+        assert group["Properties"].get("RetentionInDays") == 30
+
+
+def test_event_source_mappings_report_failures_bisect_and_are_bounded(template):
+    mappings = resources(template, "AWS::Lambda::EventSourceMapping").values()
+    assert len(mappings) == 2
+    for mapping in mappings:
+        props = mapping["Properties"]
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert props["BisectBatchOnFunctionError"] is True
+        assert props["MaximumRetryAttempts"] == 10 and props["MaximumRecordAgeInSeconds"] == 86400
+        assert props["StartingPosition"] == "TRIM_HORIZON" and props["BatchSize"] == 100
+        assert props["ParallelizationFactor"] == 1 and props["MaximumBatchingWindowInSeconds"] == 1
+        assert "Fn::GetAtt" in json.dumps(props["DestinationConfig"]["OnFailure"]["Destination"])
+
+
+def test_queues_are_kms_encrypted_and_tls_only(template):
+    queues = resources(template, "AWS::SQS::Queue")
+    assert len(queues) == 4  # per group: shardline's DLQ and the mapping's on-failure destination
+    assert all("KmsMasterKeyId" in q["Properties"] for q in queues.values())
+    policies = json.dumps(resources(template, "AWS::SQS::QueuePolicy"))
+    assert policies.count('"aws:SecureTransport": "false"') == 4
+
+
+def test_the_api_requires_iam_validates_requests_throttles_logs_and_traces(template):
+    template.has_resource_properties(
+        "AWS::ApiGateway::Method",
+        {
+            "HttpMethod": "POST",
+            "AuthorizationType": "AWS_IAM",
+            "RequestValidatorId": Match.any_value(),
+            "RequestModels": {"application/json": Match.any_value()},
+            "RequestParameters": {"method.request.path.stream": True},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::ApiGateway::RequestValidator", {"ValidateRequestBody": True, "ValidateRequestParameters": True}
+    )
+    template.has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "TracingEnabled": True,
+            "AccessLogSetting": {
+                "DestinationArn": Match.any_value(),
+                "Format": Match.string_like_regexp("requestId"),
+            },
+            "MethodSettings": [
+                Match.object_like(
+                    {
+                        "LoggingLevel": "INFO",
+                        "DataTraceEnabled": False,
+                        "ThrottlingRateLimit": 100,
+                        "ThrottlingBurstLimit": 200,
+                    }
+                )
+            ],
+        },
+    )
+
+
+def _statements(template: Template, role_prefix: str) -> list[dict]:
+    return [
+        statement
+        for name, policy in resources(template, "AWS::IAM::Policy").items()
+        if name.startswith(role_prefix)
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_the_producer_may_only_list_shards_and_put_records_on_its_stream(template):
+    statements = _statements(template, "ProducerFunction")
+    kinesis = [s for s in statements if any(a.startswith("kinesis:") for a in _actions(s))]
+    assert len(kinesis) == 1 and sorted(_actions(kinesis[0])) == ["kinesis:ListShards", "kinesis:PutRecords"]
+    assert "StreameventsStream" in json.dumps(kinesis[0]["Resource"])
+    others = {a for s in statements for a in _actions(s)} - {"kinesis:ListShards", "kinesis:PutRecords"}
+    assert others <= {"kms:GenerateDataKey", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+
+
+def test_each_consumer_reads_its_stream_and_writes_only_its_tables_and_queue(template):
+    for prefix, own in (("Groupeventsink", "Groupeventsink"), ("Groupkeycounter", "Groupkeycounter")):
+        statements = _statements(template, f"{prefix}Function")
+        actions = {a for s in statements for a in _actions(s)}
+        assert "kinesis:PutRecords" not in actions and "kinesis:GetRecords" in actions
+        for statement in statements:
+            if any(a.startswith(("dynamodb:", "sqs:")) for a in _actions(statement)):
+                assert own in json.dumps(statement["Resource"]), statement
+
+
+def _actions(statement: dict) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else actions
+
+
+def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
+    alarms = resources(template, "AWS::CloudWatch::Alarm").values()
+    by_metric = {
+        (a["Properties"]["Namespace"], a["Properties"]["MetricName"]): a["Properties"] for a in alarms
+    }
+    expected = {
+        ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds"): "StreamName",
+        ("AWS/Kinesis", "ReadProvisionedThroughputExceeded"): "StreamName",
+        ("AWS/Kinesis", "WriteProvisionedThroughputExceeded"): "StreamName",
+        ("AWS/Kinesis", "PutRecords.FailedRecords"): "StreamName",
+        ("AWS/Kinesis", "PutRecords.ThrottledRecords"): "StreamName",
+        ("AWS/Lambda", "IteratorAge"): "FunctionName",
+        ("AWS/Lambda", "Errors"): "FunctionName",
+        ("AWS/Lambda", "Throttles"): "FunctionName",
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): "QueueName",
+        ("AWS/ApiGateway", "5XXError"): "ApiName",
+        ("shardline", "LeaseLosses"): "ConsumerGroup",
+    }
+    for key, dimension in expected.items():
+        assert key in by_metric, key
+        assert dimension in {d["Name"] for d in by_metric[key]["Dimensions"]}, key
+    iterator_age = by_metric[("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds")]
+    assert iterator_age["Threshold"] == 24 * 3600 * 1000 / 2, "half the retention period"
+    topics = resources(template, "AWS::SNS::Topic")
+    assert len(topics) == 1 and "KmsMasterKeyId" in next(iter(topics.values()))["Properties"]
+    topic = next(iter(topics))
+    assert all(json.dumps(a["Properties"]["AlarmActions"]) == json.dumps([{"Ref": topic}]) for a in alarms)
+
+
+def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(template):
+    [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for title in (
+        "Traffic in: API requests",
+        "Traffic in: Kinesis records",
+        "Producer: user records per Kinesis record",
+        "Producer: retries per record",
+        "Producer: errors and expired",
+        "Stream health: iterator age",
+        "event-sink: processed, duplicates skipped, DLQ",
+        "key-counter: lag",
+        "event-sink: lease table throttles",
+        "Recent errors",
+    ):
+        assert title in body, title
+
+
+def test_cfn_lint_finds_no_errors(synthesized):
+    _, template_file = synthesized
+    result = subprocess.run(
+        [sys.executable, "-m", "cfnlint", "--format", "parseable", str(template_file)],
+        capture_output=True,
+        text=True,
+    )
+    errors = [line for line in result.stdout.splitlines() if ":E" in line]
+    assert errors == [], result.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (
+            lambda c: c["consumerGroups"][0].__setitem__("stream", "nope"),
+            "shardline.consumerGroups[0].stream",
+        ),
+        (lambda c: c["streams"][0].__setitem__("shards", 0), "shardline.streams[0].shards"),
+        (lambda c: c["streams"][0].__setitem__("retentionHours", 1), "shardline.streams[0].retentionHours"),
+        (lambda c: c["api"].__setitem__("auth", "open"), "shardline.api.auth"),
+    ],
+)
+def test_configuration_errors_name_the_key(change, key):
+    context = default_context()["shardline"]
+    change(context)
+    with pytest.raises(ConfigError, match=rf"^{__import__('re').escape(key)}:"):
+        load(context)
+
+
+def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
+    env = {
+        **os.environ,
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    direct = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert direct.returncode == 0, direct.stderr[-2000:]
+    cli = ROOT / "node_modules" / ".bin" / "cdk"
+    out = tmp_path / "cdk.out"
+    result = subprocess.run(
+        [str(cli), "synth", "--no-notices", "--quiet", "--output", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "shardline.template.json").exists()

@@ -1,0 +1,478 @@
+"""The producer Lambda (functions/producer/app.py) end to end: API Gateway REST events in, moto server behind.
+
+Each test invokes the real handler with the event API Gateway sends for a REST proxy integration
+and a Lambda-like context, then reads the stream back to see what landed (and that nothing did
+when the request was refused).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+import json
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from local.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
+from shardline.records import UserRecord, md5_hash_key
+from tests.integration.helpers import (
+    create_stream,
+    kinesis_client,
+    read_stream,
+    shard_ranges,
+    unique_stream_name,
+)
+
+APP_PATH = Path(__file__).resolve().parents[2] / "functions" / "producer" / "app.py"
+MODULE_NAME = "shardline_producer_function"
+NAMESPACE = "shardline-test"
+ROUTE = "orders"
+
+
+def load_app() -> ModuleType:
+    """Import functions/producer/app.py once (it is not a package), as Lambda would."""
+    module = sys.modules.get(MODULE_NAME)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, APP_PATH)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[MODULE_NAME] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+class FakeContext:
+    """The parts of a Lambda context that Powertools and the handler read; the clock really runs."""
+
+    function_name = "shardline-producer"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:shardline-producer"
+    log_group_name = "/aws/lambda/shardline-producer"
+    log_stream_name = "2024/01/01/[$LATEST]0123456789abcdef"
+
+    def __init__(self, remaining_ms: int = 29_000) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self._ends = time.monotonic() + remaining_ms / 1000.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._ends - time.monotonic()) * 1000))
+
+
+def rest_event(
+    body: str | None,
+    content_type: str | None = "application/json",
+    *,
+    stream: str = ROUTE,
+    request_id: str | None = None,
+    is_base64_encoded: bool = False,
+) -> dict[str, Any]:
+    """An API Gateway REST proxy event for POST /streams/{stream}/records (stage "prod")."""
+    request_id = request_id or str(uuid.uuid4())
+    headers = {
+        "Accept": "application/json",
+        "Host": "abc123defg.execute-api.us-east-1.amazonaws.com",
+        "User-Agent": "integration-test",
+        "X-Amzn-Trace-Id": "Root=1-5e66d96f-7491f09xmpl79d18acf3d050",
+        "X-Forwarded-For": "198.51.100.7",
+        "X-Forwarded-Port": "443",
+        "X-Forwarded-Proto": "https",
+    }
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    path = f"/streams/{stream}/records"
+    now = time.time()
+    return {
+        "resource": "/streams/{stream}/records",
+        "path": path,
+        "httpMethod": "POST",
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"stream": stream},
+        "stageVariables": None,
+        "requestContext": {
+            "resourceId": "a1b2c3",
+            "resourcePath": "/streams/{stream}/records",
+            "httpMethod": "POST",
+            "extendedRequestId": "LgTjCHzWoAMFxyw=",
+            "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "path": f"/prod{path}",
+            "accountId": "123456789012",
+            "protocol": "HTTP/1.1",
+            "stage": "prod",
+            "domainPrefix": "abc123defg",
+            "requestTimeEpoch": int(now * 1000),
+            "requestId": request_id,
+            "identity": {
+                "cognitoIdentityPoolId": None,
+                "accountId": "123456789012",
+                "cognitoIdentityId": None,
+                "caller": "AIDAXMPL",
+                "sourceIp": "198.51.100.7",
+                "principalOrgId": None,
+                "accessKey": "AKIAXMPL",
+                "cognitoAuthenticationType": None,
+                "cognitoAuthenticationProvider": None,
+                "userArn": "arn:aws:iam::123456789012:user/tester",
+                "userAgent": "integration-test",
+                "user": "AIDAXMPL",
+            },
+            "domainName": "abc123defg.execute-api.us-east-1.amazonaws.com",
+            "apiId": "abc123defg",
+        },
+        "body": body,
+        "isBase64Encoded": is_base64_encoded,
+    }
+
+
+class Invoker:
+    """Invokes the handler; keeps what it logged (parsed JSON lines) and the EMF blobs it printed."""
+
+    def __init__(self, app: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+        self.app = app
+        self.capsys = capsys
+        self.logs: list[dict[str, Any]] = []
+        self.emf: list[dict[str, Any]] = []
+
+    def __call__(self, event: dict[str, Any], remaining_ms: int = 29_000) -> tuple[int, dict[str, Any], dict]:
+        stream = io.StringIO()
+        handler = self.app.logger.registered_handler
+        handler.stream = stream  # not setStream: that flushes the old stream, maybe a closed capture
+        try:
+            response = self.app.handler(event, FakeContext(remaining_ms))
+        finally:
+            handler.stream = sys.stderr
+        self.logs.extend(json.loads(line) for line in stream.getvalue().splitlines() if line.strip())
+        printed = self.capsys.readouterr().out
+        self.emf.extend(json.loads(line) for line in printed.splitlines() if '"_aws"' in line)
+        # The REST resolver answers with multiValueHeaders (API Gateway accepts either form).
+        headers = {name.lower(): values[-1] for name, values in response["multiValueHeaders"].items()}
+        return response["statusCode"], json.loads(response["body"]), headers
+
+    def metric(self, name: str) -> float:
+        """The value of `name` in the last EMF blob that has it."""
+        for blob in reversed(self.emf):
+            if name in blob:
+                value = blob[name]  # Powertools writes a list of values per metric
+                return sum(value) if isinstance(value, list) else value
+        raise AssertionError(f"no EMF metric {name} in {self.emf}")
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, moto_server: str) -> str:
+    """Environment of the function: Kinesis at moto server, Powertools settings, no real credentials."""
+    for name, value in {
+        "AWS_ENDPOINT_URL_KINESIS": moto_server,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
+        "POWERTOOLS_SERVICE_NAME": "shardline-producer",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "MAX_RECORDS_PER_REQUEST", "MAX_BODY_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    return moto_server
+
+
+@pytest.fixture
+def invoke(env: str, capsys: pytest.CaptureFixture[str]) -> Any:
+    """An `Invoker` over the function module, with its default (lazily made) Kinesis client."""
+    app = load_app()
+    app.set_kinesis_client(None)
+    yield Invoker(app, capsys)
+    app.set_kinesis_client(None)
+
+
+@pytest.fixture
+def stream(env: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh 2-shard stream served as route "orders"; yields (client, physical name)."""
+    client = kinesis_client(env)
+    name = unique_stream_name("producer-api")
+    create_stream(client, name, shard_count=2)
+    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps({ROUTE: {"streamName": name}}))
+    yield client, name
+    client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def landed(client: Any, name: str) -> dict[tuple[str, str, int | None], UserRecord]:
+    """Every user record in the stream by (shard id, sequence number, sub-sequence number)."""
+    return {
+        (shard_id, sequence, sub): user
+        for shard_id, entries in read_stream(client, name).items()
+        for sequence, sub, user in entries
+    }
+
+
+def assert_at_positions(entries: list[dict[str, Any]], expected: dict[int, UserRecord], stored: dict) -> None:
+    """Each expected record sits in the stream exactly where its response entry says it landed."""
+    for index, record in expected.items():
+        entry = entries[index]
+        position = (entry["shardId"], entry["sequenceNumber"], entry["subSequenceNumber"])
+        assert stored.get(position) == record, f"record {index} is not at {position}"
+
+
+# -- valid requests ----------------------------------------------------------------------------
+
+
+def test_valid_records_land_where_the_answer_says(invoke, stream):
+    client, name = stream
+    secret = "payload-that-must-not-be-logged"
+    records = [{"data": b64(f"{secret}-{i}".encode()), "partitionKey": f"user-{i % 7}"} for i in range(20)]
+    records += [{"json": {"order": i, "note": "clé"}, "partitionKey": f"order-{i}"} for i in range(10)]
+    records += [{"data": b64(b"pinned"), "partitionKey": "any", "explicitHashKey": "1"}]
+    request_id = "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+
+    status, body, headers = invoke(rest_event(json.dumps({"records": records}), request_id=request_id))
+
+    assert status == 200, body
+    assert headers["content-type"] == "application/json"
+    assert body["failedRecordCount"] == 0 and len(body["records"]) == len(records)
+    expected = {i: UserRecord(f"user-{i % 7}", f"{secret}-{i}".encode()) for i in range(20)}
+    expected.update(
+        {20 + i: UserRecord(f"order-{i}", f'{{"order":{i},"note":"clé"}}'.encode()) for i in range(10)}
+    )
+    expected[30] = UserRecord("any", b"pinned", "1")
+    stored = landed(client, name)
+    assert len(stored) == len(records)
+    assert_at_positions(body["records"], expected, stored)
+    assert body["records"][30]["shardId"] == "shardId-000000000000"
+    assert all(entry["attempts"] == 1 for entry in body["records"])
+
+    answered = [log for log in invoke.logs if log["message"] == "answered"]
+    assert answered and answered[-1]["correlation_id"] == request_id
+    assert answered[-1]["status"] == 200 and answered[-1]["records"] == len(records)
+    assert secret not in json.dumps(invoke.logs)
+    (blob,) = [blob for blob in invoke.emf if "UserRecordsPut" in blob]
+    assert blob["_aws"]["CloudWatchMetrics"][0]["Namespace"] == NAMESPACE
+    assert blob["UserRecordsPut"] == [len(records)] and blob["StreamName"] == name
+
+
+def test_ndjson_records_land(invoke, stream):
+    client, name = stream
+    lines = [json.dumps({"data": b64(f"line-{i}".encode()), "partitionKey": f"k-{i}"}) for i in range(12)]
+    lines.insert(5, "")
+
+    status, body, _ = invoke(rest_event("\n".join(lines) + "\n", "application/x-ndjson"))
+
+    assert status == 200, body
+    expected = {i: UserRecord(f"k-{i}", f"line-{i}".encode()) for i in range(12)}
+    stored = landed(client, name)
+    assert len(stored) == 12
+    assert_at_positions(body["records"], expected, stored)
+
+
+def test_base64_encoded_event_body_is_accepted(invoke, stream):
+    client, name = stream
+    document = json.dumps({"records": [{"json": [1, 2, 3], "partitionKey": "k"}]})
+    status, body, _ = invoke(rest_event(b64(document.encode()), is_base64_encoded=True))
+    assert status == 200, body
+    assert list(landed(client, name).values()) == [UserRecord("k", b"[1,2,3]")]
+
+
+def test_warm_invocations_reuse_the_producer_and_publish_per_invocation_metrics(invoke, stream):
+    _, name = stream
+    one = {"records": [{"data": b64(b"x"), "partitionKey": f"k{i}"} for i in range(3)]}
+    two = {"records": [{"data": b64(b"y"), "partitionKey": f"k{i}"} for i in range(5)]}
+
+    assert invoke(rest_event(json.dumps(one)))[0] == 200
+    producers = dict(invoke.app._producers)
+    assert invoke.metric("UserRecordsReceived") == 3
+    assert invoke(rest_event(json.dumps(two)))[0] == 200
+
+    assert invoke.app._producers == producers, "the warm container keeps its producer (and shard map)"
+    assert [key[0] for key in producers] == [name]
+    assert invoke.metric("UserRecordsReceived") == 5, "counters are per invocation, not cumulative"
+
+
+# -- refused requests: nothing written ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        ({"data": "***", "partitionKey": "k"}, "data"),
+        ({"data": b64(b"x"), "json": 1, "partitionKey": "k"}, "data"),
+        ({"partitionKey": "k"}, "data"),
+        ({"json": "x" * (1024 * 1024), "partitionKey": "k"}, "json"),
+        ({"data": b64(b"x")}, "partitionKey"),
+        ({"data": b64(b"x"), "partitionKey": "k" * 257}, "partitionKey"),
+        ({"data": b64(b"x"), "partitionKey": "k", "explicitHashKey": "0x10"}, "explicitHashKey"),
+        ({"data": b64(b"x"), "partitionKey": "k", "explicitHashKey": str(2**128)}, "explicitHashKey"),
+        ([], "record"),
+    ],
+)
+def test_an_invalid_record_is_400_naming_it_and_nothing_is_written(invoke, stream, record, field):
+    client, name = stream
+    good = {"data": b64(b"fine"), "partitionKey": "ok"}
+
+    status, body, _ = invoke(rest_event(json.dumps({"records": [good, record, good]})))
+
+    assert status == 400
+    assert [(error["index"], error["field"]) for error in body["errors"]] == [(1, field)]
+    assert landed(client, name) == {}
+    assert invoke.metric("RejectedRequests") == 1
+
+
+def test_unknown_stream_is_404(invoke, stream):
+    client, name = stream
+    body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
+    status, answer, _ = invoke(rest_event(body, stream=name))  # the physical name is not a route
+    assert status == 404 and answer == {"message": f"unknown stream {name!r}"}
+    assert landed(client, name) == {}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", None, "application/json; charset=iso-8859-1"])
+def test_wrong_content_type_is_415(invoke, stream, content_type):
+    client, name = stream
+    body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
+    status, _, _ = invoke(rest_event(body, content_type))
+    assert status == 415
+    assert landed(client, name) == {}
+
+
+def test_too_many_records_is_413(invoke, stream, monkeypatch):
+    client, name = stream
+    monkeypatch.setenv("MAX_RECORDS_PER_REQUEST", "3")
+    records = [{"data": b64(b"x"), "partitionKey": f"k{i}"} for i in range(4)]
+
+    status, body, _ = invoke(rest_event(json.dumps({"records": records})))
+    assert status == 413 and "4 records" in body["message"]
+    lines = "\n".join(json.dumps(record) for record in records)
+    assert invoke(rest_event(lines, "application/x-ndjson"))[0] == 413
+    assert invoke(rest_event(json.dumps({"records": records[:3]})))[0] == 200
+    assert len(landed(client, name)) == 3
+
+
+def test_too_large_body_is_413(invoke, stream, monkeypatch):
+    client, name = stream
+    monkeypatch.setenv("MAX_BODY_BYTES", "1000")
+    records = [{"data": b64(b"x" * 100), "partitionKey": f"k{i}"} for i in range(8)]
+
+    status, body, _ = invoke(rest_event(json.dumps({"records": records})))
+
+    assert status == 413 and "at most 1000" in body["message"]
+    assert landed(client, name) == {}
+
+
+def test_malformed_json_is_400(invoke, stream):
+    client, name = stream
+    status, body, _ = invoke(rest_event('{"records": [{"data": "eA==", "partitionKey": "k"}'))
+    assert status == 400 and "not valid JSON" in body["message"]
+    assert landed(client, name) == {}
+
+
+def test_bad_configuration_is_500_without_details(invoke, stream, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_STREAMS", "{not json")
+    status, body, _ = invoke(rest_event(json.dumps({"records": []})))
+    assert status == 500 and body == {"message": "internal error"}
+    assert any(log["level"] == "ERROR" and "SHARDLINE_STREAMS" in log["exception"] for log in invoke.logs)
+
+
+# -- throttles and unavailability --------------------------------------------------------------
+
+
+class HotShard(FaultyKinesis):
+    """Throttles every PutRecords entry whose hash key is in `hot` (one hot shard); the rest land."""
+
+    def __init__(self, client: Any, hot: tuple[int, int]) -> None:
+        super().__init__(client, rng=random.Random(0))
+        self.hot = hot
+
+    def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        entries = kwargs["Records"]
+        is_hot = [self.hot[0] <= entry_hash_key(entry) <= self.hot[1] for entry in entries]
+        cold = [entry for entry, hot in zip(entries, is_hot, strict=True) if not hot]
+        landed_entries = iter(super().put_records(**{**kwargs, "Records": cold})["Records"] if cold else [])
+        throttled = {"ErrorCode": THROTTLED, "ErrorMessage": THROTTLED_MESSAGE}
+        self.injected[THROTTLED] += sum(is_hot)
+        results = [dict(throttled) if hot else next(landed_entries) for hot in is_hot]
+        return {"FailedRecordCount": sum(1 for r in results if "ErrorCode" in r), "Records": results}
+
+
+def entry_hash_key(entry: dict[str, Any]) -> int:
+    explicit = entry.get("ExplicitHashKey")
+    return int(explicit) if explicit is not None else md5_hash_key(entry["PartitionKey"])
+
+
+def test_every_record_throttled_until_the_deadline_is_503_with_retry_after(invoke, stream):
+    client, name = stream
+    faulty = FaultyKinesis(kinesis_client(client.meta.endpoint_url), rng=random.Random(1))
+    faulty.throttle_fraction = 1.0
+    invoke.app.set_kinesis_client(faulty)
+    records = [{"data": b64(f"r{i}".encode()), "partitionKey": f"k{i}"} for i in range(10)]
+
+    started = time.monotonic()
+    status, body, headers = invoke(
+        rest_event(json.dumps({"records": records})), remaining_ms=7_500
+    )  # 1.5 s of flushing after the 6 s margin
+
+    assert time.monotonic() - started < 1.5, "the answer comes before the invocation's time is up"
+    assert status == 503, body
+    assert headers["retry-after"] == "1"
+    assert body["failedRecordCount"] == len(records)
+    assert {entry["errorCode"] for entry in body["records"]} == {"Expired"}
+    assert all(entry["attempts"] >= 1 for entry in body["records"])
+    assert faulty.injected[THROTTLED] >= 1
+    assert landed(client, name) == {}
+    assert invoke.metric("Errors.ProvisionedThroughputExceededException") >= 1
+
+
+def test_a_hot_shard_fails_exactly_its_records_with_207(invoke, stream):
+    client, name = stream
+    hot = shard_ranges(client, name)["shardId-000000000001"]
+    invoke.app.set_kinesis_client(HotShard(kinesis_client(client.meta.endpoint_url), hot))
+    keys = [f"customer-{i}" for i in range(24)]
+    expected_failed = [i for i, key in enumerate(keys) if hot[0] <= md5_hash_key(key) <= hot[1]]
+    assert 0 < len(expected_failed) < len(keys)
+    records = [{"data": b64(f"r{i}".encode()), "partitionKey": key} for i, key in enumerate(keys)]
+
+    status, body, headers = invoke(
+        rest_event(json.dumps({"records": records})), remaining_ms=8_000
+    )  # 2 s of flushing after the 6 s margin
+
+    assert status == 207, body
+    assert "retry-after" not in headers
+    assert body["failedRecordCount"] == len(expected_failed)
+    failed = [i for i, entry in enumerate(body["records"]) if "errorCode" in entry]
+    assert failed == expected_failed
+    for i in failed:
+        assert body["records"][i]["errorCode"] == "Expired" and body["records"][i]["attempts"] >= 1
+        assert set(body["records"][i]) == {"errorCode", "errorMessage", "attempts"}
+    written = {i: UserRecord(key, f"r{i}".encode()) for i, key in enumerate(keys) if i not in failed}
+    stored = landed(client, name)
+    assert len(stored) == len(written)
+    assert_at_positions(body["records"], written, stored)
+
+    # The client retries exactly the failed records once the shard cools down: all land.
+    invoke.app.set_kinesis_client(None)
+    retry = [records[i] for i in failed]
+    status, body, _ = invoke(rest_event(json.dumps({"records": retry})))
+    assert status == 200 and body["failedRecordCount"] == 0
+    assert len(landed(client, name)) == len(keys)
+
+
+def test_a_stream_that_does_not_exist_is_503(invoke, env, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps({ROUTE: {"streamName": unique_stream_name("gone")}}))
+    records = [{"data": b64(b"x"), "partitionKey": f"k{i}"} for i in range(3)]
+
+    status, body, headers = invoke(rest_event(json.dumps({"records": records})))
+
+    assert status == 503 and headers["retry-after"] == "1"
+    assert {entry["errorCode"] for entry in body["records"]} == {"ResourceNotFoundException"}

@@ -23,8 +23,8 @@ from shardline.http_api import (
     result_entry,
     results_response,
     settings_from_env,
-    to_user_record,
 )
+from shardline.http_records import to_user_record
 from shardline.limits import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB
 from shardline.records import UserRecord
 from shardline.result import Attempt, RecordResult

@@ -1,11 +1,8 @@
 """shardline: the KPL and KCL for Python and Lambda.
 
-The producer side aggregates user records per predicted shard and retries like the KPL::
-
-    from shardline.producer import Producer
-    from shardline.records import UserRecord
-
-    results = Producer(kinesis_client, "events").put_many([UserRecord("user-1", b"{...}")])
+Producer: `shardline.producer.Producer` aggregates user records per predicted shard and retries
+like the KPL. Consumer: `shardline.consumer.KinesisConsumer` de-aggregates, skips what was
+processed, and checkpoints safely in a KCL-compatible lease table (`shardline.checkpoint`).
 
 Submodules are imported on demand (cold starts): import what you use.
 """

@@ -148,7 +148,7 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
         starting_position=read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS),
         parallelization=read.int("parallelization", 1, low=1, high=10),
-        retry_attempts=read.int("retryAttempts", 10, low=0, high=10000),
+        retry_attempts=read.int("retryAttempts", 10000, low=0, high=10000),
         max_record_age_seconds=read.int(
             "maxRecordAgeSeconds", 86400, low=60, high=min(604800, retention_seconds)
         ),

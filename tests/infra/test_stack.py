@@ -95,7 +95,7 @@ def test_event_source_mappings_report_failures_bisect_and_are_bounded(template):
         props = mapping["Properties"]
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert props["BisectBatchOnFunctionError"] is True
-        assert props["MaximumRetryAttempts"] == 10 and props["MaximumRecordAgeInSeconds"] == 86400
+        assert props["MaximumRetryAttempts"] == 10000 and props["MaximumRecordAgeInSeconds"] == 86400
         assert props["StartingPosition"] == "TRIM_HORIZON" and props["BatchSize"] == 100
         assert props["ParallelizationFactor"] == 1 and props["MaximumBatchingWindowInSeconds"] == 1
         assert "Fn::GetAtt" in json.dumps(props["DestinationConfig"]["OnFailure"]["Destination"])

@@ -297,3 +297,24 @@ def test_metrics_say_how_far_behind_the_newest_record_was(pipeline):
     consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
     behind = consumer.metrics.snapshot()["MillisBehindLatest"]
     assert behind is not None and 0 <= behind < 600_000
+
+
+def test_a_handler_returning_too_many_writes_fails_that_record_and_it_is_dead_lettered(pipeline):
+    consumer = pipeline.consumer(dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url), max_attempts=2)
+
+    def write(n: int) -> dict:
+        return {"Put": {"TableName": pipeline.sink, "Item": {"id": {"S": f"{n}"}}}}
+
+    @consumer.handler
+    def handle(record):
+        if n_of(record) == 7:
+            return [write(1000 + i) for i in range(100)]  # one more than fits beside the checkpoint
+        return [write(n_of(record))]
+
+    pipeline.feed(batch_size=20).drain(consumer)
+
+    assert sorted(int(item["id"]["S"]) for item in pipeline.sink_items()) == [
+        n for n in range(RECORDS) if n != 7
+    ]
+    [letter] = pipeline.dead_letters()
+    assert "100 writes" in letter["error"]

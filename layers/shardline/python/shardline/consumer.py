@@ -194,7 +194,7 @@ class _ShardRun:
                     self._commit()
                     return record.sequence_number
                 try:
-                    writes = handler(record)
+                    writes = _checked(handler(record))
                 except Exception as exc:
                     c.metrics.count("RecordsFailed")
                     if self._give_up_on(record, exc):
@@ -231,26 +231,15 @@ class _ShardRun:
         self.c.metrics.count("RecordsProcessed", len(records))
         return None
 
-    def _add_writes(self, writes: Sequence[Mapping[str, Any]]) -> None:
+    def _add_writes(self, writes: list[Mapping[str, Any]]) -> None:
         """Sink writes of the record about to be marked done; they ride with a checkpoint.
 
         What is pending is committed first when this record's writes would not fit in the same
         transaction: over 99 items, over the 4 MB request size, or an item already written in it
         (DynamoDB refuses two operations on one item in a transaction).
         """
-        writes = list(writes)
         items = {_item_of(write) for write in writes}
         size = sum(_size_of(write) for write in writes)
-        if (
-            len(writes) > MAX_TRANSACTION_ITEMS - 1
-            or len(items) < len(writes)
-            or size > MAX_TRANSACTION_BYTES
-        ):
-            raise ValueError(
-                f"the handler returned {len(writes)} writes ({size} bytes) for one record; at most "
-                f"{MAX_TRANSACTION_ITEMS - 1} writes to distinct items, {MAX_TRANSACTION_BYTES} bytes, "
-                "fit in a transaction with the checkpoint"
-            )
         if (
             len(self.writes) + len(writes) > MAX_TRANSACTION_ITEMS - 1
             or self.writes_size + size > MAX_TRANSACTION_BYTES
@@ -300,6 +289,24 @@ class _ShardRun:
             if checkpoint is None or checkpoint.is_sentinel or int(sequence) >= int(checkpoint.sequence):
                 return sequence
         return self.event_records[-1]["kinesis"]["sequenceNumber"]
+
+
+def _checked(writes: Writes) -> list[Mapping[str, Any]]:
+    """A record's sink writes, if they fit in one transaction with the checkpoint. A handler that
+    returns more fails on that record (counted, then dead-lettered), like any handler error."""
+    writes = list(writes or ())
+    size = sum(_size_of(write) for write in writes)
+    if (
+        len(writes) > MAX_TRANSACTION_ITEMS - 1
+        or len({_item_of(write) for write in writes}) < len(writes)
+        or size > MAX_TRANSACTION_BYTES
+    ):
+        raise ValueError(
+            f"the handler returned {len(writes)} writes ({size} bytes) for one record; at most "
+            f"{MAX_TRANSACTION_ITEMS - 1} writes to distinct items, {MAX_TRANSACTION_BYTES} bytes, "
+            "fit in a transaction with the checkpoint"
+        )
+    return writes
 
 
 def _item_of(write: Mapping[str, Any]) -> str:

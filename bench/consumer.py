@@ -21,9 +21,6 @@ does not de-aggregate, so its no-op handler sees 25 Kinesis records, not 10,000 
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +34,7 @@ from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import Ki
 
 from bench import lambda_event
 from bench.inputs import partition_keys, user_records
+from bench.profiling import profile_call
 from bench.report import Row, Target
 from bench.timing import best_of
 from shardline import aggregation
@@ -510,26 +508,9 @@ def profile(workload: ConsumerWorkload, top: int = 10, rounds: int = 20) -> str:
                 consumer.process(workload.event, context)
 
         run()  # warm-up, untimed
-        profiler = cProfile.Profile()
-        profiler.enable()
-        run()
-        profiler.disable()
-        buffer = io.StringIO()
-        stats = pstats.Stats(profiler, stream=buffer)
-        stats.strip_dirs().sort_stats("tottime").print_stats(top)
-        lines = [line for line in buffer.getvalue().splitlines() if line.strip()]
-        header = next(index for index, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
-        total = next((line.strip() for line in lines if "function calls" in line), "")
         sections.append(
-            "\n".join(
-                [
-                    f"## KinesisConsumer.process, {title}, {USER_RECORDS:,} user records (x{rounds})",
-                    "",
-                    "```",
-                    total,
-                    *lines[header:],
-                    "```",
-                ]
+            profile_call(
+                f"KinesisConsumer.process, {title}, {USER_RECORDS:,} user records (x{rounds})", run, top
             )
         )
     return "\n\n".join(sections)

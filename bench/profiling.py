@@ -13,7 +13,8 @@ from shardline import aggregation
 from shardline.records import UserRecord
 
 
-def _profile(title: str, call: Callable[[], object], top: int) -> str:
+def profile_call(title: str, call: Callable[[], object], top: int) -> str:
+    """A Markdown section: the cProfile table (by own time) of one call."""
     profiler = cProfile.Profile()
     profiler.enable()
     call()
@@ -42,9 +43,9 @@ def profile(workload: Workload, producer_records: Sequence[UserRecord], top: int
 
     return "\n\n".join(
         [
-            _profile(f"encode, {workload.label} (x{rounds})", encode_all, top),
-            _profile(f"decode, {workload.label} (x{rounds})", decode_all, top),
-            _profile(
+            profile_call(f"encode, {workload.label} (x{rounds})", encode_all, top),
+            profile_call(f"decode, {workload.label} (x{rounds})", decode_all, top),
+            profile_call(
                 f"Producer.put_many of {len(producer_records):,} records, fake client "
                 "(main thread; PutRecords calls run on the producer's pool, not shown)",
                 lambda: send_all(FakeKinesis(4), SkippingClock(), producer_records, len(producer_records)),

@@ -294,7 +294,9 @@ class _ShardRun:
 def _checked(writes: Writes) -> list[Mapping[str, Any]]:
     """A record's sink writes, if they fit in one transaction with the checkpoint. A handler that
     returns more fails on that record (counted, then dead-lettered), like any handler error."""
-    writes = list(writes or ())
+    if not writes:
+        return []  # the common case, on the hot path
+    writes = list(writes)
     size = sum(_size_of(write) for write in writes)
     if (
         len(writes) > MAX_TRANSACTION_ITEMS - 1

@@ -31,11 +31,8 @@ POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE ("shardline"), POWERTOOLS_
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Any
-
-from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from shardline.consumer import ConsumedRecord
 from shardline.lambda_consumer import ConsumerFunction
@@ -43,10 +40,6 @@ from shardline.lambda_consumer import ConsumerFunction
 SEQUENCE_DIGITS = 129
 SUB_SEQUENCE_DIGITS = 6
 MAX_DATA_BYTES = 400 * 1024 - 2 * 1024  # DynamoDB's item limit, less room for the keys and attributes
-
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 
 
 def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None) -> dict[str, Any]:
@@ -76,12 +69,4 @@ def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
 
 
 function = ConsumerFunction(lambda table: partial(to_sink, table))
-
-
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics(capture_cold_start_metric=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
-    """Kinesis event → {"batchItemFailures": [...]}; the invocation's consumer metrics as EMF."""
-    logger.append_keys(consumer_group=os.environ.get("SHARDLINE_GROUP"))
-    return function.handle(event, context, metrics)
+handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

@@ -17,18 +17,11 @@ POWERTOOLS_TRACE_DISABLED.
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-
 from shardline.consumer import ConsumedRecord
 from shardline.lambda_consumer import ConsumerFunction
-
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
 
 
 def count(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
@@ -47,12 +40,4 @@ def count(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
 
 
 function = ConsumerFunction(lambda table: partial(count, table))
-
-
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics(capture_cold_start_metric=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
-    """Kinesis event → {"batchItemFailures": [...]}; the invocation's consumer metrics as EMF."""
-    logger.append_keys(consumer_group=os.environ.get("SHARDLINE_GROUP"))
-    return function.handle(event, context, metrics)
+handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

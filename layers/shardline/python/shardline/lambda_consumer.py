@@ -2,10 +2,7 @@
 reused while the container is warm, its metrics published as EMF after every invocation.
 
     function = ConsumerFunction(lambda sink_table: partial(my_handler, sink_table))
-
-    @metrics.log_metrics
-    def handler(event, context):
-        return function.handle(event, context, metrics)
+    handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
 Environment: SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL (optional), MAX_ATTEMPTS (3),
 CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2), POWERTOOLS_METRICS_NAMESPACE
@@ -25,11 +22,27 @@ from shardline.emf import publish
 
 
 class ConsumerFunction:
-    """One consumer group's Lambda state: clients, the consumer, the last metrics published."""
+    """One consumer group's Lambda state: clients, the consumer, the last metrics published, and
+    `handler`, the entry point with Powertools' Logger, Tracer and Metrics around `handle`."""
 
     def __init__(self, handler_for: Callable[[str], RecordHandler]) -> None:
+        from aws_lambda_powertools import Logger, Metrics, Tracer  # an adapter: the core never imports it
+
         self._handler_for = handler_for  # sink table name -> record handler
+        self.logger = Logger()
+        self.tracer = Tracer()
+        self.metrics = Metrics()
         self.reset()
+
+        @self.logger.inject_lambda_context
+        @self.tracer.capture_lambda_handler
+        @self.metrics.log_metrics(capture_cold_start_metric=True)
+        def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+            """Kinesis event -> {"batchItemFailures": [...]}; this invocation's metrics as EMF."""
+            self.logger.append_keys(consumer_group=os.environ.get("SHARDLINE_GROUP"))
+            return self.handle(event, context, self.metrics)
+
+        self.handler = handler
 
     def reset(self) -> None:
         """Forget the warm state (tests do this between cases)."""

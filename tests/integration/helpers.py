@@ -19,16 +19,21 @@ CLIENT_CONFIG = botocore.config.Config(
 )
 
 
-def kinesis_client(endpoint_url: str) -> Any:
-    """A boto3 Kinesis client for a loopback endpoint, with dummy credentials and no retries."""
+def aws_client(service: str, endpoint_url: str) -> Any:
+    """A boto3 client for a loopback endpoint, with dummy credentials and no retries."""
     return boto3.client(
-        "kinesis",
+        service,
         endpoint_url=endpoint_url,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         config=CLIENT_CONFIG,
     )
+
+
+def kinesis_client(endpoint_url: str) -> Any:
+    """A Kinesis client for a loopback endpoint."""
+    return aws_client("kinesis", endpoint_url)
 
 
 def unique_stream_name(prefix: str = "test") -> str:

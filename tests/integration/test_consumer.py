@@ -11,8 +11,6 @@ import threading
 import uuid
 from collections import Counter
 
-import boto3
-
 from shardline.checkpoint import LeaseTable
 from shardline.config import ProducerConfig
 from shardline.consumer import ConsumedRecord, KinesisConsumer
@@ -21,19 +19,9 @@ from shardline.positions import Position
 from shardline.producer import Producer
 from shardline.records import UserRecord
 from tests.integration.esm import Context, ShardFeed
-from tests.integration.helpers import create_stream, kinesis_client, unique_stream_name
+from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 
 RECORDS = 60
-
-
-def aws(service: str, endpoint: str):
-    return boto3.client(
-        service,
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 class Pipeline:
@@ -41,8 +29,8 @@ class Pipeline:
 
     def __init__(self, endpoint: str, records: int = RECORDS) -> None:
         self.kinesis = kinesis_client(endpoint)
-        self.dynamodb = aws("dynamodb", endpoint)
-        self.sqs = aws("sqs", endpoint)
+        self.dynamodb = aws_client("dynamodb", endpoint)
+        self.sqs = aws_client("sqs", endpoint)
         self.stream = unique_stream_name("consume")
         create_stream(self.kinesis, self.stream, shard_count=1)
         self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]

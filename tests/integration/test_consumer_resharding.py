@@ -17,8 +17,7 @@ from shardline.positions import SHARD_END
 from shardline.producer import Producer
 from shardline.records import UserRecord
 from tests.integration.esm import Context, ShardFeed
-from tests.integration.helpers import create_stream, kinesis_client, unique_stream_name
-from tests.integration.test_consumer import aws
+from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 from tests.integration.test_producer_resharding import open_shards, wait_active
 
 
@@ -42,7 +41,7 @@ def split_stream(kinesis) -> tuple[str, str, list[str]]:
 def resharded(kinesis_mock, moto_server):
     """(kinesis client, stream, parent, children, lease table) of a freshly split stream."""
     kinesis = kinesis_client(kinesis_mock)
-    dynamodb = aws("dynamodb", moto_server)
+    dynamodb = aws_client("dynamodb", moto_server)
     stream, parent, children = split_stream(kinesis)
     table = LeaseTable(dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
     LeaseTable.create(dynamodb, table.table_name)

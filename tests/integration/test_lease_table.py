@@ -9,13 +9,12 @@ import threading
 import uuid
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from shardline.checkpoint import Lease, LeaseLost, LeaseTable, SinkConflict
 from shardline.positions import LATEST, SHARD_END, TRIM_HORIZON, Position
-from tests.integration.helpers import CLIENT_CONFIG
+from tests.integration.helpers import aws_client
 
 KEY = "shardId-000000000001"
 BASE_SEQUENCE = 49590338271490256608559692538361571095921575989136588898  # 56 digits, like Kinesis
@@ -31,17 +30,6 @@ def at(n: int, sub: int = 0) -> Position:
     return Position(seq(n), sub)
 
 
-def dynamodb_client(endpoint_url: str) -> Any:
-    return boto3.client(
-        "dynamodb",
-        endpoint_url=endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        config=CLIENT_CONFIG,
-    )
-
-
 def ticking_clock() -> Any:
     """A clock that moves one second per reading, so that every write changes `updatedAt`."""
     return itertools.count(1_700_000_000).__next__
@@ -49,7 +37,7 @@ def ticking_clock() -> Any:
 
 @pytest.fixture(scope="module")
 def dynamodb(moto_server):
-    return dynamodb_client(moto_server)
+    return aws_client("dynamodb", moto_server)
 
 
 @pytest.fixture
@@ -627,7 +615,8 @@ def test_racing_takes_hand_out_distinct_counters_and_the_row_counts_every_succes
 ):
     write_lock = threading.Lock()
     tables = [
-        LeaseTable(AtomicWrites(dynamodb_client(moto_server), write_lock), table_name) for _ in range(threads)
+        LeaseTable(AtomicWrites(aws_client("dynamodb", moto_server), write_lock), table_name)
+        for _ in range(threads)
     ]
     start = threading.Barrier(threads)
     counters: list[int] = []

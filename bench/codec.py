@@ -12,8 +12,8 @@ from bench import peers
 from bench.inputs import aggregate_batches, partition_keys
 from bench.report import Row, Target
 from bench.timing import best_of
-from shardline import aggregation
-from shardline.records import UserRecord
+from shardline import kpl
+from shardline.kinesis import UserRecord
 
 ENCODE_TARGETS = {peers.AIOKPL: Target("ratio", ">=", 2.0), peers.AWS_KINESIS_AGG: Target("ratio", ">=", 4.0)}
 DECODE_TARGETS = {peers.AIOKPL: Target("ratio", ">=", 2.5), peers.AWS_KINESIS_AGG: Target("ratio", ">=", 4.0)}
@@ -49,7 +49,7 @@ def make_workload(
     rng = random.Random(seed)
     keys = partition_keys(rng, key_count)
     batches = aggregate_batches(rng, keys, data_size, aggregates)
-    return Workload(label, batches, [aggregation.encode(batch) for batch in batches])
+    return Workload(label, batches, [kpl.encode(batch) for batch in batches])
 
 
 def sanity(workload: Workload) -> dict[str, Any]:
@@ -64,8 +64,8 @@ def sanity(workload: Workload) -> dict[str, Any]:
         payloads = encode()
         identical[name] = payloads == workload.payloads
         try:
-            decoded = [(r.partition_key, r.data) for p in payloads for r in aggregation.decode(p)]
-        except aggregation.AggregationError as exc:
+            decoded = [(r.partition_key, r.data) for p in payloads for r in kpl.decode(p)]
+        except kpl.AggregationError as exc:
             findings["problems"].append(f"{workload.label}: shardline.decode rejects {name}'s payload: {exc}")
             continue
         if decoded != expected:
@@ -82,7 +82,7 @@ MD5_FLOOR = "md5 alone"
 
 def md5_floor(payloads: list[bytes]) -> Callable[[], list[bytes]]:
     """The MD5 of every aggregate body: work every validating encoder and decoder must do (a floor)."""
-    bodies = [payload[len(aggregation.MAGIC) : -aggregation.DIGEST_SIZE] for payload in payloads]
+    bodies = [payload[len(kpl.MAGIC) : -kpl.DIGEST_SIZE] for payload in payloads]
 
     def digest_all() -> list[bytes]:
         md5 = hashlib.md5

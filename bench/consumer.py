@@ -1,10 +1,10 @@
 """The consumer path: `KinesisConsumer.process` on a Lambda event of KPL aggregates, vs Powertools.
 
 The event is what the Kinesis event-source mapping hands a Lambda function: 25 Kinesis records,
-each a real KPL aggregate made with `shardline.aggregation.encode` and holding 400 user records
+each a real KPL aggregate made with `shardline.kpl._codec.encode` and holding 400 user records
 of 100 bytes (10,000 in all, partition keys drawn from 1,000). shardline's consumer runs
 unchanged against `FakeLeaseTable`, an in-process lease table with the semantics of
-`shardline.checkpoint.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,
+`shardline.consumer._leases.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,
 increments it and sets the owner; checkpoints are forward-only compare-and-swap) that counts its
 reads and writes. No Kinesis client is given, so there are no parent-shard or
 hash-range look-ups. The record handler does nothing.
@@ -37,11 +37,16 @@ from bench.inputs import partition_keys, user_records
 from bench.profiling import profile_call
 from bench.report import Row, Target
 from bench.timing import best_of
-from shardline import aggregation
-from shardline.checkpoint import MAX_TRANSACTION_ITEMS, Lease, LeaseLost, LeaseTable
-from shardline.consumer import ConsumedRecord, KinesisConsumer
-from shardline.positions import TRIM_HORIZON, Position
-from shardline.records import UserRecord
+from shardline import kpl
+from shardline.consumer import (
+    MAX_TRANSACTION_ITEMS,
+    ConsumedRecord,
+    KinesisConsumer,
+    Lease,
+    LeaseLost,
+    LeaseTable,
+)
+from shardline.kinesis import TRIM_HORIZON, Position, UserRecord
 
 SHARD_ID = "shardId-000000000000"
 
@@ -113,7 +118,7 @@ def make_workload(seed: int) -> ConsumerWorkload:
     rng = random.Random(seed)
     records = user_records(rng, partition_keys(rng, KEY_COUNT), USER_RECORDS, DATA_SIZE)
     payloads = [
-        aggregation.encode(records[start : start + RECORDS_PER_AGGREGATE])
+        kpl.encode(records[start : start + RECORDS_PER_AGGREGATE])
         for start in range(0, len(records), RECORDS_PER_AGGREGATE)
     ]
     return ConsumerWorkload(records, payloads, kinesis_event(payloads))

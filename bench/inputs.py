@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from shardline.aggregation import AggregateBuilder
-from shardline.records import UserRecord
+from shardline.kinesis import UserRecord
+from shardline.kpl import AggregateBuilder
 
 #: The KPL's default AggregationMaxSize (bytes as Kinesis meters a record: data + partition key).
 KPL_AGGREGATION_MAX_SIZE = 51_200

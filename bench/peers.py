@@ -15,8 +15,8 @@ import aiokpl.aggregation as aiokpl_aggregation
 from aws_kinesis_agg.aggregator import RecordAggregator
 from aws_kinesis_agg.deaggregator import deaggregate_records, iter_deaggregate_records
 
-from shardline import aggregation
-from shardline.records import UserRecord
+from shardline import kpl
+from shardline.kinesis import UserRecord
 
 SHARDLINE = "shardline"
 AIOKPL = "aiokpl"
@@ -50,7 +50,7 @@ def encoders(batches: Sequence[Sequence[UserRecord]]) -> dict[str, Encoder]:
     ]
 
     def shardline_encode() -> list[bytes]:
-        encode = aggregation.encode
+        encode = kpl.encode
         return [encode(batch) for batch in batches]
 
     def aiokpl_encode() -> list[bytes]:
@@ -87,7 +87,7 @@ def decoders(payloads: Sequence[bytes]) -> dict[str, Decoder]:
     ]
 
     def shardline_decode() -> list[Any]:
-        decode = aggregation.decode
+        decode = kpl.decode
         out: list[Any] = []
         for payload in payloads:
             out.extend(decode(payload))
@@ -118,7 +118,7 @@ def lambda_decoders(event: dict[str, Any]) -> dict[str, Decoder]:
     records = event["Records"]
 
     def shardline_event() -> list[Any]:
-        decode = aggregation.decode
+        decode = kpl.decode
         b64decode = base64.b64decode
         out: list[Any] = []
         for record in records:

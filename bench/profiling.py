@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 from bench.codec import Workload
 from bench.units import FakeKinesis, SkippingClock, send_all
-from shardline import aggregation
-from shardline.records import UserRecord
+from shardline import kpl
+from shardline.kinesis import UserRecord
 
 
 def profile_call(title: str, call: Callable[[], object], top: int) -> str:
@@ -34,12 +34,12 @@ def profile(workload: Workload, producer_records: Sequence[UserRecord], top: int
     def encode_all() -> None:
         for _ in range(rounds):
             for batch in workload.batches:
-                aggregation.encode(batch)
+                kpl.encode(batch)
 
     def decode_all() -> None:
         for _ in range(rounds):
             for payload in workload.payloads:
-                aggregation.decode(payload)
+                kpl.decode(payload)
 
     return "\n\n".join(
         [

@@ -6,7 +6,7 @@ shard the entry's hash key really lands in. Sleeps are skipped (`SkippingClock`)
 producer's per-shard rate limiter paces without making the benchmark wait.
 
 The KPL side is a model: aiokpl's aggregator only exists as an anyio-driven async API (no
-synchronous entry point), so the KPL defaults are modelled with `shardline.aggregation.
+synchronous entry point), so the KPL defaults are modelled with `shardline.kpl._codec.
 AggregateBuilder`: per predicted shard, records in order packed into aggregates of at most
 AggregationMaxSize = 51,200 bytes (as Kinesis meters them, with partition key "a"); an aggregate
 of one record goes as a plain record with its own keys.
@@ -26,10 +26,9 @@ from typing import Any
 
 from bench.inputs import AGGREGATE_PARTITION_KEY, KPL_AGGREGATION_MAX_SIZE, partition_keys, user_records
 from bench.report import Row, Target
-from shardline.aggregation import AggregateBuilder
-from shardline.limits import put_payload_units
+from shardline.kinesis import UserRecord, hash_key, md5_hash_key, put_payload_units, record_size
+from shardline.kpl import AggregateBuilder
 from shardline.producer import Producer
-from shardline.records import UserRecord, hash_key, md5_hash_key, record_size
 
 HASH_SPACE = 2**128
 MAX_ENTRIES_PER_REQUEST = 500

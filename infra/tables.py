@@ -28,7 +28,7 @@ def _table(scope: Construct, construct_id: str, partition, sort=None) -> dynamod
 
 
 def lease_table(scope: Construct, construct_id: str) -> dynamodb.Table:
-    """Hash key `leaseKey`, as the KCL's lease table (shardline.checkpoint.LeaseTable)."""
+    """Hash key `leaseKey`, as the KCL's lease table (shardline.consumer._leases.LeaseTable)."""
     return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING))
 
 

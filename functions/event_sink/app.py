@@ -34,8 +34,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from shardline.aws_lambda import ConsumerFunction
 from shardline.consumer import ConsumedRecord
-from shardline.lambda_consumer import ConsumerFunction
 
 SEQUENCE_DIGITS = 129
 SUB_SEQUENCE_DIGITS = 6

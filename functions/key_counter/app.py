@@ -20,8 +20,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from shardline.aws_lambda import ConsumerFunction
 from shardline.consumer import ConsumedRecord
-from shardline.lambda_consumer import ConsumerFunction
 
 
 def count(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:

@@ -1,12 +1,12 @@
 """Producer Lambda: `POST /streams/{stream}/records` behind API Gateway (REST), kept thin.
 
-`shardline.http_api` parses, validates and shapes the answer; this module only wires Powertools
+`shardline.aws_lambda._http_api` parses, validates and shapes the answer; this module only wires Powertools
 (REST resolver, Logger with the API Gateway request id as correlation id, Tracer, EMF Metrics)
 and keeps one shardline `Producer` per stream (with its shard map) across warm invocations.
 No AWS client is created at import time: the Kinesis client and producers are made on first use.
 
 Environment: `SHARDLINE_STREAMS`, `MAX_RECORDS_PER_REQUEST`, `MAX_BODY_BYTES` (see
-`shardline.http_api.settings_from_env`), `POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`
+`shardline.aws_lambda._http_api.settings_from_env`), `POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`
 (default "shardline"); `AWS_ENDPOINT_URL_KINESIS` points the client elsewhere (boto3 reads it).
 """
 
@@ -24,10 +24,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
-from shardline import emf, http_api
-from shardline.producer import Producer, deadline_from_context
-from shardline.records import UserRecord
-from shardline.result import RecordResult
+from shardline.aws_lambda import _emf as emf
+from shardline.aws_lambda import _http_api as http_api
+from shardline.kinesis import UserRecord
+from shardline.producer import Producer, RecordResult, deadline_from_context
 
 #: shardline retries; the client must not (one attempt), and must not outlive the deadline margin much.
 CLIENT_CONFIG = Config(
@@ -83,7 +83,7 @@ def _put(route: http_api.StreamRoute, records: list[UserRecord]) -> Sequence[Rec
     finally:
         snapshot = producer.metrics.snapshot()
         metrics.add_dimension(name="StreamName", value=route.stream_name)
-        emf.publish(metrics, snapshot, since=_snapshots.get(key))
+        emf.publish_metrics(metrics, snapshot, since=_snapshots.get(key))
         _snapshots[key] = snapshot
 
 

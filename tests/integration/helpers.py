@@ -62,8 +62,8 @@ def read_stream(client: Any, name: str) -> dict[str, list[tuple[str, int | None,
     Returns {shard id: [(sequence number, sub-sequence number or None, UserRecord), ...]} in
     shard order. Reads until each shard's iterator reaches its end or the tip of the shard.
     """
-    from shardline.aggregation import decode, is_aggregated
-    from shardline.records import UserRecord
+    from shardline.kinesis import UserRecord
+    from shardline.kpl import decode, is_aggregated
 
     shards = client.list_shards(StreamName=name)["Shards"]
     found: dict[str, list[tuple[str, int | None, Any]]] = {}

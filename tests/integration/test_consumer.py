@@ -11,13 +11,9 @@ import threading
 import uuid
 from collections import Counter
 
-from shardline.checkpoint import LeaseTable
-from shardline.config import ProducerConfig
-from shardline.consumer import ConsumedRecord, KinesisConsumer
-from shardline.dead_letters import DeadLetterQueue
-from shardline.positions import Position
-from shardline.producer import Producer
-from shardline.records import UserRecord
+from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, LeaseTable
+from shardline.kinesis import Position, UserRecord
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.esm import Context, ShardFeed
 from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 
@@ -232,13 +228,13 @@ def test_two_invocations_on_one_shard_only_one_commits(pipeline):
 
 
 def _numbers(lambda_record: dict) -> set[int]:
-    from shardline.deaggregation import deaggregate
+    from shardline.consumer import deaggregate
 
     return {n_of(r) for r in deaggregate([lambda_record])}
 
 
 def _position_of(feed: ShardFeed, n: int) -> tuple[str, int]:
-    from shardline.deaggregation import deaggregate
+    from shardline.consumer import deaggregate
 
     for record in deaggregate(feed.records):
         if n_of(record) == n:

@@ -16,8 +16,7 @@ from collections import Counter
 import pytest
 from botocore.exceptions import ClientError
 
-from shardline.checkpoint import LeaseTable
-from shardline.consumer import KinesisConsumer
+from shardline.consumer import KinesisConsumer, LeaseTable
 from tests.integration.test_consumer import RECORDS, Pipeline, n_of
 
 

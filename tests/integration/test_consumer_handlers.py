@@ -20,10 +20,9 @@ from unittest import mock
 import boto3
 import pytest
 
-from shardline.checkpoint import LeaseTable
-from shardline.config import ProducerConfig
-from shardline.producer import Producer
-from shardline.records import UserRecord
+from shardline.consumer import LeaseTable
+from shardline.kinesis import UserRecord
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.esm import Context, ShardFeed
 from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
 

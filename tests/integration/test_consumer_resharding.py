@@ -10,12 +10,9 @@ import uuid
 
 import pytest
 
-from shardline.checkpoint import LeaseTable
-from shardline.config import ProducerConfig
-from shardline.consumer import KinesisConsumer
-from shardline.positions import SHARD_END
-from shardline.producer import Producer
-from shardline.records import UserRecord
+from shardline.consumer import KinesisConsumer, LeaseTable
+from shardline.kinesis import SHARD_END, UserRecord
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.esm import Context, ShardFeed
 from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 from tests.integration.test_producer_resharding import open_shards, wait_active

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
-from shardline.checkpoint import Lease, LeaseLost, LeaseTable, SinkConflict
-from shardline.positions import LATEST, SHARD_END, TRIM_HORIZON, Position
+from shardline.consumer import Lease, LeaseLost, LeaseTable, SinkConflict
+from shardline.kinesis import LATEST, SHARD_END, TRIM_HORIZON, Position
 from tests.integration.helpers import aws_client
 
 KEY = "shardId-000000000001"

@@ -12,10 +12,9 @@ from collections import Counter
 import pytest
 
 from local.faults import THROTTLED, FaultyKinesis
-from shardline.config import ProducerConfig
-from shardline.producer import Producer
-from shardline.records import UserRecord
-from shardline.retrier import COUNT_MISMATCH, EXPIRED
+from shardline.errors import COUNT_MISMATCH, EXPIRED
+from shardline.kinesis import UserRecord
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
 from tests.integration.test_producer_roundtrip import numbered_records, position
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from local.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
-from shardline.records import UserRecord, md5_hash_key
+from shardline.kinesis import UserRecord, md5_hash_key
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,

@@ -10,10 +10,8 @@ from collections import Counter
 
 import pytest
 
-from shardline.config import ProducerConfig
-from shardline.partitioning import ByExplicitHashKey, RandomShard, RoundRobin
-from shardline.producer import Producer
-from shardline.records import UserRecord, hash_key
+from shardline.kinesis import UserRecord, hash_key
+from shardline.producer import ByExplicitHashKey, Producer, ProducerConfig, RandomShard, RoundRobin
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,

@@ -6,10 +6,8 @@ import time
 
 import pytest
 
-from shardline.config import ProducerConfig
-from shardline.limits import MiB
-from shardline.producer import Producer
-from shardline.records import InvalidRecord, UserRecord
+from shardline.kinesis import InvalidRecord, MiB, UserRecord
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
 
 

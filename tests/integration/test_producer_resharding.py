@@ -16,10 +16,9 @@ from collections import Counter
 
 import pytest
 
-from shardline.config import ProducerConfig
-from shardline.producer import Producer
-from shardline.records import hash_key
-from shardline.retrier import WRONG_SHARD
+from shardline.errors import WRONG_SHARD
+from shardline.kinesis import hash_key
+from shardline.producer import Producer, ProducerConfig
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,

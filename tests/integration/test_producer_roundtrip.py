@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import Producer
-from shardline.records import UserRecord, hash_key
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardline.aggregation import (
+from shardline.kinesis import MAX_HASH_KEY, UserRecord
+from shardline.kpl._codec import (
     DIGEST_SIZE,
     FRAMING_SIZE,
     MAGIC,
@@ -27,8 +28,6 @@ from shardline.aggregation import (
     is_aggregated,
     varint_size,
 )
-from shardline.limits import MAX_HASH_KEY
-from shardline.records import UserRecord
 
 # Aggregated records produced by the real KPL (from the awslabs kinesis-aggregation test suite,
 # Apache-2.0), kept in the repository so the tests need nothing outside it.

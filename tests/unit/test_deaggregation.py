@@ -7,12 +7,9 @@ import json
 
 import pytest
 
-from shardline.aggregation import encode
-from shardline.consumer_metrics import ConsumerMetrics
-from shardline.deaggregation import ConsumedRecord, EventError, deaggregate, stream_and_shard
-from shardline.positions import Position
-from shardline.records import UserRecord, hash_key
-from shardline.shard_map import HashRange
+from shardline.consumer import ConsumedRecord, ConsumerMetrics, EventError, deaggregate, stream_and_shard
+from shardline.kinesis import HashRange, Position, UserRecord, hash_key
+from shardline.kpl import encode
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"
 

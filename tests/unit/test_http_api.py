@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from shardline.config import ProducerConfig
-from shardline.http_api import (
+from shardline.aws_lambda._http_api import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_RECORDS_PER_REQUEST,
     ApiSettings,
@@ -24,10 +23,9 @@ from shardline.http_api import (
     results_response,
     settings_from_env,
 )
-from shardline.http_records import to_user_record
-from shardline.limits import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB
-from shardline.records import UserRecord
-from shardline.result import Attempt, RecordResult
+from shardline.aws_lambda._http_records import to_user_record
+from shardline.kinesis import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB, UserRecord
+from shardline.producer import Attempt, ProducerConfig, RecordResult
 
 THROTTLED = "ProvisionedThroughputExceededException"
 ROUTE = StreamRoute("orders", "orders-physical")

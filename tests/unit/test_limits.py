@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from shardline.limits import (
+from shardline.kinesis import (
     DEFAULT_LIMITS,
     MAX_HASH_KEY,
     MAX_MAX_RECORD_SIZE,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardline.positions import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Position
+from shardline.kinesis import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Position
 
 # A real Kinesis sequence number: 56 decimal digits, more than a 64-bit integer holds.
 SEQ = "49590338271490256608559692538361571095921575989136588898"

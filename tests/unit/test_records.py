@@ -6,9 +6,12 @@ import hashlib
 
 import pytest
 
-from shardline.limits import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB
-from shardline.records import (
+from shardline.kinesis import (
+    DEFAULT_LIMITS,
+    MAX_HASH_KEY,
     InvalidRecord,
+    Limits,
+    MiB,
     RecordProblem,
     UserRecord,
     find_problems,

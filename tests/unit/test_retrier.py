@@ -10,15 +10,14 @@ from concurrent.futures import Future
 
 import pytest
 
-from shardline.collector import PutRecordsBatch
-from shardline.config import ProducerConfig
-from shardline.metrics import ProducerMetrics
-from shardline.records import UserRecord
-from shardline.reducer import AGGREGATE_PARTITION_KEY, BufferedRecord, KinesisRecord
-from shardline.result import RecordResult
-from shardline.retrier import COUNT_MISMATCH, EXPIRED, WRONG_SHARD, Retrier
-from shardline.sender import SendOutcome
-from shardline.shard_map import ShardMap
+from shardline.errors import COUNT_MISMATCH, EXPIRED, WRONG_SHARD
+from shardline.kinesis import ShardMap, UserRecord
+from shardline.producer import ProducerConfig, ProducerMetrics, RecordResult
+from shardline.producer._buffered import BufferedRecord, KinesisRecord
+from shardline.producer._collector import PutRecordsBatch
+from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
+from shardline.producer._retrier import Retrier
+from shardline.producer._sender import SendOutcome
 from tests.unit.test_shard_map import QUARTER, Clock, FakeListShards, four_shards, shard
 
 THROTTLED = "ProvisionedThroughputExceededException"

@@ -10,8 +10,7 @@ import math
 
 from botocore.exceptions import ClientError
 
-from shardline.limits import MAX_HASH_KEY
-from shardline.shard_map import HashRange, ShardMap
+from shardline.kinesis import MAX_HASH_KEY, HashRange, ShardMap
 
 QUARTER = (MAX_HASH_KEY + 1) // 4
 

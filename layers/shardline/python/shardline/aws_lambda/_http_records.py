@@ -13,23 +13,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shardline.limits import DEFAULT_LIMITS, Limits
-from shardline.records import RecordProblem, UserRecord, find_problems
+from shardline.errors import InvalidRecord, RecordProblem
+from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
+from shardline.kinesis._records import UserRecord, find_problems
 
 _RECORD_FIELDS = frozenset({"data", "json", "partitionKey", "explicitHashKey"})
 _LIBRARY_FIELDS = {"partition_key": "partitionKey", "explicit_hash_key": "explicitHashKey"}
 
 
-class InvalidRecords(ValueError):
-    """At least one record object is invalid; `problems` lists every one."""
-
-    def __init__(self, problems: list[RecordProblem]) -> None:
-        self.problems = problems
-        super().__init__(f"{len(problems)} problem(s) in the request's records")
-
-
 def to_user_records(items: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> list[UserRecord]:
-    """Convert every record object, or raise `InvalidRecords` listing every problem of every record."""
+    """Convert every record object, or raise `InvalidRecord` listing every problem of every record."""
     records: list[UserRecord] = []
     problems: list[RecordProblem] = []
     for index, item in enumerate(items):
@@ -38,7 +31,7 @@ def to_user_records(items: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> li
         if record is not None:
             records.append(record)
     if problems:
-        raise InvalidRecords(problems)
+        raise InvalidRecord(problems)
     return records
 
 
@@ -85,7 +78,8 @@ def _key_type_problems(index: int, item: dict[str, Any]) -> list[RecordProblem]:
 def _kinesis_problems(
     index: int, record: UserRecord, payload_field: str, limits: Limits, *, check_size: bool
 ) -> list[RecordProblem]:
-    """The Kinesis rules (`shardline.records`), fields renamed; the size rule only if the payload decoded."""
+    """The Kinesis rules (`shardline.kinesis.find_problems`), fields renamed; the size rule only if
+    the payload decoded."""
     problems: list[RecordProblem] = []
     for problem in find_problems([record], limits):
         if problem.field == "data":

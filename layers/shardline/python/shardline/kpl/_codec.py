@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from itertools import chain
 from operator import add
 
-from shardline.records import UserRecord
+from shardline.errors import AggregationError
+from shardline.kinesis._records import UserRecord
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16
@@ -40,10 +41,6 @@ _TAG_EHK_INDEX = b"\x10"  # Record field 2, varint
 _TAG_DATA = b"\x1a"  # Record field 3, length-delimited
 
 _md5 = hashlib.md5
-
-
-class AggregationError(ValueError):
-    """A payload claimed to be a KPL aggregate but cannot be decoded exactly."""
 
 
 # -- varints -------------------------------------------------------------------------------

@@ -4,22 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardline.limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
-
-#: Request-level error codes that no retry can fix: the producer fails the records at once
-#: instead of retrying them until their TTL (the KPL retries them; a Lambda cannot wait).
-PERMANENT_ERROR_CODES = frozenset(
-    {
-        "ResourceNotFoundException",
-        "AccessDeniedException",
-        "ValidationException",
-        "InvalidArgumentException",
-        "UnrecognizedClientException",
-    }
-)
-
-#: Codes that mean "slow down", per record or per request.
-THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
+from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
+from shardline.kinesis._limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +40,18 @@ class ProducerConfig:
     def __post_init__(self) -> None:
         limits = self.limits
         if not 1 <= self.aggregation_max_size <= limits.max_record_size:
-            raise ValueError(f"aggregation_max_size must be within 1..{limits.max_record_size}")
+            raise ConfigurationError(f"aggregation_max_size must be within 1..{limits.max_record_size}")
         if not 1 <= self.collection_max_count <= limits.max_records_per_request:
-            raise ValueError(f"collection_max_count must be within 1..{limits.max_records_per_request}")
+            raise ConfigurationError(
+                f"collection_max_count must be within 1..{limits.max_records_per_request}"
+            )
         if not limits.max_record_size <= self.collection_max_size <= limits.max_request_size:
-            raise ValueError(
+            raise ConfigurationError(
                 f"collection_max_size must be within {limits.max_record_size}..{limits.max_request_size}"
             )
         if self.aggregation_max_count < 1 or self.max_concurrency < 1:
-            raise ValueError("aggregation_max_count and max_concurrency must be at least 1")
+            raise ConfigurationError("aggregation_max_count and max_concurrency must be at least 1")
         if self.rate_limit <= 0 or self.record_ttl <= 0:
-            raise ValueError("rate_limit and record_ttl must be positive")
+            raise ConfigurationError("rate_limit and record_ttl must be positive")
         if not 0 < self.retry_base_delay <= self.retry_max_delay:
-            raise ValueError("retry delays must satisfy 0 < retry_base_delay <= retry_max_delay")
+            raise ConfigurationError("retry delays must satisfy 0 < retry_base_delay <= retry_max_delay")

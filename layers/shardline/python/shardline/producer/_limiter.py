@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shardline.limits import DEFAULT_LIMITS, Limits
+from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
 
 
 class TokenBucket:

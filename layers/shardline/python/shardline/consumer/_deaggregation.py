@@ -14,17 +14,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from shardline.aggregation import AggregationError, decode, is_aggregated
-from shardline.positions import Position
-from shardline.records import hash_key
-
-
-class EventError(ValueError):
-    """A Lambda Kinesis event record is malformed; names the record index and the field."""
-
-    def __init__(self, index: int, field: str, message: str) -> None:
-        self.index, self.field = index, field
-        super().__init__(f"event record {index}: {field}: {message}")
+from shardline.errors import AggregationError, EventError
+from shardline.kinesis._positions import Position
+from shardline.kinesis._records import hash_key
+from shardline.kpl._codec import decode, is_aggregated
 
 
 class ConsumedRecord(NamedTuple):

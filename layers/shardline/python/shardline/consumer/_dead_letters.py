@@ -13,13 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardline.deaggregation import ConsumedRecord
+from shardline.consumer._deaggregation import ConsumedRecord
+from shardline.protocols import SQSClient
 
 
 class DeadLetterQueue:
     """Sends poison records to the SQS queue at `queue_url`."""
 
-    def __init__(self, sqs_client: Any, queue_url: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, sqs_client: SQSClient, queue_url: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._sqs = sqs_client
         self.queue_url = queue_url
         self._clock = clock
@@ -27,11 +30,13 @@ class DeadLetterQueue:
     def send(self, record: ConsumedRecord, *, group: str, error: str, attempts: int) -> None:
         self._sqs.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=json.dumps(message(record, group, error, attempts, self._clock())),
+            MessageBody=json.dumps(dead_letter_message(record, group, error, attempts, self._clock())),
         )
 
 
-def message(record: ConsumedRecord, group: str, error: str, attempts: int, now: float) -> dict[str, Any]:
+def dead_letter_message(
+    record: ConsumedRecord, group: str, error: str, attempts: int, now: float
+) -> dict[str, Any]:
     """The JSON body of a dead letter."""
     return {
         "group": group,

@@ -4,7 +4,7 @@ A Lambda adapter, not part of the core: it imports Powertools, which the core ne
 
     from aws_lambda_powertools import Metrics
     metrics = Metrics(namespace="shardline")
-    publish(metrics, producer.metrics.snapshot(), since=previous_snapshot)
+    publish_metrics(metrics, producer.metrics.snapshot(), since=previous_snapshot)
 
 Counters are published as the increase since `since` (snapshots are cumulative over a warm
 container's life; CloudWatch wants per-invocation counts). `ErrorsByCode` becomes one
@@ -22,7 +22,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 _MILLISECONDS = {"BufferingTime", "RequestTime", "MillisBehindLatest"}
 
 
-def publish(metrics: Any, snapshot: Mapping[str, Any], since: Mapping[str, Any] | None = None) -> None:
+def publish_metrics(
+    metrics: Any, snapshot: Mapping[str, Any], since: Mapping[str, Any] | None = None
+) -> None:
     """Add every metric of `snapshot` (minus `since`) to a Powertools `Metrics` object."""
     since = since or {}
     for name, value in snapshot.items():

@@ -14,9 +14,9 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from shardline.limits import MAX_HASH_KEY
-from shardline.records import UserRecord
-from shardline.shard_map import ShardMap
+from shardline.kinesis._limits import MAX_HASH_KEY
+from shardline.kinesis._records import UserRecord
+from shardline.kinesis._shard_map import ShardMap
 
 
 class Partitioner(Protocol):

@@ -22,18 +22,14 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shardline.collector import PutRecordsBatch
-from shardline.config import THROTTLE_ERROR_CODES, ProducerConfig
-from shardline.metrics import ProducerMetrics
-from shardline.reducer import BufferedRecord, KinesisRecord
-from shardline.result import Attempt, RecordResult
-from shardline.sender import SendOutcome
-from shardline.shard_map import ShardMap
-
-EXPIRED = "Expired"
-WRONG_SHARD = "Wrong Shard"
-COUNT_MISMATCH = "RecordCountMismatch"
-PARTITIONER_ERROR = "PartitionerError"
+from shardline.errors import COUNT_MISMATCH, EXPIRED, THROTTLE_ERROR_CODES, WRONG_SHARD
+from shardline.kinesis._shard_map import ShardMap
+from shardline.producer._buffered import BufferedRecord, KinesisRecord
+from shardline.producer._collector import PutRecordsBatch
+from shardline.producer._config import ProducerConfig
+from shardline.producer._metrics import ProducerMetrics
+from shardline.producer._result import Attempt, RecordResult
+from shardline.producer._sender import SendOutcome
 
 
 class Retrier:

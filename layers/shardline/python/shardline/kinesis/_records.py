@@ -2,7 +2,7 @@
 
 A `UserRecord` is what a caller hands to shardline: a partition key, a data blob and, rarely,
 an explicit hash key. Its hash key (`hash_key`) decides its shard. `validate` checks a whole
-batch against `shardline.limits` and reports every problem with the record's index and field,
+batch against `shardline.kinesis._limits` and reports every problem with the record's index and field,
 so a caller can reject a request before one byte reaches Kinesis.
 """
 
@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from shardline.limits import (
+from shardline.errors import InvalidRecord, RecordProblem
+from shardline.kinesis._limits import (
     DEFAULT_LIMITS,
     MAX_HASH_KEY,
     MAX_PARTITION_KEY_LENGTH,
@@ -31,31 +32,6 @@ class UserRecord(NamedTuple):
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
-
-
-class RecordProblem(NamedTuple):
-    """Why the record at `index` cannot be sent: which `field`, and a human `message`."""
-
-    index: int
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"record {self.index}: {self.field}: {self.message}"
-
-
-class InvalidRecord(ValueError):
-    """A batch holds at least one record Kinesis would reject. Nothing was sent.
-
-    `index`, `field` and `message` describe the first problem; `problems` lists all of them.
-    """
-
-    def __init__(self, problems: list[RecordProblem]) -> None:
-        self.problems = tuple(problems)
-        first = self.problems[0]
-        self.index, self.field, self.message = first.index, first.field, first.message
-        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-        super().__init__(f"{first}{more}")
 
 
 def md5_hash_key(partition_key: str) -> int:

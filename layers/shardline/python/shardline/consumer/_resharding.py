@@ -14,10 +14,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardline.aggregation import AggregationError, decode, is_aggregated
-from shardline.checkpoint import Lease, LeaseTable
-from shardline.positions import SHARD_END
-from shardline.shard_map import HashRange
+from shardline.consumer._leases import Lease, LeaseTable
+from shardline.errors import AggregationError
+from shardline.kinesis._positions import SHARD_END
+from shardline.kinesis._shard_map import HashRange
+from shardline.kpl._codec import decode, is_aggregated
+from shardline.protocols import KinesisReadClient
 
 _PROBE_PAGES = 20
 
@@ -25,7 +27,7 @@ _PROBE_PAGES = 20
 class ShardLineage:
     """Parents, hash ranges and parent completion, from ListShards and the lease table."""
 
-    def __init__(self, kinesis: Any, table: LeaseTable) -> None:
+    def __init__(self, kinesis: KinesisReadClient, table: LeaseTable) -> None:
         self._kinesis = kinesis
         self._table = table
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard

@@ -23,19 +23,21 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
 
-from shardline.collector import PutRecordsBatch
-from shardline.config import ProducerConfig
-from shardline.limiter import ShardLimiter
-from shardline.metrics import ProducerMetrics
-from shardline.partitioning import ByPartitionKey, Partitioner
-from shardline.records import UserRecord, validate
-from shardline.reducer import BufferedRecord, Reducer
-from shardline.result import RecordResult
-from shardline.retrier import PARTITIONER_ERROR, Retrier
-from shardline.sender import KinesisClient, SendOutcome, send
-from shardline.shard_map import ShardMap
+from shardline.errors import PARTITIONER_ERROR
+from shardline.kinesis._records import UserRecord, validate
+from shardline.kinesis._shard_map import ShardMap
+from shardline.producer._buffered import BufferedRecord
+from shardline.producer._collector import PutRecordsBatch
+from shardline.producer._config import ProducerConfig
+from shardline.producer._limiter import ShardLimiter
+from shardline.producer._metrics import ProducerMetrics
+from shardline.producer._partitioning import ByPartitionKey, Partitioner
+from shardline.producer._reducer import Reducer
+from shardline.producer._result import RecordResult
+from shardline.producer._retrier import Retrier
+from shardline.producer._sender import SendOutcome, send
+from shardline.protocols import KinesisClient, LambdaContext
 
 _NEVER = float("inf")
 #: A shard held back by its token buckets is looked at again no sooner than this: it then
@@ -43,7 +45,7 @@ _NEVER = float("inf")
 _LIMITER_TICK = 0.05
 
 
-def deadline_from_context(context: Any, margin: float = 1.0) -> float:
+def deadline_from_context(context: LambdaContext, margin: float = 1.0) -> float:
     """Seconds a Lambda invocation can spend flushing: its remaining time minus `margin`."""
     return max(0.0, context.get_remaining_time_in_millis() / 1000.0 - margin)
 

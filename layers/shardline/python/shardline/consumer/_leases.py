@@ -30,7 +30,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardline.positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.errors import LeaseLost, SinkConflict
+from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.protocols import DynamoDBClient
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 TRANSACTION_CANCELED = "TransactionCanceledException"
@@ -38,14 +40,6 @@ CANCELED_BY_CONDITION = "ConditionalCheckFailed"  # a cancellation reason of Tra
 MAX_TRANSACTION_ITEMS = 100
 MAX_TRANSACTION_BYTES = 4_000_000  # DynamoDB's 4 MB per transaction, with headroom for the checkpoint
 _TAKE_ATTEMPTS = 5
-
-
-class LeaseLost(Exception):
-    """Another invocation took the lease: stop, write nothing more."""
-
-
-class SinkConflict(Exception):
-    """A sink write in a checkpoint transaction failed its own condition; nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +86,14 @@ class LeaseTable:
     """Leases and checkpoints of one consumer group, in one DynamoDB table."""
 
     def __init__(
-        self, dynamodb_client: Any, table_name: str, *, clock: Callable[[], float] = time.time
+        self, dynamodb_client: DynamoDBClient, table_name: str, *, clock: Callable[[], float] = time.time
     ) -> None:
         self._client = dynamodb_client
         self.table_name = table_name
         self._clock = clock
 
     @staticmethod
-    def create(dynamodb_client: Any, table_name: str) -> None:
+    def create(dynamodb_client: DynamoDBClient, table_name: str) -> None:
         """Create the table (PAY_PER_REQUEST, hash key `leaseKey`): for tests and the local runtime;
         deployed tables come from the CDK app."""
         dynamodb_client.create_table(

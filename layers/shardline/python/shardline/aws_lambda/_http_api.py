@@ -28,12 +28,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardline.config import THROTTLE_ERROR_CODES, ProducerConfig
-from shardline.http_records import InvalidRecords, to_user_records
-from shardline.limits import DEFAULT_LIMITS, Limits, MiB
-from shardline.records import RecordProblem, UserRecord
-from shardline.result import RecordResult
-from shardline.retrier import EXPIRED, PARTITIONER_ERROR
+from shardline.aws_lambda._http_records import to_user_records
+from shardline.errors import (
+    EXPIRED,
+    PARTITIONER_ERROR,
+    UNAVAILABLE_ERROR_CODES,
+    ConfigurationError,
+    InvalidRecord,
+    RecordProblem,
+    RequestRejected,
+)
+from shardline.kinesis._limits import DEFAULT_LIMITS, Limits, MiB
+from shardline.kinesis._records import UserRecord
+from shardline.producer._config import ProducerConfig
+from shardline.producer._result import RecordResult
 
 JSON_MEDIA_TYPE = "application/json"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
@@ -52,27 +60,11 @@ MAX_FLUSH_SECONDS = API_GATEWAY_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
 #: What `Retry-After` says on a 503: Kinesis meters each shard per second.
 RETRY_AFTER_SECONDS = 1
 
-#: Final error codes that mean "the stream cannot take writes right now": throttled or unavailable.
-UNAVAILABLE_ERROR_CODES = THROTTLE_ERROR_CODES | frozenset(
-    {
-        "KMSThrottlingException",
-        "KMSUnavailableException",
-        "ResourceNotFoundException",
-        "ResourceInUseException",
-        "InternalFailure",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-    }
-)
 #: Codes of results that never reached Kinesis (decisions, not attempts).
 _NOT_SENT_CODES = frozenset({EXPIRED, PARTITIONER_ERROR})
 
 _UTF8 = frozenset({"utf-8", "utf8"})
 _MAX_LOGGED_PROBLEMS = 20
-
-
-class ConfigurationError(ValueError):
-    """The function's environment does not describe a usable API (a deployment bug: answer 500)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +96,6 @@ class ApiResponse:
     def json(self) -> str:
         """The body as compact JSON text."""
         return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False)
-
-
-class RequestRejected(Exception):
-    """The request cannot be served; `response` says why (4xx). Nothing was sent."""
-
-    def __init__(self, response: ApiResponse) -> None:
-        super().__init__(response.body.get("message", ""))
-        self.response = response
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +224,7 @@ def parse_request(
         items = parse_json_body(text, max_records=settings.max_records_per_request)
     try:
         return PutRequest(route, to_user_records(items, route.limits))
-    except InvalidRecords as invalid:
+    except InvalidRecord as invalid:
         raise RequestRejected(validation_response(invalid.problems)) from None
 
 

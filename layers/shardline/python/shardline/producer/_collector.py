@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardline.reducer import KinesisRecord
+from shardline.producer._buffered import KinesisRecord
 
 
 class PutRecordsBatch:

@@ -1,22 +1,15 @@
-"""Reducer: turns the user records bound for one predicted shard into Kinesis records.
+"""The records inside the producer: a buffered user record, and one entry of a PutRecords request.
 
-Records of one shard are packed, in order, into KPL aggregates of at most
-`aggregation_max_size` bytes (counted as Kinesis meters a record: payload plus partition key)
-and `aggregation_max_count` records. An aggregate only ever holds records the current shard
-map puts in the same shard. It is sent with partition key "a" and its first record's hash key
-as explicit hash key, so Kinesis routes it by that record. A lone record — or any record
-whose shard is unknown — is sent as a plain Kinesis record with its own keys.
+Every stage passes these along: the reducer packs `BufferedRecord`s into `KinesisRecord`s, the
+collector packs those into requests, and the retrier writes each attempt back onto the members.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 
-from shardline.aggregation import AggregateBuilder
-from shardline.records import UserRecord, hash_key
-from shardline.result import Attempt, RecordResult
-
-AGGREGATE_PARTITION_KEY = "a"
+from shardline.kinesis._records import UserRecord, hash_key
+from shardline.producer._result import Attempt, RecordResult
 
 
 class BufferedRecord:
@@ -99,45 +92,3 @@ class KinesisRecord:
         if self.explicit_hash_key is not None:
             entry["ExplicitHashKey"] = self.explicit_hash_key
         return entry
-
-
-def single(member: BufferedRecord) -> KinesisRecord:
-    """A Kinesis record carrying one user record with its own keys."""
-    record = member.record
-    return KinesisRecord(
-        [member], record.partition_key, record.explicit_hash_key, record.data, member.predicted_shard
-    )
-
-
-class Reducer:
-    """Builds one Kinesis record at a time from a shard's queue, filling it up to the caps."""
-
-    def __init__(self, *, max_size: int, max_count: int, enabled: bool = True) -> None:
-        self._max_size = max_size
-        self._max_count = max_count
-        self._enabled = enabled
-
-    def take(self, queue: list[BufferedRecord], predicted_shard: str | None) -> KinesisRecord:
-        """Pop the longest prefix of `queue` (ordered, oldest last) that fits one Kinesis record.
-
-        `queue` is a stack: the next record is `queue[-1]`. It must not be empty.
-        """
-        first = queue.pop()
-        if predicted_shard is None or not self._enabled or not queue:
-            return single(first)
-        cap = self._max_size - len(AGGREGATE_PARTITION_KEY)
-        builder = AggregateBuilder()
-        builder.add(first.record)
-        members = [first]
-        while queue and builder.count < self._max_count and builder.add(queue[-1].record, cap):
-            members.append(queue.pop())
-        if len(members) == 1:
-            return single(first)
-        return KinesisRecord(
-            members, AGGREGATE_PARTITION_KEY, str(first.hash_key), builder.build(), predicted_shard
-        )
-
-    @staticmethod
-    def give_back(queue: list[BufferedRecord], kinesis_record: KinesisRecord) -> None:
-        """Return an unsent Kinesis record's members to the front of `queue`, order kept."""
-        queue.extend(reversed(kinesis_record.members))

@@ -15,10 +15,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from shardline.checkpoint import LeaseTable
-from shardline.consumer import KinesisConsumer, RecordHandler
-from shardline.dead_letters import DeadLetterQueue
-from shardline.emf import publish
+from shardline.aws_lambda._emf import publish_metrics
+from shardline.consumer._consumer import KinesisConsumer
+from shardline.consumer._dead_letters import DeadLetterQueue
+from shardline.consumer._leases import LeaseTable
+from shardline.consumer._settings import RecordHandler
 
 
 class ConsumerFunction:
@@ -84,5 +85,5 @@ class ConsumerFunction:
             return consumer.process(event, context)
         finally:
             snapshot = consumer.metrics.snapshot()
-            publish(metrics, snapshot, since=self.published)
+            publish_metrics(metrics, snapshot, since=self.published)
             self.published = snapshot

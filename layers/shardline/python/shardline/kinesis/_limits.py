@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardline.errors import ConfigurationError
+
 KiB = 1024
 MiB = 1024 * KiB
 
@@ -45,21 +47,21 @@ class Limits:
 
     def __post_init__(self) -> None:
         if not MIN_MAX_RECORD_SIZE <= self.max_record_size <= MAX_MAX_RECORD_SIZE:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_record_size must be within {MIN_MAX_RECORD_SIZE}..{MAX_MAX_RECORD_SIZE} bytes, "
                 f"got {self.max_record_size}"
             )
         if not 1 <= self.max_records_per_request <= 500:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_records_per_request must be within 1..500, got {self.max_records_per_request}"
             )
         if not self.max_record_size <= self.max_request_size <= max(5 * MiB, self.max_record_size):
-            raise ValueError(
+            raise ConfigurationError(
                 "max_request_size must hold at least one record and stay within the service's request "
                 f"limit, got {self.max_request_size}"
             )
         if self.shard_write_records_per_second <= 0 or self.shard_write_bytes_per_second <= 0:
-            raise ValueError("per-shard write rates must be positive")
+            raise ConfigurationError("per-shard write rates must be positive")
 
     @classmethod
     def for_max_record_size(cls, max_record_size: int) -> Limits:

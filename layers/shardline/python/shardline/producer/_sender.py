@@ -7,19 +7,12 @@ error code, or `Internal` for anything else, as the KPL does), and the retrier d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from shardline.collector import PutRecordsBatch
-
-
-class KinesisClient(Protocol):
-    """The part of a boto3 Kinesis client the producer uses."""
-
-    def put_records(self, **kwargs: Any) -> Mapping[str, Any]: ...
-
-    def list_shards(self, **kwargs: Any) -> Mapping[str, Any]: ...
+from shardline.producer._collector import PutRecordsBatch
+from shardline.protocols import KinesisClient
 
 
 class SendOutcome(NamedTuple):

@@ -1,0 +1,66 @@
+"""Consumer groups for Lambda: de-aggregate, skip what was processed, checkpoint what survived.
+
+    from shardline.consumer import KinesisConsumer, ConsumedRecord, LeaseTable, DeadLetterQueue
+
+    consumer = KinesisConsumer("orders", LeaseTable(dynamodb, "orders-leases"), kinesis=kinesis)
+
+    @consumer.handler
+    def handle(record: ConsumedRecord) -> None: ...
+
+    def lambda_handler(event, context):
+        return consumer.process(event, context)   # {"batchItemFailures": [...]}
+
+Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
+invocation's work on one shard and its pending transaction), `_deaggregation` (events to user
+records), `_leases` (the KCL-compatible lease/checkpoint table), `_dead_letters` (poison records,
+whole, in SQS), `_resharding` (parents before children), `_metrics`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardline.consumer._consumer import KinesisConsumer as KinesisConsumer
+    from shardline.consumer._dead_letters import DeadLetterQueue as DeadLetterQueue
+    from shardline.consumer._dead_letters import dead_letter_message as dead_letter_message
+    from shardline.consumer._deaggregation import ConsumedRecord as ConsumedRecord
+    from shardline.consumer._deaggregation import deaggregate as deaggregate
+    from shardline.consumer._deaggregation import stream_and_shard as stream_and_shard
+    from shardline.consumer._leases import MAX_TRANSACTION_ITEMS as MAX_TRANSACTION_ITEMS
+    from shardline.consumer._leases import Lease as Lease
+    from shardline.consumer._leases import LeaseTable as LeaseTable
+    from shardline.consumer._metrics import ConsumerMetrics as ConsumerMetrics
+    from shardline.consumer._resharding import ShardLineage as ShardLineage
+    from shardline.consumer._settings import BatchHandler as BatchHandler
+    from shardline.consumer._settings import ConsumerSettings as ConsumerSettings
+    from shardline.consumer._settings import RecordHandler as RecordHandler
+    from shardline.consumer._settings import Writes as Writes
+    from shardline.errors import EventError as EventError
+    from shardline.errors import LeaseLost as LeaseLost
+    from shardline.errors import SinkConflict as SinkConflict
+
+_EXPORTS = {
+    "KinesisConsumer": "_consumer",
+    "ConsumerSettings": "_settings",
+    "RecordHandler": "_settings",
+    "BatchHandler": "_settings",
+    "Writes": "_settings",
+    "ConsumedRecord": "_deaggregation",
+    "deaggregate": "_deaggregation",
+    "stream_and_shard": "_deaggregation",
+    "LeaseTable": "_leases",
+    "Lease": "_leases",
+    "MAX_TRANSACTION_ITEMS": "_leases",
+    "DeadLetterQueue": "_dead_letters",
+    "dead_letter_message": "_dead_letters",
+    "ShardLineage": "_resharding",
+    "ConsumerMetrics": "_metrics",
+    "EventError": "shardline.errors",
+    "LeaseLost": "shardline.errors",
+    "SinkConflict": "shardline.errors",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

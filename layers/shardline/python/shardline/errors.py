@@ -1,0 +1,149 @@
+"""What can go wrong in shardline: one exception tree, and the error codes of record results.
+
+Every exception shardline raises on purpose derives from `ShardlineError`; where callers have
+always caught `ValueError`, the class is a `ValueError` too::
+
+    ShardlineError
+    ├── ConfigurationError (ValueError)   a setting, limit or environment variable is unusable
+    ├── InvalidRecord (ValueError)        records Kinesis would reject; `problems` names each
+    │                                     record's index and field; nothing was sent
+    ├── AggregationError (ValueError)     bytes claim to be a KPL aggregate but do not decode
+    ├── EventError (ValueError)           a Lambda Kinesis event record is malformed
+    ├── RequestRejected                   an HTTP request answered 4xx; `response` says why
+    ├── LeaseLost                         another invocation took the shard's lease: stop
+    └── SinkConflict                      a sink write in a checkpoint transaction failed
+                                          its own condition; nothing was written
+
+A `RecordResult` that failed carries an `error_code`: Kinesis's own (for example
+`ProvisionedThroughputExceededException`) or one of shardline's decisions below.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from shardline.aws_lambda._http_api import ApiResponse
+
+__all__ = [
+    "COUNT_MISMATCH",
+    "EXPIRED",
+    "PARTITIONER_ERROR",
+    "PERMANENT_ERROR_CODES",
+    "THROTTLE_ERROR_CODES",
+    "UNAVAILABLE_ERROR_CODES",
+    "WRONG_SHARD",
+    "AggregationError",
+    "ConfigurationError",
+    "EventError",
+    "InvalidRecord",
+    "LeaseLost",
+    "RecordProblem",
+    "RequestRejected",
+    "ShardlineError",
+    "SinkConflict",
+]
+
+# -- error codes of record results -------------------------------------------------------------
+
+#: The record's TTL or the flush deadline passed before it could be sent (or sent again).
+EXPIRED = "Expired"
+#: The record landed in a shard whose hash range does not hold it; it is retried.
+WRONG_SHARD = "Wrong Shard"
+#: The PutRecords response held a different number of entries than the request.
+COUNT_MISMATCH = "RecordCountMismatch"
+#: The partitioner raised on this record; it was never sent.
+PARTITIONER_ERROR = "PartitionerError"
+
+#: Codes that mean "slow down", per record or per request.
+THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
+
+#: Request-level codes that no retry can fix: the producer fails the records at once instead of
+#: retrying them until their TTL (the KPL retries them; a Lambda cannot wait).
+PERMANENT_ERROR_CODES = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "ValidationException",
+        "InvalidArgumentException",
+        "UnrecognizedClientException",
+    }
+)
+
+#: Final codes that mean "the stream cannot take writes right now": throttled or unavailable.
+UNAVAILABLE_ERROR_CODES = THROTTLE_ERROR_CODES | frozenset(
+    {
+        "KMSThrottlingException",
+        "KMSUnavailableException",
+        "ResourceNotFoundException",
+        "ResourceInUseException",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+
+# -- exceptions --------------------------------------------------------------------------------
+
+
+class ShardlineError(Exception):
+    """The base of every exception shardline raises on purpose."""
+
+
+class ConfigurationError(ShardlineError, ValueError):
+    """A setting, limit or environment variable is unusable; the message names it."""
+
+
+class RecordProblem(NamedTuple):
+    """Why the record at `index` cannot be sent: which `field`, and a human `message`."""
+
+    index: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"record {self.index}: {self.field}: {self.message}"
+
+
+class InvalidRecord(ShardlineError, ValueError):
+    """A batch holds at least one record Kinesis would reject. Nothing was sent.
+
+    `problems` lists every problem; `index`, `field` and `message` describe the first.
+    """
+
+    def __init__(self, problems: list[RecordProblem]) -> None:
+        if not problems:
+            raise ValueError("InvalidRecord needs at least one problem")
+        self.problems = tuple(problems)
+        first = self.problems[0]
+        self.index, self.field, self.message = first.index, first.field, first.message
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+class AggregationError(ShardlineError, ValueError):
+    """A payload claimed to be a KPL aggregate but cannot be decoded exactly."""
+
+
+class EventError(ShardlineError, ValueError):
+    """A Lambda Kinesis event record is malformed; names the record index and the field."""
+
+    def __init__(self, index: int, field: str, message: str) -> None:
+        self.index, self.field = index, field
+        super().__init__(f"event record {index}: {field}: {message}")
+
+
+class RequestRejected(ShardlineError):
+    """An HTTP request cannot be served; `response` is the 4xx answer. Nothing was sent."""
+
+    def __init__(self, response: ApiResponse) -> None:
+        super().__init__(response.body.get("message", ""))
+        self.response = response
+
+
+class LeaseLost(ShardlineError):
+    """Another invocation took the lease: stop, write nothing more."""
+
+
+class SinkConflict(ShardlineError):
+    """A sink write in a checkpoint transaction failed its own condition; nothing was written."""

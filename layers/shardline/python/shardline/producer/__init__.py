@@ -1,0 +1,54 @@
+"""The producer: lands user records in Kinesis, aggregated per predicted shard, with a result each.
+
+    from shardline.producer import Producer, ProducerConfig, UserRecord
+
+    producer = Producer(boto3.client("kinesis"), "events", config=ProducerConfig(record_ttl=10))
+    results = producer.put_many([UserRecord("user-1", b"hello")], deadline=5.0)
+
+The pipeline, one private module per stage, each with its contract in its docstring::
+
+    UserRecord -> partitioner (_partitioning) -> ShardMap.predict -> _reducer (KPL aggregates
+    per shard) -> _collector (PutRecords requests) -> _limiter (per-shard token buckets)
+    -> _sender (one PutRecords call) -> _retrier (classify: done, retry, fail) -> RecordResult
+
+`_producer` drives it; `_buffered` holds the records every stage passes along.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardline.errors import InvalidRecord as InvalidRecord
+    from shardline.kinesis._records import UserRecord as UserRecord
+    from shardline.producer._config import ProducerConfig as ProducerConfig
+    from shardline.producer._metrics import ProducerMetrics as ProducerMetrics
+    from shardline.producer._partitioning import ByExplicitHashKey as ByExplicitHashKey
+    from shardline.producer._partitioning import ByPartitionKey as ByPartitionKey
+    from shardline.producer._partitioning import Partitioner as Partitioner
+    from shardline.producer._partitioning import RandomShard as RandomShard
+    from shardline.producer._partitioning import RoundRobin as RoundRobin
+    from shardline.producer._producer import Producer as Producer
+    from shardline.producer._producer import deadline_from_context as deadline_from_context
+    from shardline.producer._result import Attempt as Attempt
+    from shardline.producer._result import RecordResult as RecordResult
+
+_EXPORTS = {
+    "Producer": "_producer",
+    "deadline_from_context": "_producer",
+    "ProducerConfig": "_config",
+    "RecordResult": "_result",
+    "Attempt": "_result",
+    "ProducerMetrics": "_metrics",
+    "Partitioner": "_partitioning",
+    "ByPartitionKey": "_partitioning",
+    "ByExplicitHashKey": "_partitioning",
+    "RoundRobin": "_partitioning",
+    "RandomShard": "_partitioning",
+    "UserRecord": "shardline.kinesis._records",
+    "InvalidRecord": "shardline.errors",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -113,10 +113,10 @@ def test_at_the_deadline_in_flight_records_finish_and_queued_ones_expire(stream)
     producer = Producer(slow, name, config=config)
     records = [UserRecord("one-key", f"{i}".encode()) for i in range(600)]  # one shard: 500 + 100
 
-    started = time.monotonic()
     results = producer.put_many(records, deadline=0.2)
 
-    assert time.monotonic() - started < 2.0
+    # No wall-clock bound: the behaviour is that nothing starts after the deadline, which the
+    # request count proves whatever the machine's load.
     assert all(r.success for r in results[:500]), "the request in flight at the deadline was awaited"
     assert all(r.error_code == "Expired" and "deadline" in r.error_message for r in results[500:])
-    assert len(slow.requests) == 1
+    assert len(slow.requests) == 1, "no request started after the deadline"

@@ -15,7 +15,7 @@ help:
 	@echo "make test    ruff, then pytest (unit + integration on loopback); PYTEST_ARGS=... to filter"
 	@echo "make lint    ruff only"
 	@echo "make bench   run the benchmarks (python -m bench)"
-	@echo "make local   run the whole pipeline on loopback (not there yet)"
+	@echo "make local   run the whole pipeline on loopback (not in this release yet: prints what it will do)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
 	@echo "make deploy  deploy the CDK app to the account of your AWS credentials"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
@@ -42,7 +42,9 @@ bench: setup
 	$(PY) -m bench
 
 local:
-	@echo "make local: not there yet - the local runtime arrives with a later issue." >&2
+	@echo "make local: the local runtime is not in this release yet. It will run the whole pipeline on" >&2
+	@echo "this machine (REST API on 127.0.0.1:3000, an AWS endpoint on 127.0.0.1:4566, the consumer" >&2
+	@echo "groups and the dashboard) from the synthesized CDK app. Until then: make test, make synth." >&2
 	@exit 1
 
 synth: setup

@@ -1,7 +1,7 @@
 """The consumer path: `KinesisConsumer.process` on a Lambda event of KPL aggregates, vs Powertools.
 
 The event is what the Kinesis event-source mapping hands a Lambda function: 25 Kinesis records,
-each a real KPL aggregate made with `shardline.kpl._codec.encode` and holding 400 user records
+each a real KPL aggregate made with `shardline.kpl.encode` and holding 400 user records
 of 100 bytes (10,000 in all, partition keys drawn from 1,000). shardline's consumer runs
 unchanged against `FakeLeaseTable`, an in-process lease table with the semantics of
 `shardline.consumer._leases.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,

@@ -6,7 +6,7 @@ shard the entry's hash key really lands in. Sleeps are skipped (`SkippingClock`)
 producer's per-shard rate limiter paces without making the benchmark wait.
 
 The KPL side is a model: aiokpl's aggregator only exists as an anyio-driven async API (no
-synchronous entry point), so the KPL defaults are modelled with `shardline.kpl._codec.
+synchronous entry point), so the KPL defaults are modelled with `shardline.kpl.
 AggregateBuilder`: per predicted shard, records in order packed into aggregates of at most
 AggregationMaxSize = 51,200 bytes (as Kinesis meters them, with partition key "a"); an aggregate
 of one record goes as a plain record with its own keys.

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardline.kinesis import MAX_HASH_KEY, UserRecord
-from shardline.kpl._codec import (
+from shardline.kpl import (
     DIGEST_SIZE,
     FRAMING_SIZE,
     MAGIC,
@@ -26,8 +26,8 @@ from shardline.kpl._codec import (
     decode,
     encode,
     is_aggregated,
-    varint_size,
 )
+from shardline.kpl._encode import varint_size
 
 # Aggregated records produced by the real KPL (from the awslabs kinesis-aggregation test suite,
 # Apache-2.0), kept in the repository so the tests need nothing outside it.

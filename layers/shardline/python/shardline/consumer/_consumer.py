@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import stream_and_shard
@@ -34,7 +34,9 @@ from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
 from shardline.consumer._shard_run import GroupRuntime, ShardRun
 from shardline.errors import ConfigurationError
-from shardline.protocols import KinesisReadClient, LambdaContext
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import KinesisReadClient, LambdaContext
 
 
 class KinesisConsumer:

@@ -11,10 +11,12 @@ import base64
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._deaggregation import ConsumedRecord
-from shardline.protocols import SQSClient
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import SQSClient
 
 
 class DeadLetterQueue:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from shardline.errors import AggregationError, EventError
 from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
-from shardline.kpl._codec import decode, is_aggregated
+from shardline.kpl._decode import decode, is_aggregated
 
 
 class ConsumedRecord(NamedTuple):

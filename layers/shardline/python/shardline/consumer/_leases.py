@@ -26,13 +26,15 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from shardline.errors import LeaseLost, SinkConflict
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
-from shardline.protocols import DynamoDBClient
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import DynamoDBClient
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 TRANSACTION_CANCELED = "TransactionCanceledException"

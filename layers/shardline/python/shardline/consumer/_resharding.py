@@ -10,7 +10,7 @@ A parent without a row, or no longer listed (trimmed past retention), does not b
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -18,8 +18,10 @@ from shardline.consumer._leases import Lease, LeaseTable
 from shardline.errors import AggregationError
 from shardline.kinesis._positions import SHARD_END
 from shardline.kinesis._shard_map import HashRange
-from shardline.kpl._codec import decode, is_aggregated
-from shardline.protocols import KinesisReadClient
+from shardline.kpl._decode import decode, is_aggregated
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import KinesisReadClient
 
 _PROBE_PAGES = 20
 

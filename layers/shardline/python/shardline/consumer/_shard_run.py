@@ -13,7 +13,7 @@ import bisect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord, deaggregate
@@ -24,7 +24,9 @@ from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordH
 from shardline.consumer._transaction import PendingTransaction, checked_writes
 from shardline.errors import LeaseLost
 from shardline.kinesis._positions import Position
-from shardline.protocols import LambdaContext
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import LambdaContext
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ MAX_MAX_RECORD_SIZE = 10 * MiB
 PUT_PAYLOAD_UNIT = 25 * KiB
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: a few instances, and slots=True builds the class twice (cold starts)
 class Limits:
     """The limits one stream enforces.
 

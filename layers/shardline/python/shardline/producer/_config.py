@@ -8,7 +8,7 @@ from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis._limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: a few instances, and slots=True builds the class twice (cold starts)
 class ProducerConfig:
     """How the producer aggregates, collects, paces and retries.
 

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
 
 from shardline.errors import PARTITIONER_ERROR
 from shardline.kinesis._records import UserRecord, validate
@@ -37,7 +38,9 @@ from shardline.producer._reducer import Reducer
 from shardline.producer._result import RecordResult
 from shardline.producer._retrier import Retrier
 from shardline.producer._sender import SendOutcome, send
-from shardline.protocols import KinesisClient, LambdaContext
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import KinesisClient, LambdaContext
 
 _NEVER = float("inf")
 #: A shard held back by its token buckets is looked at again no sooner than this: it then

@@ -10,7 +10,7 @@ whose shard is unknown — is sent as a plain Kinesis record with its own keys.
 
 from __future__ import annotations
 
-from shardline.kpl._codec import AggregateBuilder
+from shardline.kpl._encode import AggregateBuilder
 from shardline.producer._buffered import BufferedRecord, KinesisRecord
 
 AGGREGATE_PARTITION_KEY = "a"

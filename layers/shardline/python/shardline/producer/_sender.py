@@ -7,12 +7,14 @@ error code, or `Internal` for anything else, as the KPL does), and the retrier d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
 from shardline.producer._collector import PutRecordsBatch
-from shardline.protocols import KinesisClient
+
+if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.protocols import KinesisClient
 
 
 class SendOutcome(NamedTuple):

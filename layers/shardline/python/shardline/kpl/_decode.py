@@ -1,0 +1,202 @@
+"""Decoding KPL aggregated records (the wire format is drawn in `_encode`): a fast path for the
+layout every KPL writes, and a generic protobuf reader that skips unknown fields and names the fault.
+"""
+
+from __future__ import annotations
+
+from shardline.errors import AggregationError
+from shardline.kinesis._records import UserRecord
+from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5
+
+
+def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Decode a varint at `pos`; return (value, position after it). Rejects truncation and > 64 bits."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise AggregationError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 64:
+            raise AggregationError("varint longer than 64 bits")
+
+
+def _skip_field(buf: bytes, pos: int, end: int, tag: int) -> int:
+    """Skip an unknown field whose tag was just read; return the position after it."""
+    wire_type = tag & 7
+    if wire_type == 0:
+        return _read_varint(buf, pos, end)[1]
+    if wire_type == 1:
+        pos += 8
+    elif wire_type == 2:
+        length, pos = _read_varint(buf, pos, end)
+        pos += length
+    elif wire_type == 5:
+        pos += 4
+    else:
+        raise AggregationError(f"unsupported protobuf wire type {wire_type}")
+    if pos > end:
+        raise AggregationError("truncated field")
+    return pos
+
+
+
+
+def is_aggregated(payload: bytes) -> bool:
+    """True if `payload` is framed as a KPL aggregate (magic and room for an MD5). Cheap: no hashing."""
+    return len(payload) >= FRAMING_SIZE and payload[:4] == MAGIC
+
+
+def decode(payload: bytes) -> list[UserRecord]:
+    """Decode a KPL aggregated record into its user records, in order.
+
+    Raises `AggregationError` on a bad magic, an MD5 mismatch, truncation, or an index that
+    points outside its table. Unknown fields and tags are skipped. A record without a hash-key
+    index has `explicit_hash_key=None`.
+    """
+    if not is_aggregated(payload):
+        raise AggregationError("not a KPL aggregated record (missing magic F3 89 9A C2)")
+    payload = bytes(payload)  # a no-op for bytes; slices of it below are the records' data
+    end = len(payload) - DIGEST_SIZE
+    if _md5(memoryview(payload)[4:end]).digest() != payload[end:]:
+        raise AggregationError("MD5 trailer does not match the aggregated record body")
+    try:
+        records = _decode_canonical(payload, 4, end)
+    except (IndexError, UnicodeDecodeError):  # malformed: let the generic decoder name the fault
+        records = None
+    return records if records is not None else _decode_generic(payload[4:end])
+
+
+def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None:
+    """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
+    in order, varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
+    Returns None at the first deviation (the generic decoder then decides), so this function
+    never has to be right about malformed input. A read may run past `end` into the MD5
+    trailer, but every record must end exactly where its length says, within `end`."""
+    pk_table: list[str] = []
+    ehk_table: list[str] = []
+    while pos < end:
+        tag = buf[pos]
+        if tag != 0x0A and tag != 0x12:
+            break
+        n = buf[pos + 1]
+        pos += 2
+        if n >= 0x80 or pos + n > end:
+            return None
+        (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + n].decode("utf-8"))
+        pos += n
+    out: list[UserRecord] = []
+    append = out.append
+    make = tuple.__new__
+    while pos < end:
+        if buf[pos] != 0x1A:
+            return None
+        n = buf[pos + 1]
+        pos += 2
+        if n >= 0x80:
+            b = buf[pos]
+            pos += 1
+            if b >= 0x80:
+                return None
+            n = (n & 0x7F) | (b << 7)
+        rec_end = pos + n
+        if rec_end > end or buf[pos] != 0x08:
+            return None
+        k = buf[pos + 1]
+        pos += 2
+        if k >= 0x80:
+            b = buf[pos]
+            pos += 1
+            if b >= 0x80:
+                return None
+            k = (k & 0x7F) | (b << 7)
+        t = buf[pos]
+        if t == 0x10:
+            e = buf[pos + 1]
+            pos += 2
+            if e >= 0x80:
+                return None
+            ehk = ehk_table[e]
+            t = buf[pos]
+        else:
+            ehk = None
+        if t != 0x1A:
+            return None
+        n = buf[pos + 1]
+        pos += 2
+        if n >= 0x80:
+            b = buf[pos]
+            pos += 1
+            if b >= 0x80:
+                return None
+            n = (n & 0x7F) | (b << 7)
+        data_end = pos + n
+        if data_end != rec_end:
+            return None
+        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk)))
+        pos = data_end
+    return out
+
+
+def _decode_generic(buf: bytes) -> list[UserRecord]:
+    """Any valid protobuf layout: fields in any order, any varint encoding, unknown fields and
+    tags skipped. The slow path: clarity over speed."""
+    pk_table: list[str] = []
+    ehk_table: list[str] = []
+    raw: list[tuple[int, int, bytes]] = []  # (partition key index, hash key index or -1, data)
+    pos = 0
+    end = len(buf)
+    try:
+        while pos < end:
+            tag, pos = _read_varint(buf, pos, end)
+            if tag == 0x1A:  # a Record
+                length, pos = _read_varint(buf, pos, end)
+                if pos + length > end:
+                    raise AggregationError("truncated record")
+                raw.append(_decode_record(buf, pos, pos + length, len(raw)))
+                pos += length
+            elif tag == 0x0A or tag == 0x12:  # a partition key or explicit hash key table entry
+                length, pos = _read_varint(buf, pos, end)
+                if pos + length > end:
+                    raise AggregationError("truncated key table entry")
+                (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + length].decode("utf-8"))
+                pos += length
+            else:
+                pos = _skip_field(buf, pos, end, tag)
+    except UnicodeDecodeError:
+        raise AggregationError("a key table entry is not valid UTF-8") from None
+    try:
+        return [
+            UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None)
+            for pk_i, ehk_i, data in raw
+        ]
+    except IndexError:
+        raise AggregationError("a record's key index points outside its table") from None
+
+
+def _decode_record(buf: bytes, pos: int, end: int, number: int) -> tuple[int, int, bytes]:
+    pk_i = -1
+    ehk_i = -1
+    data = None
+    while pos < end:
+        field, pos = _read_varint(buf, pos, end)
+        if field == 0x1A:
+            length, pos = _read_varint(buf, pos, end)
+            if pos + length > end:
+                raise AggregationError(f"record {number}: truncated data")
+            data = buf[pos : pos + length]
+            pos += length
+        elif field == 0x08:
+            pk_i, pos = _read_varint(buf, pos, end)
+        elif field == 0x10:
+            ehk_i, pos = _read_varint(buf, pos, end)
+        else:
+            pos = _skip_field(buf, pos, end, field)
+    if pk_i < 0 or data is None:
+        raise AggregationError(f"record {number} lacks its partition key index or data")
+    return pk_i, ehk_i, data

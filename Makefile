@@ -12,8 +12,8 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 help:
 	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
-	@echo "make test    ruff, then pytest (unit + integration on loopback); PYTEST_ARGS=... to filter"
-	@echo "make lint    ruff only"
+	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
+	@echo "make lint    ruff and mypy only"
 	@echo "make bench   run the benchmarks (python -m bench)"
 	@echo "make local   run the whole pipeline on loopback (not in this release yet: prints what it will do)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
@@ -33,10 +33,12 @@ node_modules/.stamp: package.json package-lock.json
 
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(PY) -m bench

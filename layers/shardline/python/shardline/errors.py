@@ -97,7 +97,8 @@ class ConfigurationError(ShardlineError, ValueError):
 class RecordProblem(NamedTuple):
     """Why the record at `index` cannot be sent: which `field`, and a human `message`."""
 
-    index: int
+    # `index` shadows tuple.index on purpose: the HTTP contract answers `{index, field, message}`.
+    index: int  # type: ignore[assignment]
     field: str
     message: str
 

@@ -81,7 +81,7 @@ def _lease_of(item: Mapping[str, Any]) -> Lease:
 
 
 def _code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 class LeaseTable:

@@ -96,7 +96,7 @@ class ShardLineage:
         try:
             iterator = self._kinesis.get_shard_iterator(**request)["ShardIterator"]
         except ClientError as exc:
-            return exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+            return bool(exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException")
         for _ in range(_PROBE_PAGES):
             response = self._kinesis.get_records(ShardIterator=iterator, Limit=100)
             for record in response.get("Records", ()):

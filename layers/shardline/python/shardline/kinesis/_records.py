@@ -72,7 +72,8 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
     if not isinstance(record, UserRecord):
         return [RecordProblem(index, "record", f"expected a UserRecord, got {type(record).__name__}")]
     problems: list[RecordProblem] = []
-    key = record.partition_key
+    # Typed as object: a caller's record may hold anything at run time, and that is what is checked.
+    key: object = record.partition_key
     key_bytes = 0
     if not isinstance(key, str):
         problems.append(RecordProblem(index, "partition_key", f"must be a str, got {type(key).__name__}"))
@@ -90,7 +91,7 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
             key_bytes = len(key.encode("utf-8"))
         except UnicodeEncodeError:
             problems.append(RecordProblem(index, "partition_key", "is not encodable as UTF-8"))
-    data = record.data
+    data: object = record.data
     if not isinstance(data, bytes):
         problems.append(RecordProblem(index, "data", f"must be bytes, got {type(data).__name__}"))
     elif len(data) + key_bytes > limits.max_record_size:
@@ -102,7 +103,7 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
                 f"the stream accepts at most {limits.max_record_size}",
             )
         )
-    ehk = record.explicit_hash_key
+    ehk: object = record.explicit_hash_key
     if ehk is not None:
         if not isinstance(ehk, str):
             problems.append(

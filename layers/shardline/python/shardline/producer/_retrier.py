@@ -73,9 +73,10 @@ class Retrier:
                 self._failed(kinesis_record, outcome, COUNT_MISMATCH, message, give_up=True)
             return
         for kinesis_record, entry in zip(batch.records, outcome.entries, strict=True):
-            code = entry.get("ErrorCode")
-            if code:
-                self._failed(kinesis_record, outcome, code, entry.get("ErrorMessage") or "", give_up=False)
+            entry_code = entry.get("ErrorCode")
+            if entry_code:
+                entry_message = entry.get("ErrorMessage") or ""
+                self._failed(kinesis_record, outcome, entry_code, entry_message, give_up=False)
             else:
                 self._succeeded(kinesis_record, outcome, entry)
 

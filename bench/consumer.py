@@ -3,7 +3,7 @@
 The event is what the Kinesis event-source mapping hands a Lambda function: 25 Kinesis records,
 each a real KPL aggregate made with `shardline.kpl.encode` and holding 400 user records
 of 100 bytes (10,000 in all, partition keys drawn from 1,000). shardline's consumer runs
-unchanged against `FakeLeaseTable`, an in-process lease table with the semantics of
+unchanged against `InMemoryLeaseTable`, an in-process lease table with the semantics of
 `shardline.consumer._leases.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,
 increments it and sets the owner; checkpoints are forward-only compare-and-swap) that counts its
 reads and writes. No Kinesis client is given, so there are no parent-shard or
@@ -22,9 +22,8 @@ does not de-aggregate, so its no-op handler sees 25 Kinesis records, not 10,000 
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any, cast
 
@@ -39,14 +38,13 @@ from bench.report import Row, Target
 from bench.timing import best_of
 from shardline import kpl
 from shardline.consumer import (
-    MAX_TRANSACTION_ITEMS,
     ConsumedRecord,
     KinesisConsumer,
-    Lease,
-    LeaseLost,
     LeaseTable,
 )
 from shardline.kinesis import TRIM_HORIZON, Position, UserRecord
+from shardline.testing import InMemoryLeaseTable
+from shardline.testing._lease_table import CHECKPOINT, CHECKPOINT_TRANSACTION, CREATE, WRITE_KINDS
 
 SHARD_ID = "shardId-000000000000"
 
@@ -66,14 +64,6 @@ PROCESS_TARGET = Target("value", ">=", 300_000.0)
 #: lease is held by reading the row; the checkpoint's counter increment claims it).
 WRITES_TARGET = Target("value", "<=", 1.0)
 
-#: Kinds of write `FakeLeaseTable` counts, as the real table would issue them. Each is conditional
-#: on `leaseCounter` (row creation: on the row not existing) and increments it.
-CREATE = "row creation"  # PutItem of a new row at TRIM_HORIZON, counter 1 (`hold`/`take`, no row yet)
-TAKE = "take"  # UpdateItem incrementing leaseCounter (`take` only; the consumer no longer calls it)
-CHECKPOINT = "checkpoint"  # conditional UpdateItem of the checkpoint
-CHECKPOINT_TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + handler writes
-FAILURE = "failure"  # UpdateItem counting a failed attempt
-WRITE_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION, FAILURE, CREATE, TAKE)
 CHECKPOINT_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION)
 
 
@@ -136,108 +126,11 @@ class BenchContext:
         return 900_000  # Lambda's maximum: the consumer never stops early for time
 
 
-# -- the lease table ----------------------------------------------------------------------------
-
-
-class FakeLeaseTable:
-    """`LeaseTable`'s methods the consumer calls, on rows kept in memory, with the real semantics.
-
-    `hold` reads the row and returns it with `owner` (no write), creating it at TRIM_HORIZON with
-    counter 1 if there is none. Every other write is conditional on the stored `leaseCounter`
-    equalling the lease's, sets `leaseOwner` and increments the counter (the returned lease has
-    counter + 1), else `LeaseLost`; a checkpoint also moves only forward from the stored
-    checkpoint (compare-and-swap), and a position at or below the lease's checkpoint writes
-    nothing. `reads` counts GetItem calls, `writes` counts writes by kind (`CREATE`, `TAKE`,
-    `CHECKPOINT`, `CHECKPOINT_TRANSACTION`, `FAILURE`), as DynamoDB would bill them.
-    """
-
-    table_name = "bench-leases"
-
-    def __init__(self) -> None:
-        self._rows: dict[str, Lease] = {}
-        self.reads = 0
-        self.writes: Counter[str] = Counter()
-
-    def place(self, key: str, checkpoint: Position) -> None:
-        """Between calls: put `key`'s row back at `checkpoint`, as another invocation left it."""
-        current = self._rows.get(key)
-        self._rows[key] = Lease(key, "previous-invocation", current.counter if current else 1, checkpoint)
-
-    def row(self, key: str) -> Lease | None:
-        """The stored row, without counting a read."""
-        return self._rows.get(key)
-
-    def get(self, key: str) -> Lease | None:
-        self.reads += 1
-        return self._rows.get(key)
-
-    def hold(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
-        current = self.get(key)
-        if current is not None:
-            return replace(current, owner=owner)
-        return self._create(key, owner, parent_shard_ids)
-
-    def take(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
-        current = self.get(key)
-        if current is None:
-            return self._create(key, owner, parent_shard_ids)
-        switches = current.owner_switches + (current.owner != owner)
-        lease = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
-        self._rows[key] = lease
-        self.writes[TAKE] += 1
-        return lease
-
-    def checkpoint(self, lease: Lease, position: Position) -> Lease:
-        if position <= lease.checkpoint:
-            return lease
-        return self._advance(lease, position, CHECKPOINT)
-
-    def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
-        if not writes:
-            return self.checkpoint(lease, position)
-        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
-            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
-        if position <= lease.checkpoint:
-            raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        return self._advance(lease, position, CHECKPOINT_TRANSACTION)
-
-    def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
-        stored = self._fence(lease, compare_checkpoint=False)
-        attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
-        changes = {"failed_at": position, "failed_attempts": attempts, "last_error": error[:1000]}
-        self._rows[lease.key] = replace(stored, owner=lease.owner, counter=lease.counter + 1, **changes)
-        self.writes[FAILURE] += 1
-        return replace(lease, counter=lease.counter + 1, **changes)
-
-    def _create(self, key: str, owner: str, parent_shard_ids: Iterable[str]) -> Lease:
-        lease = Lease(key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids))
-        self._rows[key] = lease
-        self.writes[CREATE] += 1
-        return lease
-
-    def _fence(self, lease: Lease, *, compare_checkpoint: bool) -> Lease:
-        stored = self._rows.get(lease.key)
-        if stored is None or stored.counter != lease.counter:
-            raise LeaseLost(f"lease {lease.key} was taken by another owner")
-        if compare_checkpoint and stored.checkpoint != lease.checkpoint:
-            raise LeaseLost(f"lease {lease.key}: the checkpoint moved under us")
-        return stored
-
-    def _advance(self, lease: Lease, position: Position, kind: str) -> Lease:
-        stored = self._fence(lease, compare_checkpoint=True)
-        changes: dict[str, Any] = {"checkpoint": position, "owner_switches": 0, "counter": lease.counter + 1}
-        if lease.failed_at is not None and lease.failed_at <= position:
-            changes |= {"failed_at": None, "failed_attempts": 0, "last_error": None}
-        self._rows[lease.key] = replace(stored, owner=lease.owner, **changes)
-        self.writes[kind] += 1
-        return replace(lease, **changes)
-
-
 # -- contenders ---------------------------------------------------------------------------------
 
 
 def bench_consumer(
-    table: FakeLeaseTable, handle: Callable[[ConsumedRecord], None] | None = None, **options: Any
+    table: InMemoryLeaseTable, handle: Callable[[ConsumedRecord], None] | None = None, **options: Any
 ) -> KinesisConsumer:
     """`KinesisConsumer("bench", table)` with a no-op record handler (or `handle`); defaults otherwise."""
     consumer = KinesisConsumer(GROUP, cast(LeaseTable, table), **options)
@@ -258,7 +151,7 @@ def powertools_noop(record: KinesisStreamRecord) -> None:
 
 
 def contenders(
-    workload: ConsumerWorkload, consumer: KinesisConsumer, table: FakeLeaseTable
+    workload: ConsumerWorkload, consumer: KinesisConsumer, table: InMemoryLeaseTable
 ) -> dict[str, Callable[[], object]]:
     """The timed calls: shardline fresh and replay (row reset inside the call), and Powertools."""
     event, context, last = workload.event, BenchContext(), workload.last_position
@@ -285,7 +178,7 @@ def contenders(
 
 
 def one_call(
-    workload: ConsumerWorkload, consumer: KinesisConsumer, table: FakeLeaseTable, start: Position | None
+    workload: ConsumerWorkload, consumer: KinesisConsumer, table: InMemoryLeaseTable, start: Position | None
 ) -> dict[str, Any]:
     """Place the row at `start` (None: leave the table as it is), process the event once; what it
     answered and wrote, and the counters."""
@@ -324,7 +217,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
     """
     problems: list[str] = []
     last = workload.last_position
-    table = FakeLeaseTable()
+    table = InMemoryLeaseTable()
     consumer = bench_consumer(table)
     fresh = one_call(workload, consumer, table, Position(TRIM_HORIZON))
     replay = one_call(workload, consumer, table, last)
@@ -365,7 +258,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
 
     # A first invocation (no row yet), with a handler that collects what it sees.
     seen: list[tuple[str, bytes]] = []
-    first_table = FakeLeaseTable()
+    first_table = InMemoryLeaseTable()
     first = one_call(
         workload,
         bench_consumer(first_table, lambda record: seen.append((record.partition_key, record.data))),
@@ -380,7 +273,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
         )
 
     # How many checkpoints the same batch makes with the previous default, checkpoint_every=500.
-    every_table = FakeLeaseTable()
+    every_table = InMemoryLeaseTable()
     every = one_call(
         workload,
         bench_consumer(every_table, checkpoint_every=PREVIOUS_CHECKPOINT_EVERY),
@@ -419,7 +312,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
 def measure(workload: ConsumerWorkload, repeats: int) -> tuple[list[Row], dict[str, Any], list[str]]:
     """Rows (rates, ratios, DynamoDB writes per batch), details, and sanity problems."""
     problems, counts = sanity(workload)
-    table = FakeLeaseTable()
+    table = InMemoryLeaseTable()
     seconds = best_of(contenders(workload, bench_consumer(table), table), repeats)
     users, kinesis = len(workload.records), len(workload.payloads)
     fresh, replay = users / seconds[SHARDLINE_FRESH], users / seconds[SHARDLINE_REPLAY]
@@ -501,7 +394,7 @@ def notes(details: dict[str, Any]) -> list[str]:
 
 def profile(workload: ConsumerWorkload, top: int = 10, rounds: int = 20) -> str:
     """cProfile tables (by own time) of `process` on the event: fresh, then replay."""
-    table = FakeLeaseTable()
+    table = InMemoryLeaseTable()
     consumer = bench_consumer(table)
     context = BenchContext()
     sections = []

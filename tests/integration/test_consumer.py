@@ -1,7 +1,7 @@
 """KinesisConsumer.process against moto server (Kinesis, DynamoDB, SQS) with real KPL aggregates.
 
 Each test writes records with shardline's producer, then replays the shard through
-`ShardFeed` (tests/integration/esm.py), the way the event-source mapping does.
+`MappingReplay` (shardline.testing), the way the event-source mapping does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, LeaseTable
 from shardline.kinesis import Position, UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.esm import Context, ShardFeed
+from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
 from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 
 RECORDS = 60
@@ -45,8 +45,8 @@ class Pipeline:
         )
         self.queue_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
 
-    def feed(self, batch_size: int = 10) -> ShardFeed:
-        return ShardFeed(self.kinesis, self.stream, self.shard_id, batch_size=batch_size)
+    def feed(self, batch_size: int = 10) -> MappingReplay:
+        return MappingReplay(read_shard(self.kinesis, self.stream, self.shard_id), batch_size=batch_size)
 
     def consumer(self, **options) -> KinesisConsumer:
         return KinesisConsumer("test-group", self.leases, kinesis=self.kinesis, **options)
@@ -69,8 +69,8 @@ def test_a_replayed_batch_repeats_no_side_effect(pipeline):
     consumer.handler(lambda record: seen.append(n_of(record)))
     event = pipeline.feed(batch_size=100).next_event()
 
-    assert consumer.process(event, Context()) == {"batchItemFailures": []}
-    assert consumer.process(event, Context()) == {"batchItemFailures": []}
+    assert consumer.process(event, FakeLambdaContext()) == {"batchItemFailures": []}
+    assert consumer.process(event, FakeLambdaContext()) == {"batchItemFailures": []}
 
     assert seen == list(range(RECORDS))
     metrics = consumer.metrics.snapshot()
@@ -82,7 +82,7 @@ def test_the_checkpoint_is_written_every_n_records_and_at_the_end_not_per_record
     consumer = pipeline.consumer(checkpoint_every=25)
     consumer.handler(lambda record: None)
 
-    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+    consumer.process(pipeline.feed(batch_size=100).next_event(), FakeLambdaContext())
 
     assert consumer.metrics.snapshot()["CheckpointsWritten"] == 3  # after 25, 50, and 60
     lease = pipeline.leases.get(pipeline.shard_id)
@@ -104,7 +104,7 @@ def test_a_handler_error_checkpoints_before_it_and_reports_its_kinesis_record(pi
             raise RuntimeError("boom")
 
     feed = pipeline.feed(batch_size=100)
-    response = feed.invoke(consumer)
+    response = feed.invoke(consumer.process)
 
     failing = next(r for r in feed.records if 23 in _numbers(r))
     assert response == {"batchItemFailures": [{"itemIdentifier": failing["kinesis"]["sequenceNumber"]}]}
@@ -115,7 +115,7 @@ def test_a_handler_error_checkpoints_before_it_and_reports_its_kinesis_record(pi
     ) < int(failing["kinesis"]["sequenceNumber"])
     assert lease.failed_attempts == 1 and "boom" in lease.last_error
 
-    feed.drain(consumer)
+    feed.drain(consumer.process)
 
     assert calls == list(range(24)) + list(range(23, RECORDS)), "the replay skipped 0..22 of the aggregate"
 
@@ -131,7 +131,7 @@ def test_a_poison_record_goes_whole_to_the_dlq_and_the_shard_moves_on(pipeline):
         processed.append(n_of(record))
 
     feed = pipeline.feed(batch_size=10)
-    feed.drain(consumer)
+    feed.drain(consumer.process)
 
     assert processed == [n for n in range(RECORDS) if n != 31]
     [letter] = pipeline.dead_letters()
@@ -147,7 +147,7 @@ def test_without_a_dlq_a_poison_record_blocks_and_is_reported_every_time(pipelin
     consumer.handler(lambda record: 1 / 0 if n_of(record) == 5 else None)
     feed = pipeline.feed(batch_size=10)
     for _ in range(4):
-        feed.invoke(consumer)
+        feed.invoke(consumer.process)
     assert not feed.finished and pipeline.leases.get(pipeline.shard_id).failed_attempts == 4
 
 
@@ -163,12 +163,12 @@ def test_near_the_time_limit_it_checkpoints_and_reports_the_rest(pipeline):
             remaining["ms"] = 4_000  # the invocation is running out
 
     feed = pipeline.feed(batch_size=100)
-    response = feed.invoke(consumer, Context(lambda: remaining["ms"]))
+    response = feed.invoke(consumer.process, FakeLambdaContext(lambda: remaining["ms"]))
 
     assert processed == list(range(12)) and response["batchItemFailures"]
     assert pipeline.leases.get(pipeline.shard_id).checkpoint == Position(*_position_of(feed, 11))
     remaining["ms"] = 60_000
-    feed.drain(consumer)
+    feed.drain(consumer.process)
     assert processed == list(range(RECORDS))
 
 
@@ -183,7 +183,7 @@ def test_a_lost_lease_stops_side_effects_and_moves_no_checkpoint(pipeline):
             pipeline.leases.take(pipeline.shard_id, owner="another-invocation")
 
     feed = pipeline.feed(batch_size=100)
-    response = feed.invoke(consumer)
+    response = feed.invoke(consumer.process)
 
     row = pipeline.leases.get(pipeline.shard_id)
     assert row.owner == "another-invocation"
@@ -211,7 +211,7 @@ def test_two_invocations_on_one_shard_only_one_commits(pipeline):
                 # ordered here; DynamoDB itself makes them atomic.
                 first_done.wait(timeout=10)
 
-        results[name] = consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+        results[name] = consumer.process(pipeline.feed(batch_size=100).next_event(), FakeLambdaContext())
         committed[name] = consumer.metrics.snapshot()["CheckpointsWritten"]
         if name == "first":
             first_done.set()
@@ -233,7 +233,7 @@ def _numbers(lambda_record: dict) -> set[int]:
     return {n_of(r) for r in deaggregate([lambda_record])}
 
 
-def _position_of(feed: ShardFeed, n: int) -> tuple[str, int]:
+def _position_of(feed: MappingReplay, n: int) -> tuple[str, int]:
     from shardline.consumer import deaggregate
 
     for record in deaggregate(feed.records):
@@ -250,7 +250,7 @@ def test_the_checkpoint_is_also_written_every_interval_seconds(pipeline):
     def handle(record):
         now["t"] += 1.0  # each record takes a second
 
-    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+    consumer.process(pipeline.feed(batch_size=100).next_event(), FakeLambdaContext())
 
     assert consumer.metrics.snapshot()["CheckpointsWritten"] == RECORDS // 10
 
@@ -268,8 +268,8 @@ def test_a_batch_handler_gets_the_new_records_at_once_and_is_retried_whole(pipel
             raise error
 
     feed = pipeline.feed(batch_size=100)
-    first = feed.invoke(consumer)
-    feed.drain(consumer)
+    first = feed.invoke(consumer.process)
+    feed.drain(consumer.process)
 
     assert first["batchItemFailures"] and batches == [list(range(RECORDS))] * 2
     assert consumer.metrics.snapshot()["CheckpointsWritten"] == 1
@@ -278,7 +278,7 @@ def test_a_batch_handler_gets_the_new_records_at_once_and_is_retried_whole(pipel
 def test_metrics_say_how_far_behind_the_newest_record_was(pipeline):
     consumer = pipeline.consumer()
     consumer.handler(lambda record: None)
-    consumer.process(pipeline.feed(batch_size=100).next_event(), Context())
+    consumer.process(pipeline.feed(batch_size=100).next_event(), FakeLambdaContext())
     behind = consumer.metrics.snapshot()["MillisBehindLatest"]
     assert behind is not None and 0 <= behind < 600_000
 
@@ -295,7 +295,7 @@ def test_a_handler_returning_too_many_writes_fails_that_record_and_it_is_dead_le
             return [write(1000 + i) for i in range(100)]  # one more than fits beside the checkpoint
         return [write(n_of(record))]
 
-    pipeline.feed(batch_size=20).drain(consumer)
+    pipeline.feed(batch_size=20).drain(consumer.process)
 
     assert sorted(int(item["id"]["S"]) for item in pipeline.sink_items()) == [
         n for n in range(RECORDS) if n != 7

@@ -115,7 +115,7 @@ def test_a_transactional_sink_applies_every_record_exactly_once_through_crashes(
         consumer, crashes = crashing_consumer(pipeline, seed, rate=0.3, checkpoint_every=7)
         consumer.handler(crashing_handler(count_once(pipeline.sink), random.Random(seed * 7), 0.2, crashes))
 
-        pipeline.feed(batch_size=10).drain(consumer)
+        pipeline.feed(batch_size=10).drain(consumer.process)
 
         applied = {int(item["id"]["S"]): int(item["applied"]["N"]) for item in pipeline.sink_items()}
         assert applied == dict.fromkeys(range(RECORDS), 1), f"seed {seed}: {crashes}"
@@ -136,7 +136,7 @@ def test_plain_handlers_lose_nothing_and_repeat_at_most_checkpoint_every_per_cra
     effects: Counter[int] = Counter()
     consumer.handler(crashing_handler(lambda r: effects.update([n_of(r)]), random.Random(seed), 0.2, crashes))
 
-    pipeline.feed(batch_size=10).drain(consumer)
+    pipeline.feed(batch_size=10).drain(consumer.process)
 
     assert set(effects) == set(range(RECORDS)), "no record lost"
     repeats = sum(effects.values()) - RECORDS

@@ -1,5 +1,5 @@
 """The example consumer groups' Lambda handlers (functions/event_sink, functions/key_counter) against
-moto server (Kinesis, DynamoDB, SQS), fed real KPL aggregates by the ESM stand-in (esm.ShardFeed).
+moto server (Kinesis, DynamoDB, SQS), fed real KPL aggregates by `shardline.testing.MappingReplay`.
 
 Each handler module is imported from its path (functions/ is not a package), configured from the
 environment as in Lambda, and its warm-container caches are reset between tests.
@@ -23,7 +23,7 @@ import pytest
 from shardline.consumer import LeaseTable
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.esm import Context, ShardFeed
+from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
 from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
@@ -51,7 +51,7 @@ def handler_module(name: str) -> ModuleType:
 class LambdaContext:
     """What Powertools and the consumer read of a Lambda context."""
 
-    def __init__(self, function_name: str, esm_context: Context) -> None:
+    def __init__(self, function_name: str, esm_context: FakeLambdaContext) -> None:
         self.function_name = function_name
         self.memory_limit_in_mb = 512
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
@@ -60,7 +60,7 @@ class LambdaContext:
 
 
 class Function:
-    """A deployed consumer function: its module, its own environment; `process` is what ShardFeed calls."""
+    """A deployed consumer function: its module and environment; MappingReplay invokes `process`."""
 
     def __init__(self, name: str, env: dict[str, str]) -> None:
         self.name = name
@@ -68,7 +68,7 @@ class Function:
         with mock.patch.dict(os.environ, env):
             self.module = handler_module(name)
 
-    def process(self, event: dict[str, Any], context: Context) -> dict[str, Any]:
+    def process(self, event: dict[str, Any], context: FakeLambdaContext) -> dict[str, Any]:
         with mock.patch.dict(os.environ, self.env):
             return self.module.handler(event, LambdaContext(self.name, context))
 
@@ -126,8 +126,11 @@ class Stream:
             sequences = {sequence for sequence, _, _ in records}
             assert len(sequences) > 10 and len({len(s) for s in sequences}) > 1, "several batches"
 
-    def feeds(self, batch_size: int = 10) -> list[ShardFeed]:
-        return [ShardFeed(self.kinesis, self.name, shard, batch_size=batch_size) for shard in self.shards]
+    def feeds(self, batch_size: int = 10) -> list[MappingReplay]:
+        return [
+            MappingReplay(read_shard(self.kinesis, self.name, shard), batch_size=batch_size)
+            for shard in self.shards
+        ]
 
     def group(self, function: str, key: str) -> tuple[Function, str, str]:
         """A consumer group for `function`: its lease table, its sink table (hash key `key`)."""
@@ -176,9 +179,9 @@ def sub_sequence(item: dict[str, Any]) -> int | None:
     return int(item["subSequenceNumber"]["N"]) if "subSequenceNumber" in item else None
 
 
-def drain(function: Function, feeds: list[ShardFeed]) -> None:
+def drain(function: Function, feeds: list[MappingReplay]) -> None:
     for feed in feeds:
-        feed.drain(function)
+        feed.drain(function.process)
 
 
 def test_event_sink_writes_one_item_per_user_record_keyed_by_its_position(stream):
@@ -231,8 +234,8 @@ def test_key_counter_counts_each_key_exactly_when_every_batch_is_delivered_twice
 
     for feed in stream.feeds(batch_size=7):
         while not feed.finished:
-            assert counter_fn.process(feed.next_event(), Context()) == {"batchItemFailures": []}
-            assert feed.invoke(counter_fn) == {"batchItemFailures": []}  # the same event again
+            assert counter_fn.process(feed.next_event(), FakeLambdaContext()) == {"batchItemFailures": []}
+            assert feed.invoke(counter_fn.process) == {"batchItemFailures": []}  # the same event again
 
     assert stream.counts(table) == stream.expected_counts()
     metrics = counter_fn.metrics
@@ -248,9 +251,9 @@ def test_key_counter_stays_exact_when_the_process_dies_after_its_transaction_lan
     outcomes = []
     for feed in stream.feeds(batch_size=10):
         while not feed.finished:
-            outcomes.append(feed.invoke(counter_fn))
+            outcomes.append(feed.invoke(counter_fn.process))
 
-    assert [type(o) for o in outcomes].count(Crash) == 1, "one crash; ShardFeed delivered its batch again"
+    assert [type(o) for o in outcomes].count(Crash) == 1, "one crash; MappingReplay delivered its batch again"
     assert stream.counts(table) == stream.expected_counts()
     metrics = counter_fn.metrics
     assert metrics["RecordsProcessed"] == RECORDS, "the record whose reply was lost did not run again"
@@ -265,7 +268,7 @@ def test_both_groups_read_the_same_stream_and_each_sees_every_record(stream):
     while not all(feed.finished for feed in sink_feeds + counter_feeds):  # interleaved, as in Lambda
         for function, feeds in ((sink_fn, sink_feeds), (counter_fn, counter_feeds)):
             for feed in (feed for feed in feeds if not feed.finished):
-                assert feed.invoke(function) == {"batchItemFailures": []}
+                assert feed.invoke(function.process) == {"batchItemFailures": []}
 
     assert len(stream.scan(sink)) == RECORDS
     assert stream.counts(counters) == stream.expected_counts()
@@ -292,8 +295,8 @@ def test_each_invocation_publishes_its_consumer_metrics_as_emf_with_the_group_di
     capsys.readouterr()
 
     first = feed.next_event()
-    counter_fn.process(first, Context())
-    counter_fn.process(first, Context())  # a replay: nothing processed, everything skipped
+    counter_fn.process(first, FakeLambdaContext())
+    counter_fn.process(first, FakeLambdaContext())  # a replay: nothing processed, everything skipped
 
     documents = [d for d in emf_documents(capsys.readouterr().out) if "RecordsReceived" in d]
     assert len(documents) == 2

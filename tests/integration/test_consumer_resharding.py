@@ -13,7 +13,7 @@ import pytest
 from shardline.consumer import KinesisConsumer, LeaseTable
 from shardline.kinesis import SHARD_END, UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.esm import Context, ShardFeed
+from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
 from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
 from tests.integration.test_producer_resharding import open_shards, wait_active
 
@@ -51,23 +51,23 @@ def test_a_child_waits_until_its_parent_is_finished(resharded):
     consumer = KinesisConsumer("lineage", table, kinesis=kinesis)
     consumer.handler(lambda record: order.append((record.shard_id, record.json()["n"])))
 
-    parent_feed = ShardFeed(kinesis, stream, parent, batch_size=1)
-    parent_feed.invoke(consumer)  # the parent has a row now, and records left
-    child_feeds = [ShardFeed(kinesis, stream, child, batch_size=100) for child in children]
+    parent_feed = MappingReplay(read_shard(kinesis, stream, parent), batch_size=1)
+    parent_feed.invoke(consumer.process)  # the parent has a row now, and records left
+    child_feeds = [MappingReplay(read_shard(kinesis, stream, child), batch_size=100) for child in children]
     assert all(feed.records for feed in child_feeds)
 
     for feed in child_feeds:
-        response = feed.invoke(consumer)
+        response = feed.invoke(consumer.process)
         assert response["batchItemFailures"] == [
             {"itemIdentifier": feed.records[0]["kinesis"]["sequenceNumber"]}
         ]
     assert {shard for shard, _ in order} == {parent}, "no child record ran while the parent had records left"
     assert consumer.metrics.snapshot()["BatchesWaitingForParent"] == 2
 
-    parent_feed.drain(consumer)
+    parent_feed.drain(consumer.process)
     assert table.get(parent).checkpoint.sequence != SHARD_END, "the consumer cannot see the end by itself"
     for feed in child_feeds:
-        feed.drain(consumer)
+        feed.drain(consumer.process)
 
     assert table.get(parent).checkpoint.sequence == SHARD_END, "the probe found nothing left and closed it"
     parent_part = [n for shard, n in order if shard == parent]
@@ -80,7 +80,7 @@ def test_a_parent_without_a_lease_row_does_not_block(resharded):
     consumer = KinesisConsumer("lineage", table, kinesis=kinesis)
     consumer.handler(lambda record: None)
 
-    feed = ShardFeed(kinesis, stream, children[0], batch_size=100)
-    assert feed.invoke(consumer, Context()) == {"batchItemFailures": []}
+    feed = MappingReplay(read_shard(kinesis, stream, children[0]), batch_size=100)
+    assert feed.invoke(consumer.process, FakeLambdaContext()) == {"batchItemFailures": []}
     assert table.get(parent) is None
     assert table.get(children[0]).parent_shard_ids == frozenset({parent})

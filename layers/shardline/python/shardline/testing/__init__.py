@@ -1,0 +1,43 @@
+"""What you need to test your own handlers, in milliseconds and without AWS or moto.
+
+    from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
+
+    table = InMemoryLeaseTable(key_schema={"orders": ["id"]})
+    consumer = KinesisConsumer("orders", table)
+    consumer.handler(my_handler)
+    replay = MappingReplay(kinesis_event(records)["Records"], batch_size=10)
+    replay.drain(consumer.process)
+    assert len(table.items("orders")) == len(records)
+
+- `InMemoryLeaseTable`: `LeaseTable` with the same conditional writes, rows and sink tables in memory.
+- `kinesis_event` / `event_record`: Lambda Kinesis events from user records (KPL-aggregated or not)
+  or from GetRecords output, with Kinesis-shaped sequence numbers.
+- `MappingReplay`: replays a shard as the event-source mapping does (batches, retries of crashed
+  batches, restarts at `batchItemFailures`); `read_shard` reads a real shard to replay it.
+- `FakeLambdaContext`: request id, function name and a remaining time you control.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardline.testing._events import event_record as event_record
+    from shardline.testing._events import kinesis_event as kinesis_event
+    from shardline.testing._lease_table import InMemoryLeaseTable as InMemoryLeaseTable
+    from shardline.testing._replay import FakeLambdaContext as FakeLambdaContext
+    from shardline.testing._replay import MappingReplay as MappingReplay
+    from shardline.testing._replay import read_shard as read_shard
+
+_EXPORTS = {
+    "InMemoryLeaseTable": "_lease_table",
+    "kinesis_event": "_events",
+    "event_record": "_events",
+    "MappingReplay": "_replay",
+    "FakeLambdaContext": "_replay",
+    "read_shard": "_replay",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

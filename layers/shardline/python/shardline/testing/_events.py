@@ -1,0 +1,86 @@
+"""Lambda Kinesis events built from user records, as the event-source mapping delivers them.
+
+    event = kinesis_event([UserRecord("user-1", b"a"), UserRecord("user-2", b"b")], stream="orders")
+    consumer.process(event, FakeLambdaContext())
+
+Records are packed into KPL aggregates (`aggregate=True`, the default: how shardline's producer
+sends them) or sent one Kinesis record each. Sequence numbers are Kinesis-shaped: 56-digit decimal
+strings increasing along the shard.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shardline.kinesis._records import UserRecord
+from shardline.kpl._encode import encode
+
+#: A real-looking first sequence number (56 digits); later records add `SEQUENCE_STEP` each.
+FIRST_SEQUENCE = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898
+SEQUENCE_STEP = 10**16
+_REGION = "us-east-1"
+_ACCOUNT = "123456789012"
+
+
+def kinesis_event(
+    records: Iterable[UserRecord],
+    *,
+    stream: str = "events",
+    shard_id: str = "shardId-000000000000",
+    aggregate: bool = True,
+    records_per_aggregate: int = 100,
+    first_sequence: int = FIRST_SEQUENCE,
+    arrival: float | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """`{"Records": [...]}` carrying `records` in order, from one shard of `stream`."""
+    if records_per_aggregate < 1:
+        raise ValueError("records_per_aggregate must be at least 1")
+    users = list(records)
+    arrived = time.time() if arrival is None else arrival
+    entries: list[tuple[str, bytes]] = []
+    if aggregate:
+        for start in range(0, len(users), records_per_aggregate):
+            entries.append(("a", encode(users[start : start + records_per_aggregate])))
+    else:
+        entries = [(user.partition_key, user.data) for user in users]
+    return {
+        "Records": [
+            event_record(
+                stream,
+                shard_id,
+                {
+                    "PartitionKey": key,
+                    "Data": data,
+                    "SequenceNumber": str(first_sequence + index * SEQUENCE_STEP),
+                    "ApproximateArrivalTimestamp": arrived,
+                },
+            )
+            for index, (key, data) in enumerate(entries)
+        ]
+    }
+
+
+def event_record(stream: str, shard_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """One Lambda event record from a GetRecords record (`PartitionKey`, `Data`, `SequenceNumber`,
+    `ApproximateArrivalTimestamp` as a datetime or epoch seconds)."""
+    arrival = record["ApproximateArrivalTimestamp"]
+    seconds = arrival if isinstance(arrival, int | float) else arrival.timestamp()
+    return {
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": record["PartitionKey"],
+            "sequenceNumber": record["SequenceNumber"],
+            "data": base64.b64encode(record["Data"]).decode("ascii"),
+            "approximateArrivalTimestamp": seconds,
+        },
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": f"{shard_id}:{record['SequenceNumber']}",
+        "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": f"arn:aws:iam::{_ACCOUNT}:role/consumer",
+        "awsRegion": _REGION,
+        "eventSourceARN": f"arn:aws:kinesis:{_REGION}:{_ACCOUNT}:stream/{stream}",
+    }

@@ -1,0 +1,108 @@
+"""Replaying a shard to a handler the way Lambda's Kinesis event-source mapping does.
+
+    replay = MappingReplay(kinesis_event(records)["Records"], batch_size=10)
+    replay.drain(consumer.process)
+
+After each invocation: an exception (a crash, a function error) retries the same batch;
+`batchItemFailures` restarts from the reported sequence number; otherwise the position moves past
+the batch. `read_shard` reads a real (loopback) shard's records to replay them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from shardline.protocols import KinesisReadClient
+from shardline.testing._events import event_record
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+class FakeLambdaContext:
+    """The parts of a Lambda context handlers read; `remaining_ms` is a number or a callable."""
+
+    def __init__(
+        self,
+        remaining_ms: int | Callable[[], int] = 900_000,
+        *,
+        function_name: str = "shardline-test",
+        memory_limit_in_mb: int = 512,
+    ) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "shardline-test"
+        self._remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        remaining = self._remaining_ms
+        return remaining() if callable(remaining) else remaining
+
+
+class MappingReplay:
+    """Hands a handler batches of one shard's event records, as the event-source mapping does."""
+
+    def __init__(self, event_records: Sequence[Mapping[str, Any]], batch_size: int = 10) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.records = list(event_records)
+        self.batch_size = batch_size
+        self.position = 0
+        self.invocations = 0
+        self.crashes = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.position >= len(self.records)
+
+    def next_event(self) -> dict[str, Any]:
+        return {"Records": self.records[self.position : self.position + self.batch_size]}
+
+    def invoke(self, handler: Handler, context: Any = None) -> Any:
+        """One invocation; returns the response, or the exception it raised (a crash)."""
+        event = self.next_event()
+        self.invocations += 1
+        try:
+            response = handler(event, context if context is not None else FakeLambdaContext())
+        except BaseException as exc:  # a crash of any kind: the mapping retries the same batch
+            self.crashes += 1
+            return exc
+        failures = (response or {}).get("batchItemFailures") or []
+        if failures:
+            sequence = failures[0]["itemIdentifier"]
+            self.position = next(
+                index
+                for index, record in enumerate(self.records)
+                if record["kinesis"]["sequenceNumber"] == sequence
+            )
+        else:
+            self.position += len(event["Records"])
+        return response
+
+    def drain(self, handler: Handler, max_invocations: int = 10_000) -> None:
+        """Invoke until the shard is consumed (crashes and failures included)."""
+        for _ in range(max_invocations):
+            if self.finished:
+                return
+            self.invoke(handler)
+        raise AssertionError(f"shard not drained after {max_invocations} invocations (at {self.position})")
+
+
+def read_shard(kinesis: KinesisReadClient, stream: str, shard_id: str) -> list[dict[str, Any]]:
+    """Every record of a shard as Lambda event records, read with GetRecords from TRIM_HORIZON."""
+    iterator = kinesis.get_shard_iterator(
+        StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records: list[dict[str, Any]] = []
+    while iterator:
+        response = kinesis.get_records(ShardIterator=iterator, Limit=10000)
+        records += [event_record(stream, shard_id, record) for record in response["Records"]]
+        iterator = response.get("NextShardIterator")
+        if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
+            break
+    return records

@@ -6,7 +6,12 @@ Synthesizes offline: no lookups, no credentials (the environment stays account/r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+# The infra renders the functions' environment with shardline's own contract; the library's source
+# is the layer folder (no install needed to synthesize).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "layers" / "shardline" / "python"))
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks

@@ -14,6 +14,7 @@ from infra.function import python_function
 from infra.layers import Layers
 from infra.stream import Stream
 from infra.tables import lease_table, sink_table
+from shardline.aws_lambda import ConsumerEnvironment
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 SINK_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
@@ -50,13 +51,14 @@ class ConsumerGroup(Construct):
             log_retention_days=log_retention_days,
             environment={
                 "POWERTOOLS_SERVICE_NAME": f"shardline-{config.name}",
-                "SHARDLINE_GROUP": config.name,
-                "LEASE_TABLE": self.leases.table_name,
-                "SINK_TABLE": self.sink.table_name,
-                "DLQ_URL": self.dead_letters.queue_url,
-                "MAX_ATTEMPTS": str(config.max_attempts),
-                "CHECKPOINT_INTERVAL": str(config.checkpoint_interval_seconds),
-                "TIME_MARGIN": "2",
+                **ConsumerEnvironment(
+                    group=config.name,
+                    lease_table=self.leases.table_name,
+                    sink_table=self.sink.table_name,
+                    dlq_url=self.dead_letters.queue_url,
+                    max_attempts=config.max_attempts,
+                    checkpoint_interval=config.checkpoint_interval_seconds,
+                ).to_environ(),
             },
         )
         # Exactly what shardline and the example sinks do (TransactWriteItems is authorised per item).

@@ -14,6 +14,7 @@ from infra.config import ApiConfig
 from infra.function import python_function
 from infra.layers import Layers
 from infra.stream import Stream
+from shardline.aws_lambda import ProducerEnvironment
 
 RECORDS_MODEL = {
     "type": apigw.JsonSchemaType.OBJECT,
@@ -64,17 +65,19 @@ class ProducerApi(Construct):
             log_retention_days=log_retention_days,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
-                "SHARDLINE_STREAMS": json.dumps(
-                    {
-                        s.config.name: {
-                            "streamName": s.config.name,
-                            "maxRecordSize": s.config.max_record_size_kib * 1024,
+                **ProducerEnvironment(
+                    streams_json=json.dumps(
+                        {
+                            s.config.name: {
+                                "streamName": s.config.name,
+                                "maxRecordSize": s.config.max_record_size_kib * 1024,
+                            }
+                            for s in streams
                         }
-                        for s in streams
-                    }
-                ),
-                "MAX_RECORDS_PER_REQUEST": str(config.max_records_per_request),
-                "MAX_BODY_BYTES": str(config.max_body_bytes),
+                    ),
+                    max_records_per_request=config.max_records_per_request,
+                    max_body_bytes=config.max_body_bytes,
+                ).to_environ(),
             },
         )
         self.function.add_to_role_policy(

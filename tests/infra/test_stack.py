@@ -17,6 +17,7 @@ from aws_cdk.assertions import Match, Template
 
 from app import CDK_JSON, build
 from infra.config import ConfigError, load
+from shardline.aws_lambda import POWERTOOLS_VARIABLES, ConsumerEnvironment, ProducerEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
@@ -281,3 +282,32 @@ def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "shardline.template.json").exists()
+
+
+def _placeholders(value: object) -> object:
+    """A template value with every CDK token (Ref, Fn::GetAtt, Fn::Join, ...) as a placeholder string."""
+    return value if isinstance(value, str) else "token-resolved-at-deploy-time"
+
+
+def test_every_function_environment_is_exactly_the_shardline_contract(template):
+    functions = resources(template, "AWS::Lambda::Function").values()
+    producers, consumers = 0, 0
+    for function in functions:
+        variables = function["Properties"]["Environment"]["Variables"]
+        environ = {name: str(_placeholders(value)) for name, value in variables.items()}
+        if "SHARDLINE_STREAMS" in environ:
+            contract: type = ProducerEnvironment
+            parsed = ProducerEnvironment.from_environ(environ)
+            assert set(json.loads(parsed.streams_json)) == {"events"}
+            producers += 1
+        else:
+            contract = ConsumerEnvironment
+            parsed = ConsumerEnvironment.from_environ(environ)
+            assert parsed.group in {"event-sink", "key-counter"} and parsed.dlq_url is not None
+            consumers += 1
+        assert (
+            parsed.to_environ().keys() == {n: v for n, v in environ.items() if n in contract.VARIABLES}.keys()
+        )
+        unknown = set(environ) - set(contract.VARIABLES) - POWERTOOLS_VARIABLES
+        assert not unknown, f"variables outside the contract (renamed?): {sorted(unknown)}"
+    assert (producers, consumers) == (1, 2)

@@ -8,11 +8,8 @@ from typing import Any
 
 import pytest
 
-from shardline.aws_lambda._http_api import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_RECORDS_PER_REQUEST,
+from shardline.aws_lambda import (
     ApiSettings,
-    ConfigurationError,
     StreamRoute,
     handle,
     is_unavailable,
@@ -23,7 +20,9 @@ from shardline.aws_lambda._http_api import (
     results_response,
     settings_from_env,
 )
+from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS_PER_REQUEST
 from shardline.aws_lambda._http_records import to_user_record
+from shardline.errors import ConfigurationError
 from shardline.kinesis import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB, UserRecord
 from shardline.producer import Attempt, ProducerConfig, RecordResult
 

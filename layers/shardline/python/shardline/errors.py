@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from shardline.aws_lambda._http_api import ApiResponse
+    from shardline.aws_lambda._http_response import ApiResponse
 
 __all__ = [
     "COUNT_MISMATCH",

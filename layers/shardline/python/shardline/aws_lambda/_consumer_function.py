@@ -4,9 +4,9 @@ reused while the container is warm, its metrics published as EMF after every inv
     function = ConsumerFunction(lambda sink_table: partial(my_handler, sink_table))
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
-Environment: SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL (optional), MAX_ATTEMPTS (3),
-CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2), POWERTOOLS_METRICS_NAMESPACE
-("shardline"). Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
+Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, MAX_ATTEMPTS,
+CHECKPOINT_INTERVAL, TIME_MARGIN), and POWERTOOLS_METRICS_NAMESPACE ("shardline"). Clients honour
+AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardline.aws_lambda._emf import publish_metrics
+from shardline.aws_lambda._environment import ConsumerEnvironment
 from shardline.consumer._consumer import KinesisConsumer
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._leases import LeaseTable
@@ -61,18 +62,17 @@ class ConsumerFunction:
     def get(self) -> KinesisConsumer:
         """The consumer, built from the environment on first use."""
         if self.consumer is None:
-            env = os.environ
-            dlq_url = env.get("DLQ_URL")
+            env = ConsumerEnvironment.from_environ()
             consumer = KinesisConsumer(
-                env["SHARDLINE_GROUP"],
-                LeaseTable(self.client("dynamodb"), env["LEASE_TABLE"]),
+                env.group,
+                LeaseTable(self.client("dynamodb"), env.lease_table),
                 kinesis=self.client("kinesis"),
-                dlq=DeadLetterQueue(self.client("sqs"), dlq_url) if dlq_url else None,
-                max_attempts=int(env.get("MAX_ATTEMPTS", "3")),
-                checkpoint_interval=float(env.get("CHECKPOINT_INTERVAL", "5")),
-                time_margin=float(env.get("TIME_MARGIN", "2")),
+                dlq=DeadLetterQueue(self.client("sqs"), env.dlq_url) if env.dlq_url else None,
+                max_attempts=env.max_attempts,
+                checkpoint_interval=env.checkpoint_interval,
+                time_margin=env.time_margin,
             )
-            consumer.handler(self._handler_for(env["SINK_TABLE"]))
+            consumer.handler(self._handler_for(env.sink_table))
             self.consumer = consumer
         return self.consumer
 

@@ -1,0 +1,151 @@
+"""The environment contract of shardline's Lambda functions, declared once.
+
+The CDK app renders each function's environment with `to_environ()`; the function reads it back
+with `from_environ()`; an infra test parses every synthesized function's variables with the same
+classes. A missing or malformed variable raises `ConfigurationError` naming it and its value.
+
+| function | variable | type | default |
+|---|---|---|---|
+| producer | `SHARDLINE_STREAMS` | JSON `{"<route>": {"streamName", "maxRecordSize"?}}` | `{}` |
+| producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
+| producer | `MAX_BODY_BYTES` | int >= 1 | 6291456 |
+| consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
+| consumer | `DLQ_URL` | str | none (poison records then block) |
+| consumer | `MAX_ATTEMPTS` | int >= 1 | 3 |
+| consumer | `CHECKPOINT_INTERVAL`, `TIME_MARGIN` | float >= 0 (seconds) | 5, 2 |
+
+Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shardline.errors import ConfigurationError
+
+DEFAULT_MAX_RECORDS_PER_REQUEST = 500
+DEFAULT_MAX_BODY_BYTES = 6_291_456
+
+#: Variables Powertools reads; a function may set them beside the contract's own.
+POWERTOOLS_VARIABLES = frozenset(
+    {
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_METRICS_NAMESPACE",
+        "POWERTOOLS_TRACE_DISABLED",
+        "POWERTOOLS_LOG_LEVEL",
+        "POWERTOOLS_LOGGER_LOG_EVENT",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ProducerEnvironment:
+    """The producer function's variables (`SHARDLINE_STREAMS` stays JSON text: the HTTP settings
+    parse and check it, naming the route at fault)."""
+
+    streams_json: str = "{}"
+    max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    VARIABLES = ("SHARDLINE_STREAMS", "MAX_RECORDS_PER_REQUEST", "MAX_BODY_BYTES")
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ProducerEnvironment:
+        env = os.environ if environ is None else environ
+        return cls(
+            streams_json=env.get("SHARDLINE_STREAMS", "").strip() or "{}",
+            max_records_per_request=_int(env, "MAX_RECORDS_PER_REQUEST", DEFAULT_MAX_RECORDS_PER_REQUEST),
+            max_body_bytes=_int(env, "MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        return {
+            "SHARDLINE_STREAMS": self.streams_json,
+            "MAX_RECORDS_PER_REQUEST": str(self.max_records_per_request),
+            "MAX_BODY_BYTES": str(self.max_body_bytes),
+        }
+
+
+@dataclass(frozen=True)
+class ConsumerEnvironment:
+    """A consumer function's variables."""
+
+    group: str
+    lease_table: str
+    sink_table: str
+    dlq_url: str | None = None
+    max_attempts: int = 3
+    checkpoint_interval: float = 5.0
+    time_margin: float = 2.0
+
+    VARIABLES = (
+        "SHARDLINE_GROUP",
+        "LEASE_TABLE",
+        "SINK_TABLE",
+        "DLQ_URL",
+        "MAX_ATTEMPTS",
+        "CHECKPOINT_INTERVAL",
+        "TIME_MARGIN",
+    )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ConsumerEnvironment:
+        env = os.environ if environ is None else environ
+        return cls(
+            group=_required(env, "SHARDLINE_GROUP"),
+            lease_table=_required(env, "LEASE_TABLE"),
+            sink_table=_required(env, "SINK_TABLE"),
+            dlq_url=env.get("DLQ_URL", "").strip() or None,
+            max_attempts=_int(env, "MAX_ATTEMPTS", 3),
+            checkpoint_interval=_seconds(env, "CHECKPOINT_INTERVAL", 5.0),
+            time_margin=_seconds(env, "TIME_MARGIN", 2.0),
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        environ = {
+            "SHARDLINE_GROUP": self.group,
+            "LEASE_TABLE": self.lease_table,
+            "SINK_TABLE": self.sink_table,
+            "MAX_ATTEMPTS": str(self.max_attempts),
+            "CHECKPOINT_INTERVAL": f"{self.checkpoint_interval:g}",
+            "TIME_MARGIN": f"{self.time_margin:g}",
+        }
+        if self.dlq_url is not None:
+            environ["DLQ_URL"] = self.dlq_url
+        return environ
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigurationError(f"{name} must be set to a non-empty string")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be an integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigurationError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{name} must be a finite number of seconds >= 0, got {text!r}")
+    return value

@@ -1,0 +1,188 @@
+"""The producer's HTTP contract: `POST /streams/{stream}/records`, parsed, validated and answered.
+
+Pure Python (no Powertools, no AWS client): the Lambda handler in `functions/producer` reads the
+event, calls `handle` with a `put` callable that runs shardline's Producer, and returns the
+`ApiResponse` it gets back. Everything is decided here:
+
+- the body is `{"records": [{"data": <base64>, "partitionKey": ..., "explicitHashKey": ...}]}`
+  (`application/json`) or one such record object per line (`application/x-ndjson`); a record
+  may carry `"json": <any JSON value>` instead of `"data"` (sent as compact UTF-8 JSON);
+- every record is checked before anything is sent: one bad record answers 400 with every
+  problem as `{index, field, message}`, and `put` is never called;
+- unknown stream 404, wrong content type 415, too many records or too large a body 413,
+  malformed JSON 400;
+- results answer 200 (all written), 207 (some failed: retry exactly those) or 503 with
+  `Retry-After` (nothing written because the stream throttled or was unavailable).
+
+Messages never echo record payloads or keys, so responses and logs can be kept as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardline.aws_lambda._http_records import to_user_records
+from shardline.aws_lambda._http_response import ApiResponse, results_response, validation_response
+from shardline.aws_lambda._http_settings import ApiSettings, StreamRoute
+from shardline.errors import InvalidRecord, RequestRejected
+from shardline.kinesis._records import UserRecord
+from shardline.producer._result import RecordResult
+
+JSON_MEDIA_TYPE = "application/json"
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+
+_UTF8 = frozenset({"utf-8", "utf8"})
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """A request that passed every check: where to send, and what."""
+
+    route: StreamRoute
+    records: list[UserRecord]
+
+
+#: Sends validated records to a route's stream and returns one result per record, in order.
+PutFunction = Callable[[StreamRoute, list[UserRecord]], Sequence[RecordResult]]
+
+
+def handle(
+    route_name: str,
+    body: str | None,
+    *,
+    content_type: str | None,
+    is_base64_encoded: bool,
+    settings: ApiSettings,
+    put: PutFunction,
+) -> ApiResponse:
+    """Answer one request: check all of it, then `put` the records and shape their results."""
+    try:
+        request = parse_request(
+            route_name,
+            body,
+            content_type=content_type,
+            is_base64_encoded=is_base64_encoded,
+            settings=settings,
+        )
+    except RequestRejected as rejected:
+        return rejected.response
+    return results_response(put(request.route, request.records))
+
+
+def parse_request(
+    route_name: str,
+    body: str | None,
+    *,
+    content_type: str | None,
+    is_base64_encoded: bool,
+    settings: ApiSettings,
+) -> PutRequest:
+    """The route and records of a request, or `RequestRejected` (404, 415, 413, 400) — in that order."""
+    route = settings.streams.get(route_name)
+    if route is None:
+        raise _rejected(404, f"unknown stream {route_name[:128]!r}")
+    media_type = request_media_type(content_type)
+    text = body_text(body, is_base64_encoded=is_base64_encoded, max_body_bytes=settings.max_body_bytes)
+    if media_type == NDJSON_MEDIA_TYPE:
+        items = parse_ndjson_body(text, max_records=settings.max_records_per_request)
+    else:
+        items = parse_json_body(text, max_records=settings.max_records_per_request)
+    try:
+        return PutRequest(route, to_user_records(items, route.limits))
+    except InvalidRecord as invalid:
+        raise RequestRejected(validation_response(invalid.problems)) from None
+
+
+def request_media_type(content_type: str | None) -> str:
+    """`application/json` or `application/x-ndjson` from a Content-Type header, else 415."""
+    accepted = f"Content-Type must be {JSON_MEDIA_TYPE} or {NDJSON_MEDIA_TYPE} (UTF-8)"
+    if not content_type:
+        raise _rejected(415, f"no Content-Type: {accepted}")
+    media_type, *parameters = (part.strip() for part in content_type.split(";"))
+    media_type = media_type.lower()
+    if media_type not in (JSON_MEDIA_TYPE, NDJSON_MEDIA_TYPE):
+        raise _rejected(415, f"unsupported Content-Type {media_type[:100]!r}: {accepted}")
+    for parameter in parameters:
+        key, _, value = parameter.partition("=")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in _UTF8:
+            raise _rejected(415, f"unsupported charset {value.strip()[:40]!r}: {accepted}")
+    return media_type
+
+
+def body_text(body: str | None, *, is_base64_encoded: bool, max_body_bytes: int) -> str:
+    """The body as text: base64-decoded if API Gateway encoded it, at most `max_body_bytes`, UTF-8."""
+    if body is None:
+        raw = b""
+    elif is_base64_encoded:
+        if len(body) // 4 * 3 > max_body_bytes + 2:
+            raise _too_large_body(len(body) // 4 * 3, max_body_bytes)
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise _rejected(400, "the body is marked base64-encoded but is not valid base64") from None
+    else:
+        raw = body.encode("utf-8", "surrogatepass")
+    if len(raw) > max_body_bytes:
+        raise _too_large_body(len(raw), max_body_bytes)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _rejected(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
+
+
+def parse_json_body(text: str, *, max_records: int) -> list[Any]:
+    """The record objects of an `application/json` body: `{"records": [...]}`."""
+    document = _load_json(text, "the body")
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list):
+        raise _rejected(400, 'the body must be a JSON object with a "records" array')
+    unknown = sorted(set(document) - {"records"})
+    if unknown:
+        raise _rejected(400, f"unknown top-level fields {[name[:64] for name in unknown[:10]]}")
+    items: list[Any] = document["records"]
+    _check_count(len(items), max_records)
+    return items
+
+
+def parse_ndjson_body(text: str, *, max_records: int) -> list[Any]:
+    """The record objects of an `application/x-ndjson` body: one per line, blank lines ignored."""
+    lines = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    _check_count(len(lines), max_records)  # before parsing: a count is cheaper than a parse
+    return [_load_json(line, f"line {number}") for number, line in lines]
+
+
+def _check_count(count: int, max_records: int) -> None:
+    if count == 0:
+        raise _rejected(400, "the request holds no records")
+    if count > max_records:
+        raise _rejected(413, f"the request holds {count} records; at most {max_records} are accepted")
+
+
+def _load_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _rejected(400, f"{where} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, integers with too many digits
+        reason = (
+            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else exc
+        )
+        raise _rejected(400, f"{where} is not valid JSON: {reason}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _too_large_body(size: int, max_body_bytes: int) -> RequestRejected:
+    return _rejected(413, f"the body is {size} bytes; at most {max_body_bytes} are accepted")
+
+
+def _rejected(status: int, message: str) -> RequestRejected:
+    return RequestRejected(ApiResponse(status, {"message": message}))

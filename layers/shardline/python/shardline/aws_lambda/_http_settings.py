@@ -1,0 +1,98 @@
+"""Settings of the producer's HTTP API: the streams it serves and its request bounds.
+
+Read from the function's environment (`ProducerEnvironment`, now, not at import); a bad value is a
+deployment bug: `ConfigurationError` naming the variable or route, and the function answers 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shardline.aws_lambda._environment import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_RECORDS_PER_REQUEST,
+    ProducerEnvironment,
+)
+from shardline.errors import ConfigurationError
+from shardline.kinesis._limits import DEFAULT_LIMITS, Limits, MiB
+from shardline.producer._config import ProducerConfig
+
+#: API Gateway (REST) refuses larger payloads before the Lambda runs.
+API_GATEWAY_MAX_BODY_BYTES = 10 * MiB
+#: API Gateway (REST) gives up on an integration after 29 s: flushing longer is wasted work.
+API_GATEWAY_TIMEOUT_SECONDS = 29.0
+#: Seconds of the invocation kept free when flushing: a request in flight at the deadline is
+#: awaited, and the producer function's client gives up reading after 5 s.
+DEADLINE_MARGIN_SECONDS = 6.0
+#: Longest a flush may run: the API Gateway timeout minus the margin.
+MAX_FLUSH_SECONDS = API_GATEWAY_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRoute:
+    """One `{stream}` the API serves: the physical Kinesis stream behind it and that stream's limits."""
+
+    name: str
+    stream_name: str
+    limits: Limits = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """What the function's environment configures: the streams and the request bounds."""
+
+    streams: Mapping[str, StreamRoute]
+    max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
+    """The API's settings from the function's environment (see `ProducerEnvironment`)."""
+    env = ProducerEnvironment.from_environ(environ)
+    return ApiSettings(
+        streams=parse_streams(env.streams_json),
+        max_records_per_request=env.max_records_per_request,
+        max_body_bytes=env.max_body_bytes,
+    )
+
+
+def parse_streams(text: str) -> dict[str, StreamRoute]:
+    """Parse `SHARDLINE_STREAMS`: `{"<route name>": {"streamName": ..., "maxRecordSize": ...}}`."""
+    if not text.strip():
+        return {}
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"SHARDLINE_STREAMS is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigurationError("SHARDLINE_STREAMS must be a JSON object of route name to stream")
+    return {name: _stream_route(name, spec) for name, spec in document.items()}
+
+
+def producer_config(route: StreamRoute) -> ProducerConfig:
+    """The producer settings for a route: its stream's limits, requests as large as they allow."""
+    return ProducerConfig(limits=route.limits, collection_max_size=route.limits.max_request_size)
+
+
+def _stream_route(name: str, spec: object) -> StreamRoute:
+    where = f"SHARDLINE_STREAMS[{name!r}]"
+    if not isinstance(spec, dict):
+        raise ConfigurationError(f'{where} must be an object with "streamName"')
+    unknown = sorted(set(spec) - {"streamName", "maxRecordSize"})
+    if unknown:
+        raise ConfigurationError(f"{where} has unknown keys {unknown}")
+    stream_name = spec.get("streamName")
+    if not isinstance(stream_name, str) or not stream_name:
+        raise ConfigurationError(f'{where}["streamName"] must be a non-empty string')
+    size = spec.get("maxRecordSize")
+    if size is None:
+        return StreamRoute(name, stream_name)
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise ConfigurationError(f'{where}["maxRecordSize"] must be an integer number of bytes')
+    try:
+        limits = Limits.for_max_record_size(size)
+    except ValueError as exc:
+        raise ConfigurationError(f'{where}["maxRecordSize"]: {exc}') from None
+    return StreamRoute(name, stream_name, limits)

@@ -1,0 +1,146 @@
+"""Lambda adapter for the producer API: `POST /streams/{stream}/records` behind API Gateway (REST).
+
+    function = ProducerFunction()
+    handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
+
+The HTTP contract (`_http_request`, `_http_response`, `_http_settings`) decides everything; this
+adapter wires Powertools (REST resolver, Logger with the API Gateway request id as correlation id,
+Tracer, EMF Metrics) and keeps one `Producer` per stream, with its shard map, across warm
+invocations. Powertools is imported when a function is built, never by `shardline.aws_lambda`
+itself; no AWS client is made before the first request (`AWS_ENDPOINT_URL_KINESIS` points it
+elsewhere, as boto3 reads it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from shardline.aws_lambda._emf import publish_metrics
+from shardline.aws_lambda._http_request import handle
+from shardline.aws_lambda._http_response import log_fields
+from shardline.aws_lambda._http_settings import (
+    DEADLINE_MARGIN_SECONDS,
+    MAX_FLUSH_SECONDS,
+    StreamRoute,
+    producer_config,
+    settings_from_env,
+)
+from shardline.kinesis._records import UserRecord
+from shardline.producer._producer import Producer, deadline_from_context
+from shardline.producer._result import RecordResult
+
+if TYPE_CHECKING:
+    from botocore.config import Config
+
+    from shardline.protocols import KinesisClient
+
+_ROUTE = "/streams/<stream>/records"
+
+
+def client_config() -> Config:
+    """shardline retries; the client must not (one attempt), nor outlive the deadline margin much."""
+    from botocore.config import Config
+
+    return Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=1,
+        read_timeout=5,
+        max_pool_connections=16,
+    )
+
+
+class ProducerFunction:
+    """The producer function's Lambda state: the Kinesis client, one producer per stream, the last
+    metrics published per producer, and `handler`, the entry point."""
+
+    def __init__(self) -> None:
+        from aws_lambda_powertools import Logger, Metrics, Tracer  # an adapter: the core never imports it
+        from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+        from aws_lambda_powertools.logging import correlation_paths
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        self.logger = Logger()
+        self.tracer = Tracer()
+        self.metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "shardline")
+        self.app = APIGatewayRestResolver()
+        self.producers: dict[tuple[str, int], Producer] = {}
+        self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
+        self._kinesis: KinesisClient | None = None
+        self._put = self.tracer.capture_method(capture_response=False)(self._put)  # type: ignore[method-assign]
+
+        @self.app.post(_ROUTE)
+        def put_records(stream: str) -> Response[str]:
+            """Validate the request, put its records, answer with one result per record."""
+            event = self.app.current_event
+            self.tracer.put_annotation(key="stream", value=stream)
+            answer = handle(
+                stream,
+                event.body,
+                content_type=event.headers.get("content-type"),
+                is_base64_encoded=bool(event.is_base64_encoded),
+                settings=settings_from_env(),
+                put=self._put,
+            )
+            if 400 <= answer.status < 500:
+                self.metrics.add_metric(name="RejectedRequests", unit=MetricUnit.Count, value=1)
+            self.logger.info("answered", extra={"stream": stream, **log_fields(answer)})
+            return Response(
+                answer.status,
+                content_type="application/json",
+                body=answer.json(),
+                headers=dict(answer.headers),
+            )
+
+        @self.app.exception_handler(Exception)  # type: ignore[untyped-decorator]  # Powertools leaves it untyped
+        def internal_error(exc: Exception) -> Response[str]:
+            """Log the failure (with its traceback) and answer 500 without details."""
+            self.logger.exception("request failed")
+            self.metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=1)
+            return Response(500, content_type="application/json", body='{"message":"internal error"}')
+
+        @self.logger.inject_lambda_context(
+            correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False
+        )
+        @self.tracer.capture_lambda_handler(capture_response=False)
+        @self.metrics.log_metrics
+        def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            """The Lambda entry point."""
+            return self.app.resolve(event, context)
+
+        self.handler = handler
+
+    def set_kinesis_client(self, client: KinesisClient | None) -> None:
+        """Use `client` for Kinesis from now on (None: a default boto3 client, made on first use)."""
+        self._kinesis = client
+        self.producers.clear()
+        self._snapshots.clear()
+
+    def _kinesis_client(self) -> KinesisClient:
+        if self._kinesis is None:
+            import boto3  # in the Lambda runtime; imported on first use, not at cold start
+
+            self._kinesis = boto3.client("kinesis", config=client_config())
+        return self._kinesis
+
+    def _producer(self, route: StreamRoute) -> tuple[tuple[str, int], Producer]:
+        key = (route.stream_name, route.limits.max_record_size)
+        producer = self.producers.get(key)
+        if producer is None:
+            producer = Producer(self._kinesis_client(), route.stream_name, config=producer_config(route))
+            self.producers[key] = producer
+        return key, producer
+
+    def _put(self, route: StreamRoute, records: list[UserRecord]) -> Sequence[RecordResult]:
+        key, producer = self._producer(route)
+        deadline = min(
+            deadline_from_context(self.app.lambda_context, margin=DEADLINE_MARGIN_SECONDS), MAX_FLUSH_SECONDS
+        )
+        try:
+            return producer.put_many(records, deadline=deadline)
+        finally:
+            snapshot = producer.metrics.snapshot()
+            self.metrics.add_dimension(name="StreamName", value=route.stream_name)
+            publish_metrics(self.metrics, snapshot, since=self._snapshots.get(key))
+            self._snapshots[key] = snapshot

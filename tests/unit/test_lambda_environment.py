@@ -1,0 +1,55 @@
+"""The environment contract of the Lambda functions: defaults, round trips, and errors that name
+the variable and its value."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardline.aws_lambda import ConsumerEnvironment, ProducerEnvironment
+from shardline.errors import ConfigurationError
+
+CONSUMER = {"SHARDLINE_GROUP": "orders", "LEASE_TABLE": "orders-leases", "SINK_TABLE": "orders"}
+
+
+def test_a_consumer_environment_has_defaults_for_everything_but_its_names() -> None:
+    env = ConsumerEnvironment.from_environ(CONSUMER)
+    assert env == ConsumerEnvironment("orders", "orders-leases", "orders", None, 3, 5.0, 2.0)
+
+
+@pytest.mark.parametrize("name", ["SHARDLINE_GROUP", "LEASE_TABLE", "SINK_TABLE"])
+def test_a_missing_required_variable_is_named(name: str) -> None:
+    environ = {key: value for key, value in CONSUMER.items() if key != name}
+    with pytest.raises(ConfigurationError, match=name):
+        ConsumerEnvironment.from_environ(environ)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MAX_ATTEMPTS", "three"),
+        ("MAX_ATTEMPTS", "0"),
+        ("CHECKPOINT_INTERVAL", "soon"),
+        ("CHECKPOINT_INTERVAL", "-1"),
+        ("TIME_MARGIN", "nan"),
+        ("TIME_MARGIN", "inf"),
+    ],
+)
+def test_a_malformed_consumer_variable_is_named_with_its_value(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"{name}.*{value}"):
+        ConsumerEnvironment.from_environ({**CONSUMER, name: value})
+
+
+@pytest.mark.parametrize(("name", "value"), [("MAX_RECORDS_PER_REQUEST", "1.5"), ("MAX_BODY_BYTES", "-3")])
+def test_a_malformed_producer_variable_is_named_with_its_value(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"{name}.*{value.lstrip('-')}"):
+        ProducerEnvironment.from_environ({name: value})
+
+
+def test_both_contracts_round_trip_through_the_environment() -> None:
+    consumer = ConsumerEnvironment("g", "l", "s", "https://sqs/q", 7, 0.5, 1.25)
+    assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
+    assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
+    producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024)
+    assert ProducerEnvironment.from_environ(producer.to_environ()) == producer
+    assert set(producer.to_environ()) == set(ProducerEnvironment.VARIABLES)
+    assert ProducerEnvironment.from_environ({}) == ProducerEnvironment("{}", 500, 6_291_456)

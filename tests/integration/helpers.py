@@ -1,13 +1,20 @@
-"""Helpers for integration tests: loopback Kinesis clients and small, separate streams."""
+"""Helpers shared by the integration tests: loopback clients, small separate streams, numbered
+records, and a consumer pipeline (stream, lease table, sink, DLQ) on moto server."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
 
 import boto3
 import botocore.config
+
+from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable
+from shardline.kinesis import UserRecord
+from shardline.producer import Producer, ProducerConfig
+from shardline.testing import MappingReplay, read_shard
 
 STREAM_ACTIVE_DEADLINE_S = 30.0
 
@@ -100,3 +107,77 @@ def shard_ranges(client: Any, name: str) -> dict[str, tuple[int, int]]:
         )
         for shard in client.list_shards(StreamName=name)["Shards"]
     }
+
+
+# -- shared by several test modules ---------------------------------------------------------
+
+
+def numbered_records(count: int, keys: int) -> list[UserRecord]:
+    """Records whose data says their position, padded to about 100 bytes."""
+    return [UserRecord(f"user-{i % keys}", f"{i:08d}|".encode().ljust(100, b".")) for i in range(count)]
+
+
+def position(record: UserRecord) -> int:
+    return int(record.data.split(b"|", 1)[0])
+
+
+def wait_active(client, name: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while (
+        client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
+        != "ACTIVE"
+    ):
+        assert time.monotonic() < deadline, "stream did not become ACTIVE"
+        time.sleep(0.05)
+
+
+def open_shards(client, name: str) -> list[dict]:
+    shards = client.list_shards(StreamName=name)["Shards"]
+    opened = [s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+    return sorted(opened, key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+
+
+CONSUMER_RECORDS = 60
+
+
+class Pipeline:
+    """One stream (one shard) of aggregated records, a lease table and a sink table."""
+
+    def __init__(self, endpoint: str, records: int = CONSUMER_RECORDS) -> None:
+        self.kinesis = kinesis_client(endpoint)
+        self.dynamodb = aws_client("dynamodb", endpoint)
+        self.sqs = aws_client("sqs", endpoint)
+        self.stream = unique_stream_name("consume")
+        create_stream(self.kinesis, self.stream, shard_count=1)
+        self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]
+        # Small aggregates (~10 records each) so a batch spans several Kinesis records.
+        producer = Producer(self.kinesis, self.stream, config=ProducerConfig(aggregation_max_size=400))
+        self.sent = [UserRecord(f"key-{i % 7}", json.dumps({"n": i}).encode()) for i in range(records)]
+        assert all(r.success for r in producer.put_many(self.sent))
+        self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
+        LeaseTable.create(self.dynamodb, self.leases.table_name)
+        self.sink = f"sink-{uuid.uuid4().hex[:8]}"
+        self.dynamodb.create_table(
+            TableName=self.sink,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.queue_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+
+    def feed(self, batch_size: int = 10) -> MappingReplay:
+        return MappingReplay(read_shard(self.kinesis, self.stream, self.shard_id), batch_size=batch_size)
+
+    def consumer(self, **options) -> KinesisConsumer:
+        return KinesisConsumer("test-group", self.leases, kinesis=self.kinesis, **options)
+
+    def sink_items(self) -> list[dict]:
+        return self.dynamodb.scan(TableName=self.sink, ConsistentRead=True)["Items"]
+
+    def dead_letters(self) -> list[dict]:
+        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+        return [json.loads(m["Body"]) for m in messages.get("Messages", [])]
+
+
+def n_of(record: ConsumedRecord) -> int:
+    return record.json()["n"]

@@ -8,59 +8,15 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections import Counter
 
-from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, LeaseTable
-from shardline.kinesis import Position, UserRecord
-from shardline.producer import Producer, ProducerConfig
-from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
-from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
-
-RECORDS = 60
-
-
-class Pipeline:
-    """One stream (one shard) of aggregated records, a lease table and a sink table."""
-
-    def __init__(self, endpoint: str, records: int = RECORDS) -> None:
-        self.kinesis = kinesis_client(endpoint)
-        self.dynamodb = aws_client("dynamodb", endpoint)
-        self.sqs = aws_client("sqs", endpoint)
-        self.stream = unique_stream_name("consume")
-        create_stream(self.kinesis, self.stream, shard_count=1)
-        self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]
-        # Small aggregates (~10 records each) so a batch spans several Kinesis records.
-        producer = Producer(self.kinesis, self.stream, config=ProducerConfig(aggregation_max_size=400))
-        self.sent = [UserRecord(f"key-{i % 7}", json.dumps({"n": i}).encode()) for i in range(records)]
-        assert all(r.success for r in producer.put_many(self.sent))
-        self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
-        LeaseTable.create(self.dynamodb, self.leases.table_name)
-        self.sink = f"sink-{uuid.uuid4().hex[:8]}"
-        self.dynamodb.create_table(
-            TableName=self.sink,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        self.queue_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-
-    def feed(self, batch_size: int = 10) -> MappingReplay:
-        return MappingReplay(read_shard(self.kinesis, self.stream, self.shard_id), batch_size=batch_size)
-
-    def consumer(self, **options) -> KinesisConsumer:
-        return KinesisConsumer("test-group", self.leases, kinesis=self.kinesis, **options)
-
-    def sink_items(self) -> list[dict]:
-        return self.dynamodb.scan(TableName=self.sink, ConsistentRead=True)["Items"]
-
-    def dead_letters(self) -> list[dict]:
-        messages = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
-        return [json.loads(m["Body"]) for m in messages.get("Messages", [])]
-
-
-def n_of(record: ConsumedRecord) -> int:
-    return record.json()["n"]
+from shardline.consumer import DeadLetterQueue
+from shardline.kinesis import Position
+from shardline.testing import FakeLambdaContext, MappingReplay
+from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
+from tests.integration.helpers import (
+    n_of,
+)
 
 
 def test_a_replayed_batch_repeats_no_side_effect(pipeline):

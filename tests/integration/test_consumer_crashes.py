@@ -17,7 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardline.consumer import KinesisConsumer, LeaseTable
-from tests.integration.test_consumer import RECORDS, Pipeline, n_of
+from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
+from tests.integration.helpers import Pipeline, n_of
 
 
 class Crash(BaseException):

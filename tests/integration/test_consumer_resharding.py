@@ -14,8 +14,14 @@ from shardline.consumer import KinesisConsumer, LeaseTable
 from shardline.kinesis import SHARD_END, UserRecord
 from shardline.producer import Producer, ProducerConfig
 from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
-from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
-from tests.integration.test_producer_resharding import open_shards, wait_active
+from tests.integration.helpers import (
+    aws_client,
+    create_stream,
+    kinesis_client,
+    open_shards,
+    unique_stream_name,
+    wait_active,
+)
 
 
 def split_stream(kinesis) -> tuple[str, str, list[str]]:

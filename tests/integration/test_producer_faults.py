@@ -15,8 +15,14 @@ from local.faults import THROTTLED, FaultyKinesis
 from shardline.errors import COUNT_MISMATCH, EXPIRED
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
-from tests.integration.test_producer_roundtrip import numbered_records, position
+from tests.integration.helpers import (
+    create_stream,
+    kinesis_client,
+    numbered_records,
+    position,
+    read_stream,
+    unique_stream_name,
+)
 
 FAST_RETRIES = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01)
 

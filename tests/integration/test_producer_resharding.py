@@ -11,7 +11,6 @@ What must hold (on kinesis-mock; moto cannot reshard as Kinesis does, see the te
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -22,27 +21,14 @@ from shardline.producer import Producer, ProducerConfig
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,
+    numbered_records,
+    open_shards,
+    position,
     read_stream,
     shard_ranges,
     unique_stream_name,
+    wait_active,
 )
-from tests.integration.test_producer_roundtrip import numbered_records, position
-
-
-def wait_active(client, name: str, deadline_s: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while (
-        client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
-        != "ACTIVE"
-    ):
-        assert time.monotonic() < deadline, "stream did not become ACTIVE"
-        time.sleep(0.05)
-
-
-def open_shards(client, name: str) -> list[dict]:
-    shards = client.list_shards(StreamName=name)["Shards"]
-    opened = [s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
-    return sorted(opened, key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
 
 
 def split_first_and_merge_last_two(client, name: str) -> None:

@@ -10,11 +10,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from shardline.kinesis import UserRecord, hash_key
+from shardline.kinesis import hash_key
 from shardline.producer import Producer
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,
+    numbered_records,
+    position,
     read_stream,
     shard_ranges,
     unique_stream_name,
@@ -22,15 +24,6 @@ from tests.integration.helpers import (
 
 RECORDS = 10_000
 KEYS = 1_000
-
-
-def numbered_records(count: int, keys: int) -> list[UserRecord]:
-    """Records whose data says their position, padded to about 100 bytes."""
-    return [UserRecord(f"user-{i % keys}", f"{i:08d}|".encode().ljust(100, b".")) for i in range(count)]
-
-
-def position(record: UserRecord) -> int:
-    return int(record.data.split(b"|", 1)[0])
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from shardline.producer._collector import PutRecordsBatch
 from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
 from shardline.producer._retrier import Retrier
 from shardline.producer._sender import SendOutcome
-from tests.unit.test_shard_map import QUARTER, Clock, FakeListShards, four_shards, shard
+from tests.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
 
 THROTTLED = "ProvisionedThroughputExceededException"
 

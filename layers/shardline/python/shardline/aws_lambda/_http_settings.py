@@ -16,11 +16,9 @@ from shardline.aws_lambda._environment import (
     ProducerEnvironment,
 )
 from shardline.errors import ConfigurationError
-from shardline.kinesis._limits import DEFAULT_LIMITS, Limits, MiB
+from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
 from shardline.producer._config import ProducerConfig
 
-#: API Gateway (REST) refuses larger payloads before the Lambda runs.
-API_GATEWAY_MAX_BODY_BYTES = 10 * MiB
 #: API Gateway (REST) gives up on an integration after 29 s: flushing longer is wasted work.
 API_GATEWAY_TIMEOUT_SECONDS = 29.0
 #: Seconds of the invocation kept free when flushing: a request in flight at the deadline is

@@ -9,7 +9,9 @@
     replay.drain(consumer.process)
     assert len(table.items("orders")) == len(records)
 
-- `InMemoryLeaseTable`: `LeaseTable` with the same conditional writes, rows and sink tables in memory.
+- `InMemoryLeaseTable`: `LeaseTable` with the same conditional writes, rows and sink tables in
+  memory, read and write counters (`LeaseWrite` names the kinds of write), and `fail_next` to
+  inject a failure before or after a write lands.
 - `kinesis_event` / `event_record`: Lambda Kinesis events from user records (KPL-aggregated or not)
   or from GetRecords output, with Kinesis-shaped sequence numbers.
 - `MappingReplay`: replays a shard as the event-source mapping does (batches, retries of crashed
@@ -27,12 +29,14 @@ if TYPE_CHECKING:
     from shardline.testing._events import event_record as event_record
     from shardline.testing._events import kinesis_event as kinesis_event
     from shardline.testing._lease_table import InMemoryLeaseTable as InMemoryLeaseTable
+    from shardline.testing._lease_table import LeaseWrite as LeaseWrite
     from shardline.testing._replay import FakeLambdaContext as FakeLambdaContext
     from shardline.testing._replay import MappingReplay as MappingReplay
     from shardline.testing._replay import read_shard as read_shard
 
 _EXPORTS = {
     "InMemoryLeaseTable": "_lease_table",
+    "LeaseWrite": "_lease_table",
     "kinesis_event": "_events",
     "event_record": "_events",
     "MappingReplay": "_replay",

@@ -2,33 +2,44 @@
 
 Rows live in a dict; every write is fenced exactly as in `LeaseTable` (conditional on the stored
 `leaseCounter`, which it increments; checkpoints compare-and-swap on the stored position and only
-move forward), and `checkpoint_with` applies the sink writes to in-memory tables in the same step,
-so a test can read what a handler committed. `reads` counts GetItem calls and `writes` counts
-writes by kind, as DynamoDB would bill them.
+move forward), and `checkpoint_with` applies the sink writes to in-memory tables in the same step
+(`_sink_tables`), so a test reads what a handler committed. `reads` counts GetItem calls and
+`writes` counts write requests by kind, as DynamoDB would bill them (one that fails its condition
+included). `fail_next` injects a failure into the next call of an operation, before or after its
+write lands.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
 
 from shardline.consumer._leases import MAX_TRANSACTION_ITEMS, Lease, LeaseTable
 from shardline.errors import LeaseLost, SinkConflict
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.testing._sink_tables import Item, SinkTables
 
-#: Kinds of write counted in `writes`, as the real table would issue them (each conditional).
-CREATE = "row creation"  # PutItem of a new row at TRIM_HORIZON, counter 1
-TAKE = "take"  # UpdateItem incrementing leaseCounter
-CHECKPOINT = "checkpoint"  # UpdateItem of the checkpoint
-CHECKPOINT_TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + sink writes
-FAILURE = "failure"  # UpdateItem counting a failed attempt
-SHARD_END_MARK = "shard end"  # UpdateItem setting a parent's checkpoint to SHARD_END
-WRITE_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION, FAILURE, CREATE, TAKE, SHARD_END_MARK)
+_T = TypeVar("_T")
 
-Item = dict[str, dict[str, Any]]
+#: The operations `fail_next` can make fail (the consumer's commit is `checkpoint_with`).
+OPERATIONS = ("get", "hold", "take", "checkpoint", "checkpoint_with", "record_failure", "mark_shard_end")
+_CONFIRMED = ("checkpoint", "checkpoint_with")  # LeaseTable re-reads the row when these fail
+
+
+class LeaseWrite(StrEnum):
+    """The kinds of write counted in `InMemoryLeaseTable.writes`, each one conditional request."""
+
+    CREATE = "row creation"  # PutItem of a new row at TRIM_HORIZON, counter 1
+    TAKE = "take"  # UpdateItem incrementing leaseCounter
+    CHECKPOINT = "checkpoint"  # UpdateItem of the checkpoint
+    TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + sink writes
+    FAILURE = "failure"  # UpdateItem counting a failed attempt
+    SHARD_END = "shard end"  # UpdateItem setting a parent's checkpoint to SHARD_END
 
 
 class _NoClient:
@@ -42,195 +53,219 @@ class InMemoryLeaseTable(LeaseTable):
     """A `LeaseTable` whose rows and sink tables are kept in memory.
 
     `key_schema` names the key attributes of each sink table a handler `Put`s into, e.g.
-    `{"orders": ["id"]}` (an `Update` or `Delete` carries its key itself).
+    `{"orders": ["id"]}`; declared, it is also checked against the keys of `Update`, `Delete`
+    and `ConditionCheck` entries (undeclared, their `Key` is taken as it is).
     """
 
     def __init__(self, table_name: str = "leases", *, key_schema: Mapping[str, Sequence[str]] = {}) -> None:
         super().__init__(_NoClient(), table_name)  # the client is never called
         self._rows: dict[str, Lease] = {}
-        self._key_schema = {table: list(keys) for table, keys in key_schema.items()}
-        self.sinks: dict[str, dict[str, Item]] = {}
+        self._sinks = SinkTables(key_schema)
+        self._faults: dict[str, list[tuple[BaseException, bool]]] = {}
         self.reads = 0
         self.writes: Counter[str] = Counter()
 
-    # -- inspection --------------------------------------------------------------------------
+    # -- inspection and set-up ---------------------------------------------------------------
 
     def row(self, key: str) -> Lease | None:
         """The stored row, without counting a read."""
         return self._rows.get(key)
 
     def rows(self) -> dict[str, Lease]:
+        """Every stored row by lease key."""
         return dict(self._rows)
 
     def items(self, table: str) -> list[Item]:
         """Every item a sink table holds, in the order first written."""
-        return list(self.sinks.get(table, {}).values())
+        return self._sinks.items(table)
+
+    def item(self, table: str, key: Mapping[str, Mapping[str, Any]]) -> Item | None:
+        """The sink item with this key (`{"id": {"S": "o-1"}}`), or None."""
+        return self._sinks.item(table, key)
+
+    @property
+    def total_writes(self) -> int:
+        return sum(self.writes.values())
 
     def place(self, key: str, checkpoint: Position, owner: str = "previous-invocation") -> None:
         """Between calls: put `key`'s row at `checkpoint`, as another invocation left it."""
         current = self._rows.get(key)
         self._rows[key] = Lease(key, owner, current.counter if current else 1, checkpoint)
 
+    def fail_next(self, operation: str, error: BaseException, *, landed: bool = False) -> None:
+        """Make the next call of `operation` raise `error`: before its write is applied, or with
+        `landed=True` after it was (the request reached DynamoDB, the reply never came back).
+
+        `LeaseTable` re-reads the row when a checkpoint's reply is lost and accepts a write that
+        landed, so after a landed `checkpoint`/`checkpoint_with` only a crash reaches the caller:
+        a `BaseException` that is not an `Exception` (the process dying, the function timing out).
+        Faults queue up per operation, in order.
+        """
+        if operation not in OPERATIONS:
+            raise ValueError(f"operation {operation!r}: one of {', '.join(OPERATIONS)}")
+        if landed and operation in _CONFIRMED and isinstance(error, Exception):
+            raise ValueError(
+                f"{operation} re-reads the row after an unanswered write and returns normally if it "
+                "landed: inject a crash (a BaseException that is not an Exception) instead"
+            )
+        self._faults.setdefault(operation, []).append((error, landed))
+
     # -- LeaseTable ---------------------------------------------------------------------------
 
     def get(self, key: str) -> Lease | None:
-        self.reads += 1
-        return self._rows.get(key)
+        def read() -> Lease | None:
+            self.reads += 1
+            return self._rows.get(key)
+
+        return self._faulted("get", read)
 
     def hold(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
-        current = self.get(key)
-        if current is not None:
-            return replace(current, owner=owner)
-        return self._create(key, owner, parent_shard_ids)
+        def hold() -> Lease:
+            current = self.get(key)
+            if current is not None:
+                return replace(current, owner=owner)
+            return self._create(key, owner, parent_shard_ids)
+
+        return self._faulted("hold", hold)
 
     def take(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
-        current = self.get(key)
-        if current is None:
-            return self._create(key, owner, parent_shard_ids)
-        switches = current.owner_switches + (current.owner != owner)
-        lease = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
-        self._rows[key] = lease
-        self.writes[TAKE] += 1
-        return lease
+        def take() -> Lease:
+            current = self.get(key)
+            if current is None:
+                return self._create(key, owner, parent_shard_ids)
+            switches = current.owner_switches + (current.owner != owner)
+            lease = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
+            self._rows[key] = lease
+            self.writes[LeaseWrite.TAKE] += 1
+            return lease
+
+        return self._faulted("take", take)
 
     def checkpoint(self, lease: Lease, position: Position) -> Lease:
-        if position <= lease.checkpoint:
-            return lease
-        return self._advance(lease, position, CHECKPOINT)
+        def checkpoint() -> Lease:
+            if position <= lease.checkpoint:
+                return lease
+            return self._advance(lease, position, LeaseWrite.CHECKPOINT)
+
+        return self._faulted("checkpoint", checkpoint, lease)
 
     def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
-        if not writes:
-            return self.checkpoint(lease, position)
-        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
-            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
-        if position <= lease.checkpoint:
-            raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        self._fence(lease, compare_checkpoint=True)
-        staged = {table: dict(items) for table, items in self.sinks.items()}  # both or neither
-        for write in writes:
-            self._apply(staged, write)
-        advanced = self._advance(lease, position, CHECKPOINT_TRANSACTION)
-        self.sinks = staged
-        return advanced
+        def transaction() -> Lease:
+            if not writes:
+                return self.checkpoint(lease, position)
+            if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+                raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
+            if position <= lease.checkpoint:
+                raise ValueError(
+                    f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}"
+                )
+            try:
+                self._sinks.validate(writes)  # DynamoDB refuses a malformed request before any condition
+            except ClientError as refused:
+                self._confirm(lease, refused)
+            self._fence(lease, LeaseWrite.TRANSACTION)  # the checkpoint's condition...
+            try:
+                self._sinks.apply(writes)  # ...then the sink writes' own; all or nothing
+            except SinkConflict:
+                self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
+                raise
+            return self._advance(lease, position, LeaseWrite.TRANSACTION)
+
+        return self._faulted("checkpoint_with", transaction, lease)
 
     def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
-        stored = self._fence(lease, compare_checkpoint=False)
-        attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
-        error = error[:1000] or "-"
-        self._rows[lease.key] = replace(
-            stored,
-            owner=lease.owner,
-            counter=lease.counter + 1,
-            failed_at=position,
-            failed_attempts=attempts,
-            last_error=error,
-        )
-        self.writes[FAILURE] += 1
-        return replace(
-            lease, counter=lease.counter + 1, failed_at=position, failed_attempts=attempts, last_error=error
-        )
+        def record() -> Lease:
+            stored = self._fence(lease, LeaseWrite.FAILURE, compare_checkpoint=False)
+            attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
+            message = error[:1000] or "-"
+            failed = replace(
+                lease,
+                counter=lease.counter + 1,
+                failed_at=position,
+                failed_attempts=attempts,
+                last_error=message,
+            )
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=failed.counter,
+                failed_at=position,
+                failed_attempts=attempts,
+                last_error=message,
+            )
+            self.writes[LeaseWrite.FAILURE] += 1
+            return failed
+
+        return self._faulted("record_failure", record)
 
     def mark_shard_end(self, seen: Lease) -> bool:
-        stored = self._rows.get(seen.key)
-        if stored is None or stored.checkpoint != seen.checkpoint:
-            return False
-        self._rows[seen.key] = replace(stored, checkpoint=Position(SHARD_END))
-        self.writes[SHARD_END_MARK] += 1
-        return True
+        def mark() -> bool:
+            stored = self._rows.get(seen.key)
+            self.writes[LeaseWrite.SHARD_END] += 1  # conditional: billed whether or not it holds
+            if stored is None or stored.checkpoint != seen.checkpoint:
+                return False
+            self._rows[seen.key] = replace(stored, checkpoint=Position(SHARD_END))
+            return True
+
+        return self._faulted("mark_shard_end", mark)
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _faulted(self, operation: str, call: Callable[[], _T], lease: Lease | None = None) -> _T:
+        queued = self._faults.get(operation)
+        if not queued:
+            return call()
+        error, landed = queued.pop(0)
+        if landed:
+            call()
+        elif lease is not None and isinstance(error, Exception):
+            self._confirm(lease, error)  # as LeaseTable does after a failed checkpoint write
+        raise error
+
+    def _confirm(self, lease: Lease, error: Exception) -> None:
+        """`LeaseTable._confirm_landed` after a write that did not land: one read, then the lease
+        is lost if the counter moved, else the error stands."""
+        self.reads += 1
+        stored = self._rows.get(lease.key)
+        if stored is None or stored.counter != lease.counter:
+            raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
+        raise error
 
     def _create(self, key: str, owner: str, parent_shard_ids: Iterable[str]) -> Lease:
         lease = Lease(key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids))
         self._rows[key] = lease
-        self.writes[CREATE] += 1
+        self.writes[LeaseWrite.CREATE] += 1
         return lease
 
-    def _fence(self, lease: Lease, *, compare_checkpoint: bool) -> Lease:
+    def _fence(self, lease: Lease, kind: LeaseWrite, *, compare_checkpoint: bool = True) -> Lease:
+        """The stored row, if `lease` still holds it (and, for a checkpoint, the stored position is
+        the lease's). A write that fails its condition is billed all the same, and after a failed
+        checkpoint `LeaseTable` reads the row once (to accept a write whose reply was lost)."""
         stored = self._rows.get(lease.key)
-        if stored is None or stored.counter != lease.counter:
-            raise LeaseLost(f"lease {lease.key} was taken by another owner")
-        if compare_checkpoint and stored.checkpoint != lease.checkpoint:
-            raise LeaseLost(f"lease {lease.key}: the checkpoint moved under us")
+        if (
+            stored is None
+            or stored.counter != lease.counter
+            or (compare_checkpoint and stored.checkpoint != lease.checkpoint)
+        ):
+            self.writes[kind] += 1
+            self.reads += compare_checkpoint
+            raise LeaseLost(f"lease {lease.key} was taken by another owner, or its checkpoint moved")
         return stored
 
-    def _advance(self, lease: Lease, position: Position, kind: str) -> Lease:
-        stored = self._fence(lease, compare_checkpoint=True)
-        cleared = lease.failed_at is not None and lease.failed_at <= position
+    def _advance(self, lease: Lease, position: Position, kind: LeaseWrite) -> Lease:
+        stored = self._fence(lease, kind)
         advanced = replace(lease, checkpoint=position, owner_switches=0, counter=lease.counter + 1)
-        if cleared:
+        if lease.failed_at is not None and lease.failed_at <= position:
             advanced = replace(advanced, failed_at=None, failed_attempts=0, last_error=None)
         self._rows[lease.key] = replace(
             stored,
             owner=lease.owner,
             checkpoint=position,
             owner_switches=0,
-            counter=lease.counter + 1,
+            counter=advanced.counter,
             failed_at=advanced.failed_at,
             failed_attempts=advanced.failed_attempts,
             last_error=advanced.last_error,
         )
         self.writes[kind] += 1
         return advanced
-
-    def _apply(self, sinks: dict[str, dict[str, Item]], write: Mapping[str, Any]) -> None:
-        [(kind, operation)] = write.items()
-        table = operation["TableName"]
-        items = sinks.setdefault(table, {})
-        if kind == "Put":
-            item: Item = dict(operation["Item"])
-            schema = self._key_schema.get(table)
-            if schema is None:
-                raise KeyError(f"Put into {table!r}: declare its key, InMemoryLeaseTable(key_schema=...)")
-            key = {name: item[name] for name in schema}
-        else:
-            key = dict(operation["Key"])
-        where = json.dumps(key, sort_keys=True, default=str)
-        condition = operation.get("ConditionExpression")
-        if condition is not None:
-            if not condition.startswith("attribute_not_exists("):
-                raise NotImplementedError(f"condition {condition!r}: only attribute_not_exists(...)")
-            if where in items:
-                raise SinkConflict(f"a sink write failed its condition on {table} {where}")
-        if kind == "Put":
-            items[where] = item
-        elif kind == "Delete":
-            items.pop(where, None)
-        elif kind == "Update":
-            items[where] = _updated(items.get(where, dict(key)), operation)
-        elif kind != "ConditionCheck":
-            raise NotImplementedError(f"TransactWriteItems entry {kind!r}")
-
-
-def _updated(item: Item, operation: Mapping[str, Any]) -> Item:
-    """`item` after an UpdateExpression of `SET a = :v, ...` and/or `ADD a :n, ...` clauses."""
-    names: Mapping[str, str] = operation.get("ExpressionAttributeNames", {})
-    values: Mapping[str, dict[str, Any]] = operation.get("ExpressionAttributeValues", {})
-    item = dict(item)
-    expression = operation["UpdateExpression"]
-    for clause in _clauses(expression):
-        action, _, body = clause.partition(" ")
-        for part in body.split(","):
-            if action == "SET":
-                target, _, value = (piece.strip() for piece in part.partition("="))
-                item[names.get(target, target)] = values[value]
-            elif action == "ADD":
-                target, value = part.split()
-                attribute = names.get(target, target)
-                current = float(item.get(attribute, {"N": "0"})["N"])
-                total = current + float(values[value]["N"])
-                item[attribute] = {"N": str(int(total)) if total.is_integer() else str(total)}
-            else:
-                raise NotImplementedError(f"UpdateExpression {expression!r}: only SET and ADD")
-    return item
-
-
-def _clauses(expression: str) -> list[str]:
-    """Split `SET a = :a ADD b :b` into its clauses."""
-    clauses: list[str] = []
-    for word in expression.split():
-        if word in ("SET", "ADD", "REMOVE", "DELETE"):
-            clauses.append(word)
-        elif clauses:
-            clauses[-1] += " " + word
-    return clauses

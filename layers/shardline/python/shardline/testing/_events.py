@@ -3,9 +3,11 @@
     event = kinesis_event([UserRecord("user-1", b"a"), UserRecord("user-2", b"b")], stream="orders")
     consumer.process(event, FakeLambdaContext())
 
-Records are packed into KPL aggregates (`aggregate=True`, the default: how shardline's producer
-sends them) or sent one Kinesis record each. Sequence numbers are Kinesis-shaped: 56-digit decimal
-strings increasing along the shard.
+Records are packed into KPL aggregates (`aggregate=True`, the default) as shardline's producer
+sends them: partition key "a" (Lambda's event carries no explicit hash key, so the aggregate's is
+not seen), and a group of one record goes plain, with its own partition key. With
+`aggregate=False` each user record is one Kinesis record. Sequence numbers are Kinesis-shaped:
+56-digit decimal strings increasing along the shard.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from shardline.kinesis._records import UserRecord
 from shardline.kpl._encode import encode
+from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
 
 #: A real-looking first sequence number (56 digits); later records add `SEQUENCE_STEP` each.
 FIRST_SEQUENCE = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898
@@ -35,17 +38,22 @@ def kinesis_event(
     first_sequence: int = FIRST_SEQUENCE,
     arrival: float | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """`{"Records": [...]}` carrying `records` in order, from one shard of `stream`."""
+    """`{"Records": [...]}` carrying `records` in order, from one shard of `stream`.
+
+    Sequence numbers start at `first_sequence` (continue a shard with the last one plus
+    `SEQUENCE_STEP`); `arrival` is the approximate arrival time in epoch seconds (default: now).
+    """
     if records_per_aggregate < 1:
         raise ValueError("records_per_aggregate must be at least 1")
     users = list(records)
     arrived = time.time() if arrival is None else arrival
     entries: list[tuple[str, bytes]] = []
-    if aggregate:
-        for start in range(0, len(users), records_per_aggregate):
-            entries.append(("a", encode(users[start : start + records_per_aggregate])))
-    else:
-        entries = [(user.partition_key, user.data) for user in users]
+    groups = [users[i : i + records_per_aggregate] for i in range(0, len(users), records_per_aggregate)]
+    for group in groups if aggregate else [[user] for user in users]:
+        if len(group) == 1:  # the producer sends a lone record with its own keys
+            entries.append((group[0].partition_key, group[0].data))
+        else:
+            entries.append((AGGREGATE_PARTITION_KEY, encode(group)))
     return {
         "Records": [
             event_record(

@@ -3,9 +3,13 @@
     replay = MappingReplay(kinesis_event(records)["Records"], batch_size=10)
     replay.drain(consumer.process)
 
-After each invocation: an exception (a crash, a function error) retries the same batch;
-`batchItemFailures` restarts from the reported sequence number; otherwise the position moves past
-the batch. `read_shard` reads a real (loopback) shard's records to replay them.
+After each invocation, as Lambda does with ReportBatchItemFailures on: an exception (a crash, a
+function error) retries the same batch; `batchItemFailures` restarts from the lowest reported
+sequence number; an item identifier that is empty, missing or not in the batch fails the whole
+batch (Lambda documents the first two; for the third it is undocumented, and LocalStack, checked
+against AWS, retries the whole batch); no response, or an empty list, moves past the batch. Not
+modelled: bisection, retry limits, record age, batching windows, several shards at once.
+`read_shard` reads a real (loopback) shard's records to replay them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ Handler = Callable[[dict[str, Any], Any], Any]
 
 
 class FakeLambdaContext:
-    """The parts of a Lambda context handlers read; `remaining_ms` is a number or a callable."""
+    """A Lambda context as the Python runtime builds it; `remaining_ms` is a number or a callable.
+
+    Each instance is one invocation: a fresh `aws_request_id` (the consumer's lease owner) unless
+    one is given. `memory_limit_in_mb` is a string, as the runtime reads it from the environment.
+    """
 
     def __init__(
         self,
@@ -29,14 +37,17 @@ class FakeLambdaContext:
         *,
         function_name: str = "shardline-test",
         memory_limit_in_mb: int = 512,
+        aws_request_id: str | None = None,
     ) -> None:
-        self.aws_request_id = str(uuid.uuid4())
+        self.aws_request_id = aws_request_id or str(uuid.uuid4())
         self.function_name = function_name
         self.function_version = "$LATEST"
-        self.memory_limit_in_mb = memory_limit_in_mb
+        self.memory_limit_in_mb = str(memory_limit_in_mb)
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "shardline-test"
+        self.identity: object = None
+        self.client_context: object = None
         self._remaining_ms = remaining_ms
 
     def get_remaining_time_in_millis(self) -> int:
@@ -54,7 +65,8 @@ class MappingReplay:
         self.batch_size = batch_size
         self.position = 0
         self.invocations = 0
-        self.crashes = 0
+        self.crashes = 0  # invocations that raised
+        self.whole_batch_failures = 0  # answers Lambda reads as "the whole batch failed"
 
     @property
     def finished(self) -> bool:
@@ -72,24 +84,37 @@ class MappingReplay:
         except BaseException as exc:  # a crash of any kind: the mapping retries the same batch
             self.crashes += 1
             return exc
-        failures = (response or {}).get("batchItemFailures") or []
-        if failures:
-            sequence = failures[0]["itemIdentifier"]
-            self.position = next(
-                index
-                for index, record in enumerate(self.records)
-                if record["kinesis"]["sequenceNumber"] == sequence
-            )
-        else:
-            self.position += len(event["Records"])
+        self.position = self._next_position(event["Records"], response)
         return response
 
-    def drain(self, handler: Handler, max_invocations: int = 10_000) -> None:
-        """Invoke until the shard is consumed (crashes and failures included)."""
+    def _next_position(self, batch: list[Mapping[str, Any]], response: Any) -> int:
+        """Where the shard continues after `response` to `batch` (which starts at `position`)."""
+        failures = response.get("batchItemFailures") if isinstance(response, Mapping) else None
+        if not failures:
+            return self.position + len(batch)
+        in_batch = {str(record["kinesis"]["sequenceNumber"]): index for index, record in enumerate(batch)}
+        restarts: list[int] = []
+        for failure in failures:
+            identifier = failure.get("itemIdentifier") if isinstance(failure, Mapping) else None
+            if not identifier or str(identifier) not in in_batch:
+                self.whole_batch_failures += 1
+                return self.position  # a complete failure: the same batch again
+            restarts.append(in_batch[str(identifier)])
+        return self.position + min(restarts)  # the lowest sequence number listed
+
+    def drain(
+        self,
+        handler: Handler,
+        max_invocations: int = 10_000,
+        *,
+        new_context: Callable[[], Any] = FakeLambdaContext,
+    ) -> None:
+        """Invoke until the shard is consumed (crashes and failures included), each invocation
+        with a context from `new_context`."""
         for _ in range(max_invocations):
             if self.finished:
                 return
-            self.invoke(handler)
+            self.invoke(handler, new_context())
         raise AssertionError(f"shard not drained after {max_invocations} invocations (at {self.position})")
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer
+import pytest
+
+from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, deaggregate
 from shardline.kinesis import Position, UserRecord
 from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
 
@@ -134,15 +136,23 @@ def test_an_invocation_whose_lease_was_taken_stops_and_writes_nothing_more() -> 
     table = InMemoryLeaseTable()
     consumer = KinesisConsumer("g", table, checkpoint_every=1)
     event = kinesis_event(RECORDS, aggregate=False)
+    count = count_per_key("counts")
+    seen: list[int] = []
+    taken: dict[str, Any] = {}
 
     @consumer.handler
-    def handle(record: ConsumedRecord) -> None:
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        seen.append(int(record.data))
         if record.data == b"3":
-            table.take(SHARD, "a newer invocation")  # fences this one
+            taken["row"] = table.take(SHARD, "a newer invocation")  # fences this one
+            taken["counts"] = counts(table)
+        return count(record)
 
     answer = consumer.process(event, FakeLambdaContext())
     stored = table.row(SHARD)
-    assert stored.owner == "a newer invocation"
+    assert seen == [0, 1, 2, 3], "it stopped at its next write"
+    assert stored == taken["row"], "the row is as the newer invocation left it"
+    assert counts(table) == taken["counts"] == {"key-0": 1, "key-1": 1, "key-2": 1}, "record 3 not committed"
     assert stored.checkpoint == Position(event["Records"][2]["kinesis"]["sequenceNumber"])
     # The retry starts at the Kinesis record holding the stored checkpoint (a checkpoint can stop
     # inside an aggregate); what is at or below it is skipped, so nothing is lost or repeated.
@@ -156,10 +166,6 @@ def test_sink_writes_commit_with_the_checkpoint_exactly_once_through_crashes_and
     consumer = KinesisConsumer("g", table, checkpoint_every=3)
     handle = count_per_key("counts")
     crashes = iter([11, 25])
-
-    class Crash(BaseException):
-        """A process dying mid-batch: not an Exception, so nothing in the consumer catches it."""
-
     next_crash = next(crashes)
 
     @consumer.handler
@@ -175,4 +181,42 @@ def test_sink_writes_commit_with_the_checkpoint_exactly_once_through_crashes_and
     replay.position = 0
     replay.drain(consumer.process)  # the whole shard delivered again
     assert replay.crashes == 2
+    assert counts(table) == {f"key-{k}": 8 for k in range(5)}, "every record counted exactly once"
+
+
+class Crash(BaseException):
+    """The process dying: not an Exception, so nothing in the consumer or the table catches it."""
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before-the-transaction-lands", "after-it-landed"])
+def test_a_crash_around_the_checkpoint_transaction_leaves_both_or_neither(landed: bool) -> None:
+    table = InMemoryLeaseTable()
+    consumer = KinesisConsumer("g", table, checkpoint_every=4)
+    count = count_per_key("counts")
+    event_records = kinesis_event(RECORDS, records_per_aggregate=6)["Records"]
+    every_record = deaggregate(event_records)
+    crash_at = {9, 22, 31}  # the transaction after each of these records crashes
+
+    @consumer.handler
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        if int(record.data) in crash_at:
+            crash_at.discard(int(record.data))
+            table.fail_next("checkpoint_with", Crash(), landed=landed)
+        return count(record)
+
+    def invocation(event: dict[str, Any], context: FakeLambdaContext) -> Any:
+        try:
+            return consumer.process(event, context)
+        finally:  # both or neither: the counts are exactly the records the checkpoint covers
+            row = table.row(SHARD)
+            covered = sum(
+                1 for record in every_record if row is not None and record.position <= row.checkpoint
+            )
+            assert sum(counts(table).values()) == covered
+
+    replay = MappingReplay(event_records, batch_size=3)
+    replay.drain(invocation)
+    replay.position = 0
+    replay.drain(invocation)  # the whole shard delivered again
+    assert replay.crashes == 3 and not crash_at
     assert counts(table) == {f"key-{k}": 8 for k in range(5)}, "every record counted exactly once"

@@ -37,14 +37,9 @@ from bench.profiling import profile_call
 from bench.report import Row, Target
 from bench.timing import best_of
 from shardline import kpl
-from shardline.consumer import (
-    ConsumedRecord,
-    KinesisConsumer,
-    LeaseTable,
-)
+from shardline.consumer import ConsumedRecord, KinesisConsumer
 from shardline.kinesis import TRIM_HORIZON, Position, UserRecord
-from shardline.testing import InMemoryLeaseTable
-from shardline.testing._lease_table import CHECKPOINT, CHECKPOINT_TRANSACTION, CREATE, WRITE_KINDS
+from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, LeaseWrite
 
 SHARD_ID = "shardId-000000000000"
 
@@ -64,7 +59,9 @@ PROCESS_TARGET = Target("value", ">=", 300_000.0)
 #: lease is held by reading the row; the checkpoint's counter increment claims it).
 WRITES_TARGET = Target("value", "<=", 1.0)
 
-CHECKPOINT_KINDS = (CHECKPOINT, CHECKPOINT_TRANSACTION)
+WRITE_KINDS = tuple(LeaseWrite)  # the lease table's counters, by kind of DynamoDB write
+CREATE, CHECKPOINT = LeaseWrite.CREATE, LeaseWrite.CHECKPOINT
+CHECKPOINT_KINDS = (CHECKPOINT, LeaseWrite.TRANSACTION)
 
 
 # -- the event --------------------------------------------------------------------------------
@@ -114,16 +111,11 @@ def make_workload(seed: int) -> ConsumerWorkload:
     return ConsumerWorkload(records, payloads, kinesis_event(payloads))
 
 
-class BenchContext:
-    """The part of Lambda's context object the consumer and Powertools read."""
-
-    aws_request_id = "bench-request-0000"
-    function_name = "bench-consumer"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench-consumer"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 900_000  # Lambda's maximum: the consumer never stops early for time
+#: One invocation's context, reused by every call: 900 s left (Lambda's maximum), so the consumer
+#: never stops early for time, and a fixed request id (the lease owner the sanity checks expect).
+CONTEXT = FakeLambdaContext(
+    900_000, function_name="bench-consumer", memory_limit_in_mb=1024, aws_request_id="bench-request-0000"
+)
 
 
 # -- contenders ---------------------------------------------------------------------------------
@@ -133,7 +125,7 @@ def bench_consumer(
     table: InMemoryLeaseTable, handle: Callable[[ConsumedRecord], None] | None = None, **options: Any
 ) -> KinesisConsumer:
     """`KinesisConsumer("bench", table)` with a no-op record handler (or `handle`); defaults otherwise."""
-    consumer = KinesisConsumer(GROUP, cast(LeaseTable, table), **options)
+    consumer = KinesisConsumer(GROUP, table, **options)
 
     if handle is None:
 
@@ -154,7 +146,7 @@ def contenders(
     workload: ConsumerWorkload, consumer: KinesisConsumer, table: InMemoryLeaseTable
 ) -> dict[str, Callable[[], object]]:
     """The timed calls: shardline fresh and replay (row reset inside the call), and Powertools."""
-    event, context, last = workload.event, BenchContext(), workload.last_position
+    event, context, last = workload.event, CONTEXT, workload.last_position
     start = Position(TRIM_HORIZON)
     processor = BatchProcessor(event_type=EventType.KinesisDataStreams)
 
@@ -187,7 +179,7 @@ def one_call(
     before_row = table.row(SHARD_ID)
     reads, writes = table.reads, table.writes.copy()
     before = consumer.metrics.snapshot()
-    response = consumer.process(workload.event, BenchContext())
+    response = consumer.process(workload.event, CONTEXT)
     after = consumer.metrics.snapshot()
     written = table.writes - writes
     row = table.row(SHARD_ID)
@@ -246,12 +238,12 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
         )
     if (fresh["counter_after"], fresh["owner_after"]) != (
         (fresh["counter_before"] or 0) + 1,
-        BenchContext.aws_request_id,
+        CONTEXT.aws_request_id,
     ):
         problems.append(
             f"consumer fresh: row left with counter {fresh['counter_after']} and owner "
             f"{fresh['owner_after']!r}, expected {(fresh['counter_before'] or 0) + 1} and "
-            f"{BenchContext.aws_request_id!r} (the checkpoint claims the lease)"
+            f"{CONTEXT.aws_request_id!r} (the checkpoint claims the lease)"
         )
     if replay["total_writes"] != 0:
         problems.append(f"consumer replay: writes {replay['writes']}, expected none")
@@ -291,7 +283,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
             event=workload.event,
             record_handler=collect,
             processor=BatchProcessor(event_type=EventType.KinesisDataStreams),
-            context=cast(Any, BenchContext()),
+            context=cast(Any, CONTEXT),
         )
     except BatchProcessingError as exc:
         answer = f"BatchProcessingError ({exc.msg})"
@@ -396,7 +388,7 @@ def profile(workload: ConsumerWorkload, top: int = 10, rounds: int = 20) -> str:
     """cProfile tables (by own time) of `process` on the event: fresh, then replay."""
     table = InMemoryLeaseTable()
     consumer = bench_consumer(table)
-    context = BenchContext()
+    context = CONTEXT
     sections = []
     for title, start in (("fresh", Position(TRIM_HORIZON)), ("replay", workload.last_position)):
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any
 
 from bench import peers
 from bench.report import Row
 from bench.timing import best_of
+from shardline.testing import event_record
 
-STREAM_ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/events"
-ROLE_ARN = "arn:aws:iam::123456789012:role/events-consumer"
+STREAM = "events"
 SHARD_ID = "shardId-000000000000"
 
 
@@ -19,29 +18,23 @@ def lambda_event(
     payloads: Sequence[bytes],
     first_sequence: int = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898,
 ) -> dict[str, Any]:
-    """A Kinesis event as the event-source mapping hands it to a Lambda function, one record per payload."""
-    records = []
-    for index, payload in enumerate(payloads):
-        sequence = str(first_sequence + index * 1_000_000)
-        records.append(
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": "a",
-                    "sequenceNumber": sequence,
-                    "data": base64.b64encode(payload).decode("ascii"),
-                    "approximateArrivalTimestamp": 1_718_000_000.123 + index * 0.01,
+    """A Kinesis event as the event-source mapping hands it to a Lambda function, one record per
+    payload (already KPL-encoded): `shardline.testing.event_record` on GetRecords-shaped records."""
+    return {
+        "Records": [
+            event_record(
+                STREAM,
+                SHARD_ID,
+                {
+                    "PartitionKey": "a",
+                    "Data": payload,
+                    "SequenceNumber": str(first_sequence + index * 1_000_000),
+                    "ApproximateArrivalTimestamp": 1_718_000_000.123 + index * 0.01,
                 },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"{SHARD_ID}:{sequence}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": ROLE_ARN,
-                "awsRegion": "eu-west-1",
-                "eventSourceARN": STREAM_ARN,
-            }
-        )
-    return {"Records": records}
+            )
+            for index, payload in enumerate(payloads)
+        ]
+    }
 
 
 def event_bytes(event: dict[str, Any]) -> int:

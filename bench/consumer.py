@@ -4,10 +4,10 @@ The event is what the Kinesis event-source mapping hands a Lambda function: 25 K
 each a real KPL aggregate made with `shardline.kpl.encode` and holding 400 user records
 of 100 bytes (10,000 in all, partition keys drawn from 1,000). shardline's consumer runs
 unchanged against `InMemoryLeaseTable`, an in-process lease table with the semantics of
-`shardline.consumer._leases.LeaseTable` (`hold` reads the row; every write is fenced by `leaseCounter`,
-increments it and sets the owner; checkpoints are forward-only compare-and-swap) that counts its
-reads and writes. No Kinesis client is given, so there are no parent-shard or
-hash-range look-ups. The record handler does nothing.
+`shardline.consumer._leases.LeaseTable` (`begin` takes the lease and marks the delivery in flight
+in one write; every other write is fenced by `leaseCounter`, increments it and sets the owner;
+checkpoints are forward-only compare-and-swap) that counts its reads and writes. No Kinesis
+client is given, so there are no parent-shard or hash-range look-ups. The record handler does nothing.
 
 Two shardline figures: *fresh* (the row is put back at TRIM_HORIZON before every call, so every
 user record reaches the handler and the checkpoint moves) and *replay* (the row is put back at
@@ -55,12 +55,15 @@ SHARDLINE_REPLAY = "shardline replay"
 POWERTOOLS = "Powertools BatchProcessor"
 
 PROCESS_TARGET = Target("value", ">=", 300_000.0)
-#: A successful batch on an existing row makes one DynamoDB write: its checkpoint, at the end (the
-#: lease is held by reading the row; the checkpoint's counter increment claims it).
+#: Without crash detection, a successful batch on an existing row makes one DynamoDB write: its
+#: checkpoint, at the end (the lease is held by reading the row; the checkpoint claims it).
 WRITES_TARGET = Target("value", "<=", 1.0)
+#: With it (the default), one more: `begin` marks the delivery in flight (and replaces the read).
+DETECTING_WRITES_TARGET = Target("value", "<=", 2.0)
 
 WRITE_KINDS = tuple(LeaseWrite)  # the lease table's counters, by kind of DynamoDB write
 CREATE, CHECKPOINT = LeaseWrite.CREATE, LeaseWrite.CHECKPOINT
+BEGIN, RELEASE = LeaseWrite.BEGIN, LeaseWrite.RELEASE
 CHECKPOINT_KINDS = (CHECKPOINT, LeaseWrite.TRANSACTION)
 
 
@@ -225,28 +228,39 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
                 f"consumer {name}: {counted['RecordsProcessed']} processed and "
                 f"{counted['DuplicatesSkipped']} skipped, expected {processed} and {skipped}"
             )
-        if call["reads"] != 1:
-            problems.append(f"consumer {name}: {call['reads']} GetItem reads, expected 1 (the hold)")
+        if call["reads"] != 0:
+            problems.append(f"consumer {name}: {call['reads']} GetItem reads, expected none (begin)")
         if call["checkpoint_after"] != repr(last):
             problems.append(f"consumer {name}: checkpoint left at {call['checkpoint_after']}, not {last!r}")
-    # The row exists (as a previous invocation left it): the hold only reads it, and the one write
-    # is the checkpoint, which claims the lease (counter + 1, owner set).
-    if fresh["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), CHECKPOINT: 1}:
+    # The row exists (as a previous invocation left it): begin takes it and marks the delivery,
+    # the checkpoint takes the mark away (counter + 2, owner set).
+    if fresh["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), BEGIN: 1, CHECKPOINT: 1}:
         problems.append(
             f"consumer: a successful batch of {USER_RECORDS:,} user records on an existing row made "
-            f"writes {fresh['writes']}, expected exactly 1 (checkpoint)"
+            f"writes {fresh['writes']}, expected exactly 2 (begin, checkpoint)"
         )
     if (fresh["counter_after"], fresh["owner_after"]) != (
-        (fresh["counter_before"] or 0) + 1,
+        (fresh["counter_before"] or 0) + 2,
         CONTEXT.aws_request_id,
     ):
         problems.append(
             f"consumer fresh: row left with counter {fresh['counter_after']} and owner "
-            f"{fresh['owner_after']!r}, expected {(fresh['counter_before'] or 0) + 1} and "
-            f"{CONTEXT.aws_request_id!r} (the checkpoint claims the lease)"
+            f"{fresh['owner_after']!r}, expected {(fresh['counter_before'] or 0) + 2} and "
+            f"{CONTEXT.aws_request_id!r} (begin and the checkpoint)"
         )
-    if replay["total_writes"] != 0:
-        problems.append(f"consumer replay: writes {replay['writes']}, expected none")
+    if replay["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), BEGIN: 1, RELEASE: 1}:
+        problems.append(f"consumer replay: writes {replay['writes']}, expected begin and release")
+
+    # Without crash detection: the hold reads the row, the checkpoint is the one write.
+    plain_table = InMemoryLeaseTable()
+    plain = one_call(
+        workload, bench_consumer(plain_table, detect_crashes=False), plain_table, Position(TRIM_HORIZON)
+    )
+    if (plain["writes"], plain["reads"]) != ({**dict.fromkeys(WRITE_KINDS, 0), CHECKPOINT: 1}, 1):
+        problems.append(
+            f"consumer without crash detection: writes {plain['writes']} and {plain['reads']} reads, "
+            "expected 1 checkpoint and 1 read"
+        )
 
     # A first invocation (no row yet), with a handler that collects what it sees.
     seen: list[tuple[str, bytes]] = []
@@ -259,9 +273,10 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
     )
     if seen != [(record.partition_key, record.data) for record in workload.records]:
         problems.append(f"consumer: the handler saw {len(seen):,} records, not the event's user records")
-    if first["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), CREATE: 1, CHECKPOINT: 1}:
+    if first["writes"] != {**dict.fromkeys(WRITE_KINDS, 0), BEGIN: 1, CHECKPOINT: 1}:
         problems.append(
-            f"consumer first call (no row): writes {first['writes']}, expected 1 row creation + 1 checkpoint"
+            f"consumer first call (no row): writes {first['writes']}, expected begin (it creates the row) "
+            "+ 1 checkpoint"
         )
 
     # How many checkpoints the same batch makes with the previous default, checkpoint_every=500.
@@ -292,6 +307,7 @@ def sanity(workload: ConsumerWorkload) -> tuple[list[str], dict[str, Any]]:
     return problems, {
         "fresh": fresh,
         "replay": replay,
+        "without_crash_detection": plain,
         "first_call": first,
         "checkpoint_every_500": every,
         "powertools_handler_calls": len(handled),
@@ -331,13 +347,19 @@ def measure(workload: ConsumerWorkload, repeats: int) -> tuple[list[Row], dict[s
             powertools_users,
         ),
         Row(
-            "Consumer DynamoDB writes per successful batch (row exists; the checkpoint claims the lease)",
+            "Consumer DynamoDB writes per successful batch (default: crash detection marks the delivery)",
             "count",
             counts["fresh"]["total_writes"],
+            target=DETECTING_WRITES_TARGET,
+        ),
+        Row(
+            "Consumer DynamoDB writes per successful batch, detect_crashes=False (the checkpoint claims it)",
+            "count",
+            counts["without_crash_detection"]["total_writes"],
             target=WRITES_TARGET,
         ),
         Row(
-            "Consumer DynamoDB reads per batch (GetItem of the lease hold)",
+            "Consumer DynamoDB reads per batch (default: none; detect_crashes=False: one, the hold)",
             "count",
             counts["fresh"]["reads"],
         ),
@@ -360,6 +382,7 @@ def measure(workload: ConsumerWorkload, repeats: int) -> tuple[list[Row], dict[s
 def notes(details: dict[str, Any]) -> list[str]:
     """The consumer section's notes: inputs, method, and DynamoDB calls per batch."""
     w, fresh, replay = details["workload"], details["fresh"], details["replay"]
+    plain = details["without_crash_detection"]
     first, every = details["first_call"], details["checkpoint_every_500"]
     return [
         f"Consumer: KinesisConsumer.process (default options, no-op handler, no Kinesis client) on one "
@@ -370,12 +393,14 @@ def notes(details: dict[str, Any]) -> list[str]:
         f"BatchProcessor(KinesisDataStreams) with a no-op handler on the same event is not like for "
         f"like: it does not de-aggregate, so its handler runs {details['powertools_handler_calls']} "
         f"times; its user-record equivalent is {RECORDS_PER_AGGREGATE} × its Kinesis records/s.",
-        f"DynamoDB writes per successful batch: {fresh['checkpoint_writes']} (checkpoint) + "
-        f"{fresh['writes'][CREATE]} (row creation), with the row already existing as after a previous "
-        f"invocation, and {fresh['reads']} read (the GetItem of the lease hold; the checkpoint's "
-        f"counter increment claims the lease); replay: {replay['total_writes']} writes, "
-        f"{replay['reads']} read. A first invocation (no row yet): {first['checkpoint_writes']} "
-        f"(checkpoint) + {first['writes'][CREATE]} (row creation). With checkpoint_every="
+        f"DynamoDB writes per successful batch: {fresh['writes'][BEGIN]} (begin: the lease taken and "
+        f"the delivery marked in flight, so that a delivery whose process dies is counted against its "
+        f"record) + {fresh['checkpoint_writes']} (checkpoint, which takes the mark away), with the row "
+        f"already existing as after a previous invocation, and {fresh['reads']} reads; replay: "
+        f"{replay['total_writes']} writes (begin, release), {replay['reads']} reads. With "
+        f"detect_crashes=False: {plain['total_writes']} write (checkpoint) and {plain['reads']} read (the "
+        f"GetItem of the lease hold). A first invocation (no row yet): {first['writes'][BEGIN]} (begin "
+        f"creates the row) + {first['checkpoint_writes']} (checkpoint). With checkpoint_every="
         f"{PREVIOUS_CHECKPOINT_EVERY} (the previous default) the same batch makes "
         f"{every['checkpoint_writes']} checkpoint writes.",
     ]

@@ -156,7 +156,7 @@ def test_two_invocations_on_one_shard_only_one_commits(pipeline):
     results: dict = {}
 
     def run(name: str) -> None:
-        consumer = pipeline.consumer()
+        consumer = pipeline.consumer(detect_crashes=False)  # hold: the first to write wins
 
         @consumer.handler
         def handle(record):
@@ -181,6 +181,40 @@ def test_two_invocations_on_one_shard_only_one_commits(pipeline):
     assert committed == {"first": 1, "second": 0}
     assert results["first"] == {"batchItemFailures": []} and results["second"]["batchItemFailures"]
     assert pipeline.leases.get(pipeline.shard_id).counter == 2, "created at 1, one commit"
+
+
+def test_with_crash_detection_the_invocation_that_began_last_holds_the_shard(pipeline):
+    first_inside = threading.Event()
+    second_done = threading.Event()
+    committed: Counter[str] = Counter()
+    results: dict = {}
+
+    def run(name: str) -> None:
+        consumer = pipeline.consumer()
+
+        @consumer.handler
+        def handle(record):
+            if name == "first" and n_of(record) == 0:
+                first_inside.set()
+                second_done.wait(timeout=10)  # the second begins, runs and commits meanwhile
+
+        results[name] = consumer.process(pipeline.feed(batch_size=100).next_event(), FakeLambdaContext())
+        committed[name] = consumer.metrics.snapshot()["CheckpointsWritten"]
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert first_inside.wait(timeout=10)
+    run("second")  # finds the first's in-flight mark: to it, the first looks dead
+    second_done.set()
+    first.join()
+
+    assert committed["first"] == 0 and results["first"]["batchItemFailures"], "fenced at its first write"
+    assert results["second"] == {"batchItemFailures": []}
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.checkpoint.sequence == pipeline.feed(batch_size=100).next_event()["Records"][-1]["kinesis"][
+        "sequenceNumber"
+    ]
+    assert row.failed_at is None and row.inflight is None, "the blame was cleared as the record passed"
 
 
 def _numbers(lambda_record: dict) -> set[int]:
@@ -211,7 +245,7 @@ def test_the_checkpoint_is_also_written_every_interval_seconds(pipeline):
     assert consumer.metrics.snapshot()["CheckpointsWritten"] == RECORDS // 10
 
 
-def test_a_batch_handler_gets_the_new_records_at_once_and_is_retried_whole(pipeline):
+def test_a_batch_handler_gets_the_new_records_at_once_and_a_failed_batch_is_split(pipeline):
     batches: list[list[int]] = []
     consumer = pipeline.consumer()
     failures = iter([RuntimeError("first try fails")])
@@ -225,9 +259,13 @@ def test_a_batch_handler_gets_the_new_records_at_once_and_is_retried_whole(pipel
 
     feed = pipeline.feed(batch_size=100)
     first = feed.invoke(consumer.process)
-    feed.drain(consumer.process)
 
-    assert first["batchItemFailures"] and batches == [list(range(RECORDS))] * 2
+    everything = list(range(RECORDS))
+    half = RECORDS // 2
+    assert first == {"batchItemFailures": []}, "the halves succeeded in the same invocation"
+    assert batches == [everything, everything[:half], everything[half:]]
+    assert consumer.metrics.snapshot()["BatchesSplit"] == 1
+    assert consumer.metrics.snapshot()["RecordsFailed"] == 0, "no record failed on its own"
     assert consumer.metrics.snapshot()["CheckpointsWritten"] == 1
 
 

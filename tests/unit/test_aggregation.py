@@ -194,6 +194,8 @@ def reference_decode(body: bytes) -> list[UserRecord]:
                 raw.append((pk_i, ehk_i, data))
     except UnicodeDecodeError:
         raise ReferenceError("key not UTF-8") from None
+    if any(not (key.isascii() and key.isdigit()) or int(key) >= 2**128 for key in ehk_table):
+        raise ReferenceError("an explicit hash key Kinesis would refuse")  # shardline's rule, not protobuf's
     out = []
     for pk_i, ehk_i, data in raw:
         if pk_i >= len(pk_table) or (ehk_i is not None and ehk_i >= len(ehk_table)):

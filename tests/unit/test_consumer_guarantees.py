@@ -9,7 +9,7 @@ import pytest
 
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, deaggregate
 from shardline.kinesis import Position, UserRecord
-from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
+from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, LeaseWrite, MappingReplay, kinesis_event
 
 SHARD = "shardId-000000000000"
 RECORDS = [UserRecord(f"key-{i % 5}", f"{i}".encode()) for i in range(40)]
@@ -59,13 +59,23 @@ def test_replays_repeat_nothing() -> None:
     assert consumer.metrics.snapshot()["DuplicatesSkipped"] == len(RECORDS)
 
 
-def test_a_successful_batch_costs_one_write() -> None:
+def test_a_successful_batch_costs_two_writes_and_no_read_with_crash_detection() -> None:
     table = InMemoryLeaseTable()
     table.place(SHARD, Position("1"))  # the row exists, as after an earlier invocation
     consumer = KinesisConsumer("g", table)
     consumer.handler(lambda record: None)
     consumer.process(kinesis_event(RECORDS), FakeLambdaContext())
-    assert sum(table.writes.values()) == 1 and table.reads == 1
+    assert table.writes == {LeaseWrite.BEGIN: 1, LeaseWrite.CHECKPOINT: 1} and table.reads == 0
+    assert table.row(SHARD).inflight is None, "the checkpoint took the in-flight mark away"
+
+
+def test_a_successful_batch_costs_one_write_without_crash_detection() -> None:
+    table = InMemoryLeaseTable()
+    table.place(SHARD, Position("1"))
+    consumer = KinesisConsumer("g", table, detect_crashes=False)
+    consumer.handler(lambda record: None)
+    consumer.process(kinesis_event(RECORDS), FakeLambdaContext())
+    assert table.writes == {LeaseWrite.CHECKPOINT: 1} and table.reads == 1
 
 
 def test_a_failure_keeps_order_and_the_retry_restarts_at_the_failing_record() -> None:

@@ -46,7 +46,7 @@ def test_a_malformed_producer_variable_is_named_with_its_value(name: str, value:
 
 
 def test_both_contracts_round_trip_through_the_environment() -> None:
-    consumer = ConsumerEnvironment("g", "l", "s", "https://sqs/q", 7, 0.5, 1.25)
+    consumer = ConsumerEnvironment("g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters")
     assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
     assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
     producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024)

@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from shardline.consumer import LeaseLost, LeaseTable, SinkConflict, deaggregate
+from shardline.consumer import LeaseLost, LeaseTable, SinkConflict, SinkRejected, deaggregate
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
 
@@ -69,7 +69,7 @@ def _outcome(operation: Callable[[], Any]) -> Any:
         return operation()
     except ClientError as exc:
         return ("ClientError", exc.response["Error"]["Code"])
-    except (LeaseLost, SinkConflict) as exc:
+    except (LeaseLost, SinkConflict, SinkRejected) as exc:
         return (type(exc).__name__,)
 
 
@@ -192,11 +192,11 @@ def test_sink_writes_commit_refuse_and_cancel_as_dynamodb_does() -> None:
     ]
     assert [o for o in real if isinstance(o, tuple)] == [
         ("SinkConflict",),
-        ("ClientError", "ValidationException"),
-        ("ClientError", "ValidationException"),
-        ("ClientError", "ValidationException"),
+        ("SinkRejected",),
+        ("SinkRejected",),
+        ("SinkRejected",),
         ("SinkConflict",),
-        ("ClientError", "ValidationException"),
+        ("SinkRejected",),
         ("LeaseLost",),
         ("LeaseLost",),
     ]

@@ -11,8 +11,11 @@ always caught `ValueError`, the class is a `ValueError` too::
     ├── EventError (ValueError)           a Lambda Kinesis event record is malformed
     ├── RequestRejected                   an HTTP request answered 4xx; `response` says why
     ├── LeaseLost                         another invocation took the shard's lease: stop
-    └── SinkConflict                      a sink write in a checkpoint transaction failed
-                                          its own condition; nothing was written
+    ├── SinkConflict                      a sink write in a checkpoint transaction failed
+    │                                     its own condition; nothing was written
+    └── SinkRejected                      DynamoDB refused a sink write as invalid (an item
+                                          over 400 KB, an empty key, one item twice, ...);
+                                          nothing was written
 
 A `RecordResult` that failed carries an `error_code`: Kinesis's own (for example
 `ProvisionedThroughputExceededException`) or one of shardline's decisions below.
@@ -42,6 +45,7 @@ __all__ = [
     "RequestRejected",
     "ShardlineError",
     "SinkConflict",
+    "SinkRejected",
 ]
 
 # -- error codes of record results -------------------------------------------------------------
@@ -147,4 +151,25 @@ class LeaseLost(ShardlineError):
 
 
 class SinkConflict(ShardlineError):
-    """A sink write in a checkpoint transaction failed its own condition; nothing was written."""
+    """A sink write in a checkpoint transaction failed its own condition; nothing was written.
+
+    `indexes` are the positions, among the transaction's sink writes, of the writes whose
+    condition failed (empty when DynamoDB did not say); `reasons` are DynamoDB's cancellation
+    reasons for them.
+    """
+
+    def __init__(self, message: str, indexes: tuple[int, ...] = (), reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.indexes, self.reasons = indexes, reasons
+
+
+class SinkRejected(ShardlineError):
+    """DynamoDB refused a checkpoint transaction's sink writes as invalid; nothing was written.
+
+    `indexes` are the refused writes' positions among the sink writes when DynamoDB said which
+    (a `ValidationError` cancellation reason), else empty (a `ValidationException`).
+    """
+
+    def __init__(self, message: str, indexes: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.indexes = indexes

@@ -8,6 +8,7 @@ at import time: every component that talks to AWS takes one of these.
     consumer = KinesisConsumer(group, table, kinesis=c)  # KinesisReadClient
     table = LeaseTable(dynamodb_client, "orders-leases")  # DynamoDBClient
     dlq = DeadLetterQueue(sqs_client, queue_url)          # SQSClient
+    dlq = DeadLetterQueue(sqs, url, s3=s3_client, bucket=b)  # S3Client, for large dead letters
     consumer.process(event, context)                      # LambdaContext
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["DynamoDBClient", "KinesisClient", "KinesisReadClient", "LambdaContext", "SQSClient"]
+__all__ = ["DynamoDBClient", "KinesisClient", "KinesisReadClient", "LambdaContext", "S3Client", "SQSClient"]
 
 
 class KinesisClient(Protocol):
@@ -49,6 +50,8 @@ class DynamoDBClient(Protocol):
 
     def transact_write_items(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
+    def describe_table(self, **kwargs: Any) -> Mapping[str, Any]: ...
+
     def create_table(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
     def get_waiter(self, waiter_name: str) -> Any: ...
@@ -58,6 +61,12 @@ class SQSClient(Protocol):
     """The SQS call of the dead-letter queue."""
 
     def send_message(self, **kwargs: Any) -> Mapping[str, Any]: ...
+
+
+class S3Client(Protocol):
+    """The S3 call of the dead-letter queue, for a dead letter too large for SQS."""
+
+    def put_object(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
 
 class LambdaContext(Protocol):

@@ -11,6 +11,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `MAX_BODY_BYTES` | int >= 1 | 6291456 |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
+| consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
 | consumer | `MAX_ATTEMPTS` | int >= 1 | 3 |
 | consumer | `CHECKPOINT_INTERVAL`, `TIME_MARGIN` | float >= 0 (seconds) | 5, 2 |
 
@@ -80,12 +81,14 @@ class ConsumerEnvironment:
     max_attempts: int = 3
     checkpoint_interval: float = 5.0
     time_margin: float = 2.0
+    dlq_bucket: str | None = None
 
     VARIABLES = (
         "SHARDLINE_GROUP",
         "LEASE_TABLE",
         "SINK_TABLE",
         "DLQ_URL",
+        "DLQ_BUCKET",
         "MAX_ATTEMPTS",
         "CHECKPOINT_INTERVAL",
         "TIME_MARGIN",
@@ -99,6 +102,7 @@ class ConsumerEnvironment:
             lease_table=_required(env, "LEASE_TABLE"),
             sink_table=_required(env, "SINK_TABLE"),
             dlq_url=env.get("DLQ_URL", "").strip() or None,
+            dlq_bucket=env.get("DLQ_BUCKET", "").strip() or None,
             max_attempts=_int(env, "MAX_ATTEMPTS", 3),
             checkpoint_interval=_seconds(env, "CHECKPOINT_INTERVAL", 5.0),
             time_margin=_seconds(env, "TIME_MARGIN", 2.0),
@@ -115,6 +119,8 @@ class ConsumerEnvironment:
         }
         if self.dlq_url is not None:
             environ["DLQ_URL"] = self.dlq_url
+        if self.dlq_bucket is not None:
+            environ["DLQ_BUCKET"] = self.dlq_bucket
         return environ
 
 

@@ -11,9 +11,11 @@
         return consumer.process(event, context)   # {"batchItemFailures": [...]}
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
-invocation's work on one shard and its pending transaction), `_deaggregation` (events to user
-records), `_leases` (the KCL-compatible lease/checkpoint table), `_dead_letters` (poison records,
-whole, in SQS), `_resharding` (parents before children), `_metrics`.
+invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
+whose they are), `_handler_deadline` (interrupting a handler at the time budget),
+`_deaggregation` (events to user records), `_leases` (the KCL-compatible lease/checkpoint
+table), `_dead_letters` (poison records, whole, in SQS or S3), `_resharding` (parents before
+children), `_metrics`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from shardline._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from shardline.consumer._consumer import KinesisConsumer as KinesisConsumer
+    from shardline.consumer._dead_letters import DEAD_LETTER_VERSION as DEAD_LETTER_VERSION
     from shardline.consumer._dead_letters import DeadLetterQueue as DeadLetterQueue
+    from shardline.consumer._dead_letters import dead_letter_id as dead_letter_id
     from shardline.consumer._dead_letters import dead_letter_message as dead_letter_message
     from shardline.consumer._deaggregation import ConsumedRecord as ConsumedRecord
     from shardline.consumer._deaggregation import deaggregate as deaggregate
+    from shardline.consumer._deaggregation import read_event as read_event
     from shardline.consumer._deaggregation import stream_and_shard as stream_and_shard
     from shardline.consumer._leases import MAX_TRANSACTION_ITEMS as MAX_TRANSACTION_ITEMS
     from shardline.consumer._leases import Lease as Lease
@@ -35,32 +40,39 @@ if TYPE_CHECKING:
     from shardline.consumer._metrics import ConsumerMetrics as ConsumerMetrics
     from shardline.consumer._resharding import ShardLineage as ShardLineage
     from shardline.consumer._settings import BatchHandler as BatchHandler
+    from shardline.consumer._settings import BatchWrites as BatchWrites
     from shardline.consumer._settings import ConsumerSettings as ConsumerSettings
     from shardline.consumer._settings import RecordHandler as RecordHandler
     from shardline.consumer._settings import Writes as Writes
     from shardline.errors import EventError as EventError
     from shardline.errors import LeaseLost as LeaseLost
     from shardline.errors import SinkConflict as SinkConflict
+    from shardline.errors import SinkRejected as SinkRejected
 
 _EXPORTS = {
     "KinesisConsumer": "_consumer",
     "ConsumerSettings": "_settings",
     "RecordHandler": "_settings",
     "BatchHandler": "_settings",
+    "BatchWrites": "_settings",
     "Writes": "_settings",
     "ConsumedRecord": "_deaggregation",
     "deaggregate": "_deaggregation",
+    "read_event": "_deaggregation",
     "stream_and_shard": "_deaggregation",
     "LeaseTable": "_leases",
     "Lease": "_leases",
     "MAX_TRANSACTION_ITEMS": "_leases",
     "DeadLetterQueue": "_dead_letters",
     "dead_letter_message": "_dead_letters",
+    "dead_letter_id": "_dead_letters",
+    "DEAD_LETTER_VERSION": "_dead_letters",
     "ShardLineage": "_resharding",
     "ConsumerMetrics": "_metrics",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",
     "SinkConflict": "shardline.errors",
+    "SinkRejected": "shardline.errors",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,14 +9,16 @@
     def lambda_handler(event, context):
         return consumer.process(event, context)   # {"batchItemFailures": [...]}
 
-`process` takes the shard's lease (fencing any older invocation), de-aggregates, skips every
-user record at or below the checkpoint, runs the handler record by record, and checkpoints only
-past records whose handler returned. On a failure it reports the failing record's Kinesis
-sequence number, so the event-source mapping retries from there and the records before it in
-the same aggregate are skipped on replay. A record that keeps failing goes, whole, to the
-dead-letter queue after `max_attempts`, and the shard moves on. A handler may return DynamoDB
-writes (TransactWriteItems entries): they are committed in the same transaction as the
-checkpoint, so a crash leaves both or neither — exactly-once effects.
+`process` checks the whole event first (`EventError` before any handler runs), takes the
+shard's lease (fencing any older invocation), de-aggregates, skips every user record at or below
+the checkpoint, runs the handler record by record, and checkpoints only past records that are
+done. On a failure it reports the failing record's Kinesis sequence number, so the event-source
+mapping retries from there and the records before it in the same aggregate are skipped on
+replay. A record that keeps failing — its handler raises or hangs, its sink writes are refused,
+its delivery kills the process — goes, whole, to the dead-letter queue after `max_attempts`, and
+the shard moves on. A handler may return DynamoDB writes (TransactWriteItems entries): they are
+committed in the same transaction as the checkpoint, so a crash leaves both or neither —
+exactly-once effects.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
-from shardline.consumer._deaggregation import stream_and_shard
+from shardline.consumer._deaggregation import read_event
 from shardline.consumer._leases import LeaseTable
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._resharding import ShardLineage
@@ -53,6 +55,14 @@ class KinesisConsumer:
     - `time_margin`: stop (checkpoint, report the rest failed) when the invocation has less
       than this many seconds left.
     - `multi_stream`: lease keys are `<stream>:<shard id>` (one group reading several streams).
+    - `sink_conflicts`: what a sink write whose own condition fails means: `"fail"` (default:
+      that record failed — counted, retried, then dead-lettered with the write and DynamoDB's
+      reason) or `"skip"` (your conditions are idempotence checks: the effect is already there,
+      the record's writes are dropped and it counts as done, `SinkConflictsSkipped`).
+    - `detect_crashes`: mark each delivery in flight in the lease row, so that a delivery whose
+      process died (timeout, out of memory) is counted against its record on redelivery; costs
+      one more DynamoDB write per batch (and saves the read). Off: one write per batch, and such
+      a record is retried until the mapping gives up on it.
     """
 
     def __init__(
@@ -67,6 +77,8 @@ class KinesisConsumer:
         checkpoint_interval: float = 5.0,
         time_margin: float = 2.0,
         multi_stream: bool = False,
+        sink_conflicts: str = "fail",
+        detect_crashes: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = ConsumerSettings(
@@ -76,6 +88,8 @@ class KinesisConsumer:
             checkpoint_interval=checkpoint_interval,
             time_margin=time_margin,
             multi_stream=multi_stream,
+            sink_conflicts=sink_conflicts,
+            detect_crashes=detect_crashes,
         )
         self.table = table
         self.metrics = ConsumerMetrics()
@@ -91,8 +105,13 @@ class KinesisConsumer:
         return fn
 
     def batch_handler(self, fn: BatchHandler) -> BatchHandler:
-        """Decorator: `fn(records)` gets every new user record of the batch at once; if it raises,
-        the whole batch is retried (the failure is counted against its first record)."""
+        """Decorator: `fn(records)` gets the new user records of the batch, in order, at once.
+
+        It may return writes by record (`{record: [entries]}`: each record's commit with the
+        checkpoint that passes it, in as many transactions as they need) or one list for the
+        records it was given (one transaction). If it raises, the records are split in halves
+        and run again until the one that fails is alone: only that record is counted, retried
+        and dead-lettered. So `fn` may see a record more than once, in smaller lists."""
         self._batch_handler = fn
         return fn
 
@@ -117,10 +136,7 @@ class KinesisConsumer:
             self._record_handler,
             self._batch_handler,
         )
-        event_records = event.get("Records") or []
-        by_shard: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-        for index, event_record in enumerate(event_records):
-            by_shard.setdefault(stream_and_shard(event_record, index), []).append(event_record)
+        by_shard = read_event(event)
         failures: list[dict[str, str]] = []
         owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
         for (stream, shard_id), records in by_shard.items():

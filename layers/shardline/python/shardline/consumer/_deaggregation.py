@@ -1,4 +1,4 @@
-"""Lambda Kinesis events to user records: base64, KPL de-aggregation, positions.
+"""Lambda Kinesis events to user records: every field checked, base64, KPL de-aggregation, positions.
 
 A Kinesis record that is not a KPL aggregate — or claims to be one but fails its MD5 or cannot be
 decoded — is passed through as one user record (as the KCL does), and counted. A sub-record whose
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -56,6 +57,18 @@ class _HashRange(Protocol):
     def __contains__(self, hash_key: object) -> bool: ...
 
 
+class KinesisRecord(NamedTuple):
+    """One record of a Lambda Kinesis event, checked and base64-decoded."""
+
+    stream: str
+    shard_id: str
+    sequence_number: str
+    partition_key: str
+    explicit_hash_key: str | None
+    data: bytes
+    approximate_arrival: float
+
+
 def _field(record: Mapping[str, Any], index: int, *path: str) -> Any:
     value: Any = record
     for depth, name in enumerate(path):
@@ -63,6 +76,10 @@ def _field(record: Mapping[str, Any], index: int, *path: str) -> Any:
             raise EventError(index, ".".join(path[: depth + 1]), "is missing")
         value = value[name]
     return value
+
+
+def _decimal(value: object) -> bool:
+    return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
 def stream_and_shard(event_record: Mapping[str, Any], index: int = 0) -> tuple[str, str]:
@@ -76,6 +93,55 @@ def stream_and_shard(event_record: Mapping[str, Any], index: int = 0) -> tuple[s
     return arn.split(":stream/", 1)[1].split("/", 1)[0], event_id.split(":", 1)[0]
 
 
+def read_record(event_record: Mapping[str, Any], index: int) -> KinesisRecord:
+    """One event record, every field checked; `EventError` names the index and the first bad field."""
+    if not isinstance(event_record, Mapping):
+        raise EventError(index, "(record)", f"is not an object: {type(event_record).__name__}")
+    stream, shard_id = stream_and_shard(event_record, index)
+    kinesis = _field(event_record, index, "kinesis")
+    if not isinstance(kinesis, Mapping):
+        raise EventError(index, "kinesis", f"is not an object: {type(kinesis).__name__}")
+    sequence = _field(event_record, index, "kinesis", "sequenceNumber")
+    if not _decimal(sequence):
+        raise EventError(index, "kinesis.sequenceNumber", f"is not a decimal string: {sequence!r}")
+    key = _field(event_record, index, "kinesis", "partitionKey")
+    if not isinstance(key, str):
+        raise EventError(index, "kinesis.partitionKey", f"is not a string: {key!r}")
+    explicit = kinesis.get("explicitHashKey")
+    if explicit is not None and not _decimal(explicit):
+        raise EventError(index, "kinesis.explicitHashKey", f"is not a decimal string: {explicit!r}")
+    arrival = kinesis.get("approximateArrivalTimestamp")
+    if arrival is None:
+        arrival = 0.0
+    elif isinstance(arrival, bool) or not isinstance(arrival, int | float) or not math.isfinite(arrival):
+        raise EventError(index, "kinesis.approximateArrivalTimestamp", f"is not epoch seconds: {arrival!r}")
+    encoded = _field(event_record, index, "kinesis", "data")
+    if not isinstance(encoded, str):
+        raise EventError(index, "kinesis.data", f"is not a base64 string: {type(encoded).__name__}")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EventError(index, "kinesis.data", f"is not valid base64 ({exc})") from None
+    return KinesisRecord(stream, shard_id, sequence, key, explicit, data, float(arrival))
+
+
+def read_event(event: object) -> dict[tuple[str, str], list[KinesisRecord]]:
+    """Every record of a Lambda Kinesis event, checked before anything runs, by (stream, shard).
+
+    Raises `EventError` (index and field) for the first malformed record: no handler has run yet.
+    """
+    if not isinstance(event, Mapping):
+        raise EventError(-1, "(event)", f"is not an object: {type(event).__name__}")
+    event_records = event.get("Records") or []
+    if not isinstance(event_records, list):
+        raise EventError(-1, "Records", f"is not a list: {type(event_records).__name__}")
+    by_shard: dict[tuple[str, str], list[KinesisRecord]] = {}
+    for index, event_record in enumerate(event_records):
+        record = read_record(event_record, index)
+        by_shard.setdefault((record.stream, record.shard_id), []).append(record)
+    return by_shard
+
+
 def deaggregate(
     kinesis_event_records: Sequence[Mapping[str, Any]],
     *,
@@ -84,23 +150,25 @@ def deaggregate(
 ) -> list[ConsumedRecord]:
     """Every user record of the event's Kinesis records, in order.
 
-    Raises `EventError` (index and field) for a record missing a field or with bad base64.
+    Raises `EventError` (index and field) for a malformed record, before returning anything.
     `hash_range`, when given, is the shard's: sub-records outside it are counted
     (`OutOfRangeRecords`) and still delivered. Counts go to `metrics` when given.
     """
+    records = [read_record(event_record, index) for index, event_record in enumerate(kinesis_event_records)]
+    return user_records(records, hash_range=hash_range, metrics=metrics)
+
+
+def user_records(
+    records: Sequence[KinesisRecord],
+    *,
+    hash_range: _HashRange | None = None,
+    metrics: _Counter | None = None,
+) -> list[ConsumedRecord]:
+    """The user records of checked Kinesis records (`read_event`), in order: see `deaggregate`."""
     out: list[ConsumedRecord] = []
     make = tuple.__new__  # ConsumedRecord is a NamedTuple: skip its Python-level __new__
     passed_through = out_of_range = 0
-    for index, event_record in enumerate(kinesis_event_records):
-        stream, shard_id = stream_and_shard(event_record, index)
-        kinesis = _field(event_record, index, "kinesis")
-        sequence = _field(event_record, index, "kinesis", "sequenceNumber")
-        encoded = _field(event_record, index, "kinesis", "data")
-        arrival = float(kinesis.get("approximateArrivalTimestamp") or 0.0)
-        try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, TypeError, ValueError) as exc:
-            raise EventError(index, "kinesis.data", f"is not valid base64 ({exc})") from None
+    for stream, shard_id, sequence, key, explicit, data, arrival in records:
         if is_aggregated(data):
             try:
                 users = decode(data)
@@ -118,13 +186,7 @@ def deaggregate(
                         )
                     )
                 continue
-        key = _field(event_record, index, "kinesis", "partitionKey")
-        out.append(
-            make(
-                ConsumedRecord,
-                (stream, shard_id, sequence, None, key, kinesis.get("explicitHashKey"), data, arrival),
-            )
-        )
+        out.append(make(ConsumedRecord, (stream, shard_id, sequence, None, key, explicit, data, arrival)))
     if metrics is not None:
         metrics.count("UserRecords", len(out))
         metrics.count("CorruptAggregatesPassedThrough", passed_through)

@@ -9,15 +9,18 @@ for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoi
 `checkpointSubSequenceNumber`, `ownerSwitchesSinceCheckpoint`, `parentShardId` (string set),
 `childShardIds` (string set). Columns of ours: `failedSequenceNumber`,
 `failedSubSequenceNumber`, `failedAttempts` and `lastError` (the record that keeps failing, for
-poison-record handling), and `updatedAt` (epoch seconds of the last write).
+poison-record handling), `inflightSequenceNumber` (the first sequence number of a delivery that
+began and has not answered yet: still there when the next delivery begins, the process died), and
+`updatedAt` (epoch seconds of the last write).
 
 Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
 do), setting `leaseOwner`: whoever writes next under a counter it did not see gets `LeaseLost`.
-`take` claims a lease with a write of its own; `hold` only reads it, and the holder's first
-checkpoint claims it — so a batch that succeeds costs one write. A checkpoint only moves
-forward (compare-and-swap against the stored position; DynamoDB numbers cannot hold 56-digit
-sequence numbers, so the order is checked here). A write whose reply was lost is re-read and
-accepted if it landed.
+`take` claims a lease with a write of its own; `begin` claims it and marks a delivery in flight
+in the same write (a batch that succeeds then costs two writes, and no read); `hold` only reads
+it, and the holder's first checkpoint claims it — a batch that succeeds costs one write. A
+checkpoint only moves forward (compare-and-swap against the stored position; DynamoDB numbers
+cannot hold 56-digit sequence numbers, so the order is checked here). A write whose reply was
+lost is re-read and accepted if it landed.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shardline.errors import LeaseLost, SinkConflict
+from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
@@ -39,6 +42,8 @@ if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
 CONDITION_FAILED = "ConditionalCheckFailedException"
 TRANSACTION_CANCELED = "TransactionCanceledException"
 CANCELED_BY_CONDITION = "ConditionalCheckFailed"  # a cancellation reason of TransactWriteItems
+CANCELED_AS_INVALID = "ValidationError"  # another: that item is malformed (e.g. over 400 KB)
+VALIDATION_EXCEPTION = "ValidationException"  # a request refused outright, before any write
 MAX_TRANSACTION_ITEMS = 100
 MAX_TRANSACTION_BYTES = 4_000_000  # DynamoDB's 4 MB per transaction, with headroom for the checkpoint
 _TAKE_ATTEMPTS = 5
@@ -58,6 +63,7 @@ class Lease:
     failed_at: Position | None = None
     failed_attempts: int = 0
     last_error: str | None = None
+    inflight: str | None = None  # first sequence number of a delivery that has not answered
 
 
 def _lease_of(item: Mapping[str, Any]) -> Lease:
@@ -77,6 +83,7 @@ def _lease_of(item: Mapping[str, Any]) -> Lease:
         failed_at=failed_at,
         failed_attempts=int(item.get("failedAttempts", {"N": "0"})["N"]),
         last_error=item.get("lastError", {}).get("S"),
+        inflight=item.get("inflightSequenceNumber", {}).get("S"),
     )
 
 
@@ -93,6 +100,7 @@ class LeaseTable:
         self._client = dynamodb_client
         self.table_name = table_name
         self._clock = clock
+        self._sink_keys: dict[str, tuple[str, ...] | None] = {}
 
     @staticmethod
     def create(dynamodb_client: DynamoDBClient, table_name: str) -> None:
@@ -162,6 +170,91 @@ class LeaseTable:
                 return lease
         raise LeaseLost(f"lease {key}: could not create it in {_TAKE_ATTEMPTS} attempts (contended)")
 
+    def begin(
+        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+    ) -> tuple[Lease, bool]:
+        """Take the lease of `key` for `owner` and mark the delivery starting at sequence number
+        `delivery` in flight, in one unconditional write (creating the row at TRIM_HORIZON).
+
+        Returns the lease and whether an earlier delivery starting at the same sequence number
+        began and never answered: its process died (a timeout, out of memory) — Lambda retries
+        a batch from where it started. The mark is removed by a write with `release=True`.
+        """
+        parents = sorted(parent_shard_ids)
+        expression = (
+            "SET leaseOwner = :owner, leaseCounter = if_not_exists(leaseCounter, :zero) + :one, "
+            "checkpoint = if_not_exists(checkpoint, :trim), "
+            "checkpointSubSequenceNumber = if_not_exists(checkpointSubSequenceNumber, :zero), "
+            "ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :one, "
+            "inflightSequenceNumber = :delivery, updatedAt = :now"
+        )
+        values: dict[str, Any] = {
+            ":owner": {"S": owner},
+            ":zero": {"N": "0"},
+            ":one": {"N": "1"},
+            ":trim": {"S": TRIM_HORIZON},
+            ":delivery": {"S": delivery},
+            ":now": self._now(),
+        }
+        if parents:
+            expression += ", parentShardId = if_not_exists(parentShardId, :parents)"
+            values[":parents"] = {"SS": parents}
+        old = self._client.update_item(
+            TableName=self.table_name,
+            Key=self._key(key),
+            UpdateExpression=expression,
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_OLD",
+        ).get("Attributes")
+        if not old:
+            return Lease(
+                key, owner, 1, Position(TRIM_HORIZON), 1, frozenset(parents), inflight=delivery
+            ), False
+        before = _lease_of(old)
+        lease = replace(
+            before,
+            owner=owner,
+            counter=before.counter + 1,
+            owner_switches=before.owner_switches + 1,
+            parent_shard_ids=before.parent_shard_ids or frozenset(parents),
+            inflight=delivery,
+        )
+        return lease, before.inflight == delivery
+
+    def release(self, lease: Lease) -> Lease:
+        """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint).
+        Raises `LeaseLost` if the lease was taken since."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=self._key(lease.key),
+                UpdateExpression="SET leaseOwner = :owner, leaseCounter = :next, updatedAt = :now "
+                "REMOVE inflightSequenceNumber",
+                ConditionExpression="leaseCounter = :counter",
+                ExpressionAttributeValues={
+                    ":owner": {"S": lease.owner},
+                    ":next": {"N": str(lease.counter + 1)},
+                    ":now": self._now(),
+                    ":counter": {"N": str(lease.counter)},
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) == CONDITION_FAILED:
+                raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
+            raise
+        return replace(lease, counter=lease.counter + 1, inflight=None)
+
+    def sink_key(self, table_name: str) -> tuple[str, ...] | None:
+        """The key attributes of a sink table (DescribeTable, once per table), or None when the
+        table cannot be described (then a `Put` is told apart from others by its whole item)."""
+        if table_name not in self._sink_keys:
+            try:
+                schema = self._client.describe_table(TableName=table_name)["Table"]["KeySchema"]
+                self._sink_keys[table_name] = tuple(str(key["AttributeName"]) for key in schema)
+            except ClientError:
+                self._sink_keys[table_name] = None
+        return self._sink_keys[table_name]
+
     def _write_new(self, lease: Lease) -> bool:
         item = {
             **self._key(lease.key),
@@ -186,16 +279,16 @@ class LeaseTable:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def checkpoint(self, lease: Lease, position: Position) -> Lease:
+    def checkpoint(self, lease: Lease, position: Position, *, release: bool = False) -> Lease:
         """Move the checkpoint forward to `position` under `lease`. Returns the updated lease.
 
         A position at or below the current checkpoint changes nothing. Raises `LeaseLost` if the
-        lease was taken since.
+        lease was taken since. `release=True` also removes the delivery's in-flight mark.
         """
         if position <= lease.checkpoint:
             return lease
         try:
-            self._client.update_item(**self._checkpoint_update(lease, position))
+            self._client.update_item(**self._checkpoint_update(lease, position, release))
         except ClientError as exc:
             if _code(exc) != CONDITION_FAILED:
                 return self._confirm_landed(lease, position, exc)
@@ -204,21 +297,29 @@ class LeaseTable:
             )
         except Exception as exc:  # timeout, reset: did it land?
             return self._confirm_landed(lease, position, exc)
-        return self._advanced(lease, position)
+        return self._advanced(lease, position, release)
 
-    def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
+    def checkpoint_with(
+        self,
+        lease: Lease,
+        position: Position,
+        writes: Sequence[Mapping[str, Any]],
+        *,
+        release: bool = False,
+    ) -> Lease:
         """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction: both or neither.
 
         At most `MAX_TRANSACTION_ITEMS - 1` writes. Raises `LeaseLost` when the lease was taken,
-        `SinkConflict` when one of `writes` failed its own condition.
+        `SinkConflict` when one of `writes` failed its own condition, `SinkRejected` when DynamoDB
+        refused one as invalid — each saying which writes, when DynamoDB did.
         """
         if not writes:
-            return self.checkpoint(lease, position)
+            return self.checkpoint(lease, position, release=release)
         if len(writes) > MAX_TRANSACTION_ITEMS - 1:
             raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         if position <= lease.checkpoint:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        update = self._checkpoint_update(lease, position)
+        update = self._checkpoint_update(lease, position, release)
         del update["ReturnValues"]
         # Idempotent retries of this very transaction (same lease, position and writes) only.
         identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
@@ -228,20 +329,24 @@ class LeaseTable:
                 TransactItems=[{"Update": update}, *writes], ClientRequestToken=token[:36]
             )
         except ClientError as exc:
+            if _code(exc) == VALIDATION_EXCEPTION:  # refused before anything was written
+                message = exc.response.get("Error", {}).get("Message", "")
+                self._confirm_held(lease, exc)  # a lost lease comes first: the caller must stop
+                raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from exc
             if _code(exc) == TRANSACTION_CANCELED:
                 reasons = exc.response.get("CancellationReasons") or []
                 codes = [reason.get("Code", "None") for reason in reasons]
                 if codes and codes[0] == CANCELED_BY_CONDITION:
                     return self._confirm_landed(lease, position, LeaseLost(f"lease {lease.key} was taken"))
-                if any(code == CANCELED_BY_CONDITION for code in codes[1:]):
-                    raise SinkConflict(f"a sink write failed its condition: {codes}") from exc
+                _raise_for_sink_writes(reasons, exc)
             return self._confirm_landed(lease, position, exc)
         except Exception as exc:
             return self._confirm_landed(lease, position, exc)
-        return self._advanced(lease, position)
+        return self._advanced(lease, position, release)
 
-    def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
-        """Count one more failed attempt at `position` (a new position starts at 1)."""
+    def record_failure(self, lease: Lease, position: Position, error: str, *, release: bool = False) -> Lease:
+        """Count one more failed attempt at `position` (a new position starts at 1).
+        `release=True` also removes the delivery's in-flight mark."""
         attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
         error = error[:1000] or "-"
         try:
@@ -250,7 +355,8 @@ class LeaseTable:
                 Key=self._key(lease.key),
                 UpdateExpression="SET failedSequenceNumber = :seq, failedSubSequenceNumber = :sub, "
                 "failedAttempts = :n, lastError = :error, updatedAt = :now, "
-                "leaseOwner = :owner, leaseCounter = :next",
+                "leaseOwner = :owner, leaseCounter = :next"
+                + (" REMOVE inflightSequenceNumber" if release else ""),
                 ConditionExpression="leaseCounter = :counter",
                 ExpressionAttributeValues={
                     ":seq": {"S": position.sequence},
@@ -268,7 +374,12 @@ class LeaseTable:
                 raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
             raise
         return replace(
-            lease, counter=lease.counter + 1, failed_at=position, failed_attempts=attempts, last_error=error
+            lease,
+            counter=lease.counter + 1,
+            failed_at=position,
+            failed_attempts=attempts,
+            last_error=error,
+            inflight=None if release else lease.inflight,
         )
 
     def mark_shard_end(self, seen: Lease) -> bool:
@@ -300,15 +411,19 @@ class LeaseTable:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _checkpoint_update(self, lease: Lease, position: Position) -> dict[str, Any]:
-        clear_failure = lease.failed_at is not None and lease.failed_at <= position
+    def _checkpoint_update(self, lease: Lease, position: Position, release: bool = False) -> dict[str, Any]:
+        removed = []
+        if lease.failed_at is not None and lease.failed_at <= position:
+            removed += ["failedSequenceNumber", "failedSubSequenceNumber", "failedAttempts", "lastError"]
+        if release:
+            removed.append("inflightSequenceNumber")
         expression = (
             "SET checkpoint = :seq, checkpointSubSequenceNumber = :sub, "
             "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now, "
             "leaseOwner = :owner, leaseCounter = :next"
         )
-        if clear_failure:
-            expression += " REMOVE failedSequenceNumber, failedSubSequenceNumber, failedAttempts, lastError"
+        if removed:
+            expression += " REMOVE " + ", ".join(removed)
         return {
             "TableName": self.table_name,
             "Key": self._key(lease.key),
@@ -329,10 +444,18 @@ class LeaseTable:
             "ReturnValues": "NONE",
         }
 
-    def _advanced(self, lease: Lease, position: Position) -> Lease:
+    def _advanced(self, lease: Lease, position: Position, release: bool = False) -> Lease:
         if lease.failed_at is not None and lease.failed_at <= position:
             lease = replace(lease, failed_at=None, failed_attempts=0, last_error=None)
+        if release:
+            lease = replace(lease, inflight=None)
         return replace(lease, counter=lease.counter + 1, checkpoint=position, owner_switches=0)
+
+    def _confirm_held(self, lease: Lease, error: Exception) -> None:
+        """Raise `LeaseLost` if the row shows `lease` was taken since."""
+        stored = self.get(lease.key)
+        if stored is None or stored.counter != lease.counter:
+            raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
 
     def _confirm_landed(self, lease: Lease, position: Position, error: Exception) -> Lease:
         """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
@@ -342,7 +465,7 @@ class LeaseTable:
             lease.owner,
             position,
         ):
-            return self._advanced(lease, position)  # it landed; only the reply was lost
+            return self._advanced(lease, position, stored.inflight is None)  # it landed; the reply was lost
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
         raise error
@@ -352,3 +475,16 @@ class LeaseTable:
 
     def _now(self) -> dict[str, str]:
         return {"N": str(int(self._clock()))}
+
+
+def _raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientError) -> None:
+    """`SinkConflict` or `SinkRejected` naming the sink writes a cancelled transaction blames
+    (reason 0 is the checkpoint's); nothing if the cancellation was not about them."""
+    codes = [str(reason.get("Code", "None")) for reason in reasons]
+    failed = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_BY_CONDITION)
+    if failed:
+        why = tuple(str(reasons[index + 1].get("Message", CANCELED_BY_CONDITION)) for index in failed)
+        raise SinkConflict(f"sink writes {list(failed)} failed their condition", failed, why) from error
+    invalid = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_AS_INVALID)
+    if invalid:
+        raise SinkRejected(f"DynamoDB refused sink writes {list(invalid)} as invalid", invalid) from error

@@ -17,8 +17,13 @@ class ConsumerMetrics:
         "UserRecords",  # after de-aggregation
         "DuplicatesSkipped",  # at or below the checkpoint
         "RecordsProcessed",
-        "RecordsFailed",
+        "RecordsFailed",  # failed attempts, each blamed on one record
         "RecordsSentToDLQ",
+        "HandlerTimeouts",  # handlers interrupted at the time budget
+        "CrashesDetected",  # deliveries found to have died (timeout, out of memory)
+        "BatchesSplit",  # batch-handler chunks split to find the record that fails
+        "SinkWritesRefused",  # records whose sink writes DynamoDB refused or whose condition failed
+        "SinkConflictsSkipped",  # failed conditions taken as "already applied" (sink_conflicts="skip")
         "CheckpointsWritten",
         "LeaseLosses",
         "BatchesWaitingForParent",

@@ -13,8 +13,14 @@ from shardline.errors import ConfigurationError
 Writes = Sequence[Mapping[str, Any]] | None
 #: `fn(record)`, called once per user record, in order.
 RecordHandler = Callable[[ConsumedRecord], Writes]
-#: `fn(records)`, called once with every new user record of a batch.
-BatchHandler = Callable[[list[ConsumedRecord]], Writes]
+#: What a batch handler may return: its writes by record (`{record: [entries]}`, committed with
+#: the checkpoint that passes that record), or the batch's writes as one list (they must then fit
+#: in one transaction with the checkpoint; a batch whose writes do not is split and run again).
+BatchWrites = Mapping[ConsumedRecord, Writes] | Writes
+#: `fn(records)`, called with new user records of a batch, in order (all of them, or a part).
+BatchHandler = Callable[[list[ConsumedRecord]], BatchWrites]
+#: What a sink write whose own condition fails means: the record's failure, or already applied.
+SINK_CONFLICT_CHOICES = ("fail", "skip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,8 @@ class ConsumerSettings:
     checkpoint_interval: float = 5.0
     time_margin: float = 2.0
     multi_stream: bool = False
+    sink_conflicts: str = "fail"
+    detect_crashes: bool = True
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -39,6 +47,8 @@ class ConsumerSettings:
             )
         if self.checkpoint_interval < 0 or self.time_margin < 0:
             raise ConfigurationError("checkpoint_interval and time_margin must not be negative")
+        if self.sink_conflicts not in SINK_CONFLICT_CHOICES:
+            raise ConfigurationError(f"sink_conflicts must be 'fail' or 'skip', got {self.sink_conflicts!r}")
 
     def lease_key(self, stream: str, shard_id: str) -> str:
         """The lease table key of a shard: its id, or `<stream>:<shard id>` for a multi-stream group."""

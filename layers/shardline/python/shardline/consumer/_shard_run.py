@@ -2,9 +2,20 @@
 
 `ShardRun.run()` returns the Kinesis sequence number the event-source mapping should retry from
 (reported in `batchItemFailures`), or None when every record of the shard's batch is done.
-What it may assume, and keeps: the checkpoint only moves forward, only under the lease it was
-taken with, and only past records whose handler returned; sink writes commit in the same
-transaction as the checkpoint that covers their record.
+What it keeps: the checkpoint only moves forward, only under the lease it was taken with, and
+only past records that are done — their handler returned and their sink writes committed with
+it, or they are in the dead-letter queue. Whatever fails is blamed on one record, counted in the
+lease row, and after `max_attempts` dead-lettered, so no record blocks the shard for longer:
+
+- a handler that raises, or is still running at the time budget (interrupted, `_handler_deadline`);
+- a batch handler that raises: the batch is split in halves and run again until the record that
+  makes it fail is alone (the mapping's bisection cannot split a KPL aggregate);
+- sink writes DynamoDB refuses at commit, or whose own condition fails: the others commit, the
+  record whose writes they were fails (or, with `sink_conflicts="skip"`, a failed condition
+  means "already applied");
+- a delivery whose process died (out of memory, the function's timeout): the next delivery of
+  the same batch finds its in-flight mark, blames the first record past the checkpoint, and
+  checkpoints after every record so that the record that kills it is next in line.
 """
 
 from __future__ import annotations
@@ -16,13 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
-from shardline.consumer._deaggregation import ConsumedRecord, deaggregate
+from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, user_records
+from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
 from shardline.consumer._leases import Lease, LeaseTable
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._resharding import ShardLineage
-from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
-from shardline.consumer._transaction import PendingTransaction, checked_writes
-from shardline.errors import LeaseLost
+from shardline.consumer._settings import BatchHandler, BatchWrites, ConsumerSettings, RecordHandler
+from shardline.consumer._transaction import KeyLookup, PendingTransaction, RecordWrites, checked_writes
+from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import Position
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
@@ -31,6 +43,10 @@ if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
 logger = logging.getLogger(__name__)
 
 _ANY_SEQUENCE = Position("0")
+_CRASHED = (
+    "the delivery before this one ended without an answer (the function timed out, ran out of "
+    "memory or its process died) at or after this record"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +63,14 @@ class GroupRuntime:
     batch_handler: BatchHandler | None
 
 
+class _RetryFrom(Exception):
+    """Stop this run: the mapping retries the shard from `sequence`."""
+
+    def __init__(self, sequence: str) -> None:
+        super().__init__(sequence)
+        self.sequence = sequence
+
+
 class ShardRun:
     """One invocation's work on one shard: the state of the deferred checkpoint."""
 
@@ -55,7 +79,7 @@ class ShardRun:
         group: GroupRuntime,
         stream: str,
         shard_id: str,
-        event_records: list[Mapping[str, Any]],
+        records: list[KinesisRecord],
         context: LambdaContext | None,
         owner: str,
     ) -> None:
@@ -63,74 +87,104 @@ class ShardRun:
         self.settings = group.settings
         self.stream = stream
         self.shard_id = shard_id
-        self.event_records = event_records
+        self.records = records
         self.context = context
         self.owner = owner
         self.lease: Lease | None = None
-        self.done: ConsumedRecord | None = None  # last record whose handler returned
-        self.pending = PendingTransaction()  # sink writes of the records since the checkpoint
+        self.done: ConsumedRecord | None = None  # the last record done (handler returned, or DLQ)
+        self.pending = PendingTransaction(group.table.sink_key)  # writes of the records since the checkpoint
         self.since_checkpoint = 0
         self.checkpointed_at = group.clock()
+        self.marked = False  # our in-flight mark is in the lease row
+        self.careful = False  # checkpoint after every record: a crash then names its record
+        self.deadline = HandlerDeadline(None)
 
     def run(self) -> str | None:
         """Process the shard's records; the sequence number to retry from, or None."""
-        group, settings = self.group, self.settings
-        metrics = group.metrics
-        metrics.count("RecordsReceived", len(self.event_records))
-        lineage = group.lineage
-        key = settings.lease_key(self.stream, self.shard_id)
+        metrics = self.group.metrics
+        metrics.count("RecordsReceived", len(self.records))
+        key = self.settings.lease_key(self.stream, self.shard_id)
         try:
-            parents = lineage.parents(self.stream, self.shard_id) if lineage else ()
-            self.lease = group.table.hold(key, self.owner, parent_shard_ids=parents)
-            parent_keys = [settings.lease_key(self.stream, parent) for parent in self.lease.parent_shard_ids]
-            if lineage is not None and not lineage.parents_finished(self.stream, parent_keys):
-                metrics.count("BatchesWaitingForParent")
-                return str(self.event_records[0]["kinesis"]["sequenceNumber"])
-            hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
-            records = deaggregate(self.event_records, hash_range=hash_range, metrics=metrics)
-            fresh = records[_first_after(records, self.lease.checkpoint) :]
-            metrics.count("DuplicatesSkipped", len(records) - len(fresh))
-            if fresh:
-                metrics.set_behind(fresh[-1].approximate_arrival)
-            failed = self._batch(fresh) if group.batch_handler is not None else self._records(fresh)
-            if failed is None:
-                self._commit()
+            try:
+                failed = self._run(key)
+                self._commit(release=True)
+            except _RetryFrom as retry:
+                failed = retry.sequence
+            if self.marked and self.lease is not None:  # no write took the mark away yet
+                self.lease = self.group.table.release(self.lease)  # a redelivery is then no crash
             return failed
         except LeaseLost as lost:
             metrics.count("LeaseLosses")
-            logger.error("consumer group %s, shard %s: lease lost (%s); stopping", settings.group, key, lost)
+            logger.error(
+                "consumer group %s, shard %s: lease lost (%s); stopping", self.settings.group, key, lost
+            )
             return self._first_uncommitted()
 
+    def _run(self, key: str) -> str | None:
+        group, metrics, lineage = self.group, self.group.metrics, self.group.lineage
+        first = self.records[0].sequence_number
+        parents = lineage.parents(self.stream, self.shard_id) if lineage else ()
+        crashed = False
+        if self.settings.detect_crashes:
+            self.lease, crashed = group.table.begin(key, self.owner, first, parent_shard_ids=parents)
+            self.marked = True
+        else:
+            self.lease = group.table.hold(key, self.owner, parent_shard_ids=parents)
+        parent_keys = [self.settings.lease_key(self.stream, parent) for parent in self.lease.parent_shard_ids]
+        if lineage is not None and not lineage.parents_finished(self.stream, parent_keys):
+            metrics.count("BatchesWaitingForParent")
+            return first
+        hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
+        records = user_records(self.records, hash_range=hash_range, metrics=metrics)
+        fresh = records[_first_after(records, self.lease.checkpoint) :]
+        metrics.count("DuplicatesSkipped", len(records) - len(fresh))
+        if fresh:
+            metrics.set_behind(fresh[-1].approximate_arrival)
+            if crashed:
+                self._blame_crash(fresh[0])
+        with self._handler_deadline() as self.deadline:
+            failed = self._batch(fresh) if group.batch_handler is not None else self._records(fresh)
+        if failed is None:
+            self._pass_tail()
+        return failed
+
+    # -- running handlers ----------------------------------------------------------------------
+
     def _records(self, records: list[ConsumedRecord]) -> str | None:
-        group, settings = self.group, self.settings
+        group = self.group
         handler = group.record_handler
         assert handler is not None
-        remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
-        margin_ms = settings.time_margin * 1000.0
-        checkpoint_every = settings.checkpoint_every or float("inf")
+        out_of_time, deadline, keys = self._out_of_time(), self.deadline, self.pending.keys
+        checkpoint_every = 1 if self.careful else (self.settings.checkpoint_every or float("inf"))
+        condemned = self._condemned()
         processed = 0
         try:
             for record in records:
-                if remaining_ms is not None and remaining_ms() < margin_ms:
+                if out_of_time():
                     self._commit()
                     return record.sequence_number
+                if (
+                    condemned is not None
+                    and (record.sequence_number, record.sub_sequence_number or 0) == condemned
+                ):
+                    self._dead_letter(record, self._last_error(), self._attempts())
+                    continue
                 try:
-                    writes = checked_writes(handler(record))
-                except Exception as exc:
+                    deadline.in_handler = True
+                    returned = handler(record)
+                    deadline.in_handler = False
+                    writes = checked_writes(returned, keys)
+                except (Exception, HandlerTimedOut) as exc:
+                    deadline.in_handler = False
                     group.metrics.count("RecordsFailed")
                     if self._give_up_on(record, exc):
                         continue
                     return record.sequence_number
-                if writes:
-                    if not self.pending.fits(writes):
-                        self._commit()  # what is done so far; this record's writes start the next one
-                    self.pending.add(writes)
-                self.done = record
+                self._done(record, writes)
                 processed += 1
-                self.since_checkpoint += 1
                 if (
                     self.since_checkpoint >= checkpoint_every
-                    or group.clock() - self.checkpointed_at >= settings.checkpoint_interval
+                    or group.clock() - self.checkpointed_at >= self.settings.checkpoint_interval
                 ):
                     self._commit()
             return None
@@ -138,63 +192,263 @@ class ShardRun:
             group.metrics.count("RecordsProcessed", processed)
 
     def _batch(self, records: list[ConsumedRecord]) -> str | None:
-        if not records:
-            return None
-        group = self.group
+        """Run the batch handler on `records`, splitting a chunk that fails until its record is alone."""
+        group, metrics = self.group, self.group.metrics
         handler = group.batch_handler
         assert handler is not None and self.lease is not None
+        out_of_time, deadline = self._out_of_time(), self.deadline
+        condemned = self._condemned()
+        # After a failure at the first record (or a crash), one record at a time: a timeout or a
+        # crash then names its record.
+        single = self.careful or (bool(records) and self.lease.failed_at == records[0].position)
+        stack = [[record] for record in reversed(records)] if single else [records]
+        processed = 0
         try:
-            writes = handler(records)
-        except Exception as exc:
-            group.metrics.count("RecordsFailed", len(records))
-            self._commit()
-            self.lease = group.table.record_failure(self.lease, records[0].position, _describe(exc))
-            return records[0].sequence_number
-        self.pending.writes.extend(writes or ())
-        self.done = records[-1]
-        group.metrics.count("RecordsProcessed", len(records))
-        return None
+            while stack:
+                chunk = stack.pop()
+                if not chunk:
+                    continue
+                if out_of_time():
+                    self._commit()
+                    return chunk[0].sequence_number
+                at = _index_of(chunk, condemned) if condemned is not None else None
+                if at is not None:
+                    if len(chunk) > 1:
+                        stack += [chunk[at + 1 :], chunk[at : at + 1], chunk[:at]]
+                        continue
+                    self._dead_letter(chunk[0], self._last_error(), self._attempts())
+                    condemned = None
+                    continue
+                try:
+                    deadline.in_handler = True
+                    returned = handler(chunk)
+                    deadline.in_handler = False
+                    writes = _writes_by_record(returned, chunk, self.pending.keys)
+                except (Exception, HandlerTimedOut) as exc:
+                    deadline.in_handler = False
+                    if len(chunk) > 1 and not isinstance(exc, HandlerTimedOut):
+                        metrics.count("BatchesSplit")
+                        middle = len(chunk) // 2
+                        stack += [chunk[middle:], chunk[:middle]]
+                        continue
+                    metrics.count("RecordsFailed")
+                    if self._give_up_on(chunk[0], exc):
+                        stack.append(chunk[1:])
+                        continue
+                    return chunk[0].sequence_number
+                for record, record_writes in zip(chunk, writes, strict=True):
+                    self._done(record, record_writes)
+                processed += len(chunk)
+                if self.careful:
+                    self._commit()
+            return None
+        finally:
+            metrics.count("RecordsProcessed", processed)
 
-    def _give_up_on(self, record: ConsumedRecord, exc: Exception) -> bool:
+    def _done(self, record: ConsumedRecord, writes: list[Mapping[str, Any]]) -> None:
+        """`record`'s handler returned: its writes wait for the checkpoint that passes it."""
+        if writes:
+            if not self.pending.fits(writes):
+                self._commit()  # what is done so far; this record's writes start the next one
+            self.pending.add(record, writes, self.done)
+        self.done = record
+        self.since_checkpoint += 1
+
+    def _out_of_time(self) -> Callable[[], bool]:
+        remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
+        margin_ms = self.settings.time_margin * 1000.0
+        deadline = self.deadline
+        if remaining_ms is None:
+            return lambda: deadline.expired
+        return lambda: deadline.expired or remaining_ms() < margin_ms
+
+    def _handler_deadline(self) -> HandlerDeadline:
+        remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
+        if remaining_ms is None:
+            return HandlerDeadline(None)
+        return HandlerDeadline(remaining_ms() / 1000.0 - self.settings.time_margin)
+
+    # -- failures ------------------------------------------------------------------------------
+
+    def _give_up_on(
+        self, record: ConsumedRecord, exc: BaseException, details: Mapping[str, Any] | None = None
+    ) -> bool:
         """Count the failure; True if the record went to the DLQ and processing goes on."""
         group, settings = self.group, self.settings
         self._commit()
         assert self.lease is not None
-        self.lease = group.table.record_failure(self.lease, record.position, _describe(exc))
-        if group.dlq is None or self.lease.failed_attempts < settings.max_attempts:
+        if isinstance(exc, HandlerTimedOut):
+            group.metrics.count("HandlerTimeouts")
+        attempts = self.lease.failed_attempts + 1 if self.lease.failed_at == record.position else 1
+        dead_letter = group.dlq is not None and attempts >= settings.max_attempts
+        release = self.marked and not dead_letter  # this write is the run's last
+        self.lease = group.table.record_failure(self.lease, record.position, _describe(exc), release=release)
+        self.marked = self.marked and not release
+        if not dead_letter:
             return False
-        group.dlq.send(
-            record, group=settings.group, error=_describe(exc), attempts=self.lease.failed_attempts
+        self._dead_letter(record, _describe(exc), attempts, details)
+        return True
+
+    def _dead_letter(
+        self, record: ConsumedRecord, error: str, attempts: int, details: Mapping[str, Any] | None = None
+    ) -> None:
+        """Send `record` to the DLQ and checkpoint past it."""
+        assert self.group.dlq is not None
+        self.group.dlq.send(
+            record, group=self.settings.group, error=error, attempts=attempts, details=details
         )
-        group.metrics.count("RecordsSentToDLQ")
+        self.group.metrics.count("RecordsSentToDLQ")
         logger.warning(
-            "consumer group %s: record %s/%s sent to the DLQ after %d attempts",
-            settings.group,
+            "consumer group %s: record %s/%s sent to the DLQ after %d attempts: %s",
+            self.settings.group,
+            record.sequence_number,
+            record.sub_sequence_number,
+            attempts,
+            error,
+        )
+        self.done = record  # the checkpoint moves past the poison record
+        self._commit()
+
+    def _condemned(self) -> tuple[str, int] | None:
+        """The record the lease row already sent to the DLQ's door (its failures reached
+        `max_attempts`, and the delivery that counted the last one died before sending it):
+        it is dead-lettered without running again."""
+        lease = self.lease
+        if lease is None or lease.failed_at is None or self.group.dlq is None:
+            return None
+        if lease.failed_attempts < self.settings.max_attempts:
+            return None
+        return lease.failed_at.sequence, lease.failed_at.sub_sequence
+
+    def _attempts(self) -> int:
+        return self.lease.failed_attempts if self.lease is not None else 0
+
+    def _last_error(self) -> str:
+        return (self.lease.last_error if self.lease is not None else None) or "-"
+
+    def _blame_crash(self, record: ConsumedRecord) -> None:
+        """The delivery before this one died past the checkpoint: count it against the first
+        record after the checkpoint, and checkpoint after every record from now on."""
+        assert self.lease is not None
+        self.group.metrics.count("CrashesDetected")
+        self.careful = True
+        self.lease = self.group.table.record_failure(self.lease, record.position, _CRASHED)
+        logger.warning(
+            "consumer group %s, shard %s: the last delivery died; record %s/%s blamed (%d attempts)",
+            self.settings.group,
+            self.shard_id,
             record.sequence_number,
             record.sub_sequence_number,
             self.lease.failed_attempts,
         )
-        self.done = record  # the checkpoint moves past the poison record
-        self._commit()
-        return True
 
-    def _commit(self) -> None:
-        if self.done is None or self.lease is None or self.done.position <= self.lease.checkpoint:
+    # -- committing ----------------------------------------------------------------------------
+
+    def _commit(self, *, release: bool = False) -> None:
+        """Checkpoint at the last record done, with the pending sink writes, in one transaction.
+
+        Writes DynamoDB refuses are blamed on their record: what precedes it commits, it fails
+        (or, a failed condition with `sink_conflicts="skip"`, is taken as applied), and what
+        follows it commits after — unless it must be retried, which stops the run (`_RetryFrom`).
+        """
+        while self.done is not None and self.lease is not None and self.done.position > self.lease.checkpoint:
+            try:
+                self.lease = self.group.table.checkpoint_with(
+                    self.lease, self.done.position, self.pending.writes, release=release and self.marked
+                )
+            except (SinkConflict, SinkRejected) as refused:
+                culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
+                if culprit is None:
+                    culprit, refused = self._isolate(refused)
+                if culprit is not None:
+                    self._reject(culprit, refused)
+                continue
+            self.pending.clear()
+            self.since_checkpoint = 0
+            self.checkpointed_at = self.group.clock()
+            self.group.metrics.count("CheckpointsWritten")
+            self.marked = self.marked and not release
             return
-        self.lease = self.group.table.checkpoint_with(self.lease, self.done.position, self.pending.writes)
+
+    def _isolate(
+        self, refused: SinkConflict | SinkRejected
+    ) -> tuple[RecordWrites | None, SinkConflict | SinkRejected]:
+        """DynamoDB did not say which write it refused: commit record by record until it does.
+        Returns the refused record's writes (None if each committed alone) and the refusal."""
+        groups = list(self.pending.groups)
+        for index, group in enumerate(groups):
+            assert self.lease is not None
+            try:
+                self.lease = self.group.table.checkpoint_with(self.lease, group.record.position, group.writes)
+            except (SinkConflict, SinkRejected) as alone:
+                self.pending.keep(groups[index:])
+                return group, alone
+            self.group.metrics.count("CheckpointsWritten")
         self.pending.clear()
-        self.since_checkpoint = 0
-        self.checkpointed_at = self.group.clock()
-        self.group.metrics.count("CheckpointsWritten")
+        return None, refused
+
+    def _reject(self, culprit: RecordWrites, refused: SinkConflict | SinkRejected) -> None:
+        groups = self.pending.groups
+        at = groups.index(culprit)
+        done, after = self.done, groups[at + 1 :]
+        self.pending.keep(groups[:at])
+        self.done = culprit.before
+        self._commit()  # the records before the culprit
+        metrics = self.group.metrics
+        if isinstance(refused, SinkConflict) and self.settings.sink_conflicts == "skip":
+            metrics.count("SinkConflictsSkipped")  # its effect is already there
+        else:
+            metrics.count("RecordsFailed")
+            metrics.count("SinkWritesRefused")
+            details = {"refusedWrites": culprit.writes, "reasons": list(getattr(refused, "reasons", ()))}
+            if not self._give_up_on(culprit.record, refused, details):
+                self.pending.clear()
+                raise _RetryFrom(culprit.record.sequence_number)
+        self.pending.keep(after)
+        self.done = done
+
+    def _pass_tail(self) -> None:
+        """Every record of the batch is done: the checkpoint passes its last Kinesis record,
+        even one that held no user record (an empty aggregate)."""
+        last = self.records[-1]
+        if self.done is None or int(last.sequence_number) > int(self.done.sequence_number):
+            self.done = ConsumedRecord(
+                last.stream, last.shard_id, last.sequence_number, None, last.partition_key, None, b"", 0.0
+            )
 
     def _first_uncommitted(self) -> str:
         """After a lost lease: the first Kinesis record not covered by our last checkpoint."""
         checkpoint = self.lease.checkpoint if self.lease is not None else None
-        for event_record in self.event_records:
-            sequence = str(event_record["kinesis"]["sequenceNumber"])
+        for record in self.records:
+            sequence = record.sequence_number
             if checkpoint is None or checkpoint.is_sentinel or int(sequence) >= int(checkpoint.sequence):
                 return sequence
-        return str(self.event_records[-1]["kinesis"]["sequenceNumber"])
+        return self.records[-1].sequence_number
+
+
+def _writes_by_record(
+    returned: BatchWrites, chunk: list[ConsumedRecord], keys: KeyLookup
+) -> list[list[Mapping[str, Any]]]:
+    """A batch handler's answer as each record's checked writes (a flat list belongs to the last)."""
+    writes: list[list[Mapping[str, Any]]] = [[] for _ in chunk]
+    if isinstance(returned, Mapping):
+        index = {record: at for at, record in enumerate(chunk)}
+        for record, record_writes in returned.items():
+            if record not in index:
+                raise ValueError(
+                    f"the batch handler returned writes for a record not in its batch: {record!r:.200}"
+                )
+            writes[index[record]] = checked_writes(record_writes, keys)
+    else:
+        writes[-1] = checked_writes(returned, keys)
+    return writes
+
+
+def _index_of(chunk: list[ConsumedRecord], position: tuple[str, int]) -> int | None:
+    for at, record in enumerate(chunk):
+        if (record.sequence_number, record.sub_sequence_number or 0) == position:
+            return at
+    return None
 
 
 def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:

@@ -1,80 +1,204 @@
-"""The sink writes waiting to ride with the next checkpoint, and the rules of one transaction.
+"""The sink writes waiting to ride with the next checkpoint, whose they are, and the rules of one transaction.
 
-DynamoDB's TransactWriteItems takes at most 100 items and 4 MB, and refuses two operations on
-one item. The checkpoint is one of the items, so a handler's writes get the other 99.
+DynamoDB's TransactWriteItems takes at most 100 items and 4 MB, refuses two operations on one
+item (a table and a key: a `Put` names its key inside its item, so the table's key schema is
+needed to tell), an item over 400 KB and a key attribute that is empty. The checkpoint is one of
+the items, so a handler's writes get the other 99. `checked_writes` refuses, as that record's
+failure, what DynamoDB would refuse; `PendingTransaction` remembers which record each write came
+from, so a refusal at commit is blamed on the record that caused it.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
+from shardline.consumer._deaggregation import ConsumedRecord
 from shardline.consumer._leases import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS
 from shardline.consumer._settings import Writes
 
 #: Writes that may ride with one checkpoint.
 MAX_SINK_WRITES = MAX_TRANSACTION_ITEMS - 1
+#: DynamoDB's limit on one item (names and values).
+MAX_ITEM_BYTES = 400 * 1024
+_OPERATIONS = ("Put", "Update", "Delete", "ConditionCheck")
+
+#: A sink table's key attribute names, or None when not known.
+KeyLookup = Callable[[str], "tuple[str, ...] | None"]
+
+
+def _unknown_keys(table: str) -> tuple[str, ...] | None:
+    return None
+
+
+class RecordWrites(NamedTuple):
+    """One record's sink writes, and the last record done before it (None: none in this run)."""
+
+    record: ConsumedRecord
+    writes: list[Mapping[str, Any]]
+    before: ConsumedRecord | None
 
 
 class PendingTransaction:
-    """Sink writes of the records done since the last checkpoint: the entries, the items they
-    touch, and their size."""
+    """Sink writes of the records done since the last checkpoint: the entries, by record, the
+    items they touch, and their size."""
 
-    __slots__ = ("items", "size", "writes")
+    __slots__ = ("groups", "items", "keys", "size", "writes")
 
-    def __init__(self) -> None:
-        self.writes: list[Mapping[str, Any]] = []
-        self.items: set[str] = set()
-        self.size = 0
+    def __init__(self, keys: KeyLookup = _unknown_keys) -> None:
+        self.keys = keys
+        self.clear()
 
     def fits(self, writes: list[Mapping[str, Any]]) -> bool:
         """Would `writes` (one record's) join this transaction without breaking a DynamoDB rule?"""
         return (
             len(self.writes) + len(writes) <= MAX_SINK_WRITES
             and self.size + sum(size_of(write) for write in writes) <= MAX_TRANSACTION_BYTES
-            and self.items.isdisjoint(item_of(write) for write in writes)
+            and self.items.isdisjoint(item_of(write, self.keys) for write in writes)
         )
 
-    def add(self, writes: list[Mapping[str, Any]]) -> None:
+    def add(
+        self, record: ConsumedRecord, writes: list[Mapping[str, Any]], before: ConsumedRecord | None
+    ) -> None:
+        self.groups.append(RecordWrites(record, writes, before))
         self.writes.extend(writes)
-        self.items.update(item_of(write) for write in writes)
+        self.items.update(item_of(write, self.keys) for write in writes)
         self.size += sum(size_of(write) for write in writes)
 
+    def owner(self, index: int) -> RecordWrites:
+        """The record whose writes include `writes[index]`."""
+        for group in self.groups:
+            if index < len(group.writes):
+                return group
+            index -= len(group.writes)
+        raise IndexError(f"no pending write {index}")
+
+    def keep(self, groups: Iterable[RecordWrites]) -> None:
+        """Keep only `groups` pending (in order)."""
+        groups = list(groups)
+        self.clear()
+        for group in groups:
+            self.add(*group)
+
     def clear(self) -> None:
-        self.writes = []
-        self.items = set()
+        self.groups: list[RecordWrites] = []
+        self.writes: list[Mapping[str, Any]] = []
+        self.items: set[str] = set()
         self.size = 0
 
 
-def checked_writes(writes: Writes) -> list[Mapping[str, Any]]:
-    """A record's sink writes, if they fit in one transaction with the checkpoint. A handler that
-    returns more fails on that record (counted, then dead-lettered), like any handler error."""
+def checked_writes(writes: Writes, keys: KeyLookup = _unknown_keys) -> list[Mapping[str, Any]]:
+    """A record's sink writes, if DynamoDB would take them in one transaction with the checkpoint.
+    Raises `ValueError` naming the write otherwise: that record then fails (counted, then
+    dead-lettered) like a handler that raised."""
     if not writes:
         return []  # the common case, on the hot path
+    if isinstance(writes, Mapping) or not isinstance(writes, Iterable):
+        raise ValueError(
+            f"a handler returns a list of TransactWriteItems entries, not {type(writes).__name__}"
+        )
     writes = list(writes)
+    seen: set[str] = set()
+    for index, write in enumerate(writes):
+        problem = _problem(write, keys)
+        if problem is None and item_of(write, keys) in seen:
+            problem = "touches an item another write of the same record touches"
+        if problem is not None:
+            raise ValueError(f"sink write {index}: {problem}")
+        seen.add(item_of(write, keys))
     size = sum(size_of(write) for write in writes)
-    if (
-        len(writes) > MAX_SINK_WRITES
-        or len({item_of(write) for write in writes}) < len(writes)
-        or size > MAX_TRANSACTION_BYTES
-    ):
+    if len(writes) > MAX_SINK_WRITES or size > MAX_TRANSACTION_BYTES:
         raise ValueError(
             f"the handler returned {len(writes)} writes ({size} bytes) for one record; at most "
-            f"{MAX_SINK_WRITES} writes to distinct items, {MAX_TRANSACTION_BYTES} bytes, "
-            "fit in a transaction with the checkpoint"
+            f"{MAX_SINK_WRITES} writes, {MAX_TRANSACTION_BYTES} bytes, fit in a transaction with "
+            "the checkpoint (a batch handler can say which record each write belongs to)"
         )
     return writes
 
 
-def item_of(write: Mapping[str, Any]) -> str:
-    """The (table, key) a TransactWriteItems entry touches, as a comparable string. A Put names
-    no key (the table's schema is not known here): its whole item stands for it."""
-    [(_, operation)] = write.items()
-    target = operation.get("Key") or operation.get("Item")
-    return json.dumps([operation.get("TableName"), target], sort_keys=True, default=str)
+def _problem(write: object, keys: KeyLookup) -> str | None:
+    """Why DynamoDB would refuse this TransactWriteItems entry, or None."""
+    if not isinstance(write, Mapping) or len(write) != 1:
+        return "is not a TransactWriteItems entry (one of Put, Update, Delete, ConditionCheck)"
+    [(kind, operation)] = write.items()
+    if kind not in _OPERATIONS or not isinstance(operation, Mapping):
+        return f"{kind!r} is not one of Put, Update, Delete, ConditionCheck"
+    table = operation.get("TableName")
+    if not isinstance(table, str) or not table:
+        return f"{kind} names no TableName"
+    if kind == "Put":
+        item = operation.get("Item")
+        if not isinstance(item, Mapping):
+            return "Put has no Item"
+        size = item_bytes(item)
+        if size > MAX_ITEM_BYTES:
+            return f"Put of a {size}-byte item into {table}: DynamoDB's limit is {MAX_ITEM_BYTES} bytes"
+        names = keys(table)
+        key: Mapping[str, Any] = {name: item.get(name) for name in names} if names else {}
+    else:
+        given = operation.get("Key")
+        if not isinstance(given, Mapping) or not given:
+            return f"{kind} on {table} has no Key"
+        key = given
+    for name, value in key.items():
+        if value is None:
+            return f"Put into {table} lacks key attribute {name!r}"
+        if isinstance(value, Mapping) and any(value.get(kind) in ("", b"") for kind in ("S", "B")):
+            return f"key attribute {name!r} of {table} is empty, which DynamoDB refuses"
+    return None
+
+
+def item_of(write: Mapping[str, Any], keys: KeyLookup = _unknown_keys) -> str:
+    """The (table, key) a TransactWriteItems entry touches, as a comparable string. A `Put` into
+    a table whose key is not known is told apart by its whole item."""
+    [(kind, operation)] = write.items()
+    table = operation.get("TableName")
+    target = operation.get("Key")
+    if kind == "Put":
+        item = operation.get("Item") or {}
+        names = keys(table) if isinstance(table, str) else None
+        target = {name: item.get(name) for name in names} if names else item
+    return json.dumps([table, target], sort_keys=True, default=str)
 
 
 def size_of(write: Mapping[str, Any]) -> int:
     """Rough bytes of an entry on the wire (binary values count once, as DynamoDB counts them)."""
     return len(json.dumps(write, default=lambda value: "x" * len(value)))
+
+
+def item_bytes(item: Mapping[str, Any]) -> int:
+    """An item's size as DynamoDB counts it (attribute names and values), near enough to tell
+    an item over 400 KB before DynamoDB refuses the whole transaction."""
+    return sum(len(str(name).encode()) + _value_bytes(value) for name, value in item.items())
+
+
+def _value_bytes(value: Any) -> int:
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return len(json.dumps(value, default=str))
+    [(kind, inner)] = value.items()
+    if kind == "S":
+        return len(str(inner).encode())
+    if kind == "B":
+        return _binary_bytes(inner)
+    if kind == "N":
+        return len(str(inner)) // 2 + 2
+    if kind in ("SS", "NS"):
+        return sum(len(str(member).encode()) for member in inner)
+    if kind == "BS":
+        return sum(_binary_bytes(member) for member in inner)
+    if kind == "L":
+        return 3 + sum(_value_bytes(member) + 1 for member in inner)
+    if kind == "M":
+        return 3 + sum(len(str(name).encode()) + _value_bytes(member) + 1 for name, member in inner.items())
+    return 1  # BOOL, NULL
+
+
+def _binary_bytes(value: Any) -> int:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    try:
+        return len(base64.b64decode(value))  # the wire form, as a client may pass it
+    except (ValueError, TypeError):
+        return len(str(value))

@@ -8,6 +8,8 @@ from shardline.errors import AggregationError
 from shardline.kinesis._records import UserRecord
 from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5
 
+_HASH_KEYS = 2**128
+
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Decode a varint at `pos`; return (value, position after it). Rejects truncation and > 64 bits."""
@@ -45,8 +47,6 @@ def _skip_field(buf: bytes, pos: int, end: int, tag: int) -> int:
     return pos
 
 
-
-
 def is_aggregated(payload: bytes) -> bool:
     """True if `payload` is framed as a KPL aggregate (magic and room for an MD5). Cheap: no hashing."""
     return len(payload) >= FRAMING_SIZE and payload[:4] == MAGIC
@@ -72,6 +72,14 @@ def decode(payload: bytes) -> list[UserRecord]:
     return records if records is not None else _decode_generic(payload[4:end])
 
 
+def _check_hash_keys(table: list[str]) -> None:
+    """Kinesis takes only decimal hash keys below 2**128: a table entry that is not one makes the
+    aggregate malformed here, rather than a crash later in every consumer that reads the key."""
+    for hash_key in table:
+        if not (hash_key.isascii() and hash_key.isdigit() and int(hash_key) < _HASH_KEYS):
+            raise AggregationError(f"explicit hash key {hash_key[:50]!r} is not a decimal below 2**128")
+
+
 def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None:
     """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
     in order, varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
@@ -90,6 +98,7 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None
             return None
         (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + n].decode("utf-8"))
         pos += n
+    _check_hash_keys(ehk_table)
     out: list[UserRecord] = []
     append = out.append
     make = tuple.__new__
@@ -170,6 +179,7 @@ def _decode_generic(buf: bytes) -> list[UserRecord]:
                 pos = _skip_field(buf, pos, end, tag)
     except UnicodeDecodeError:
         raise AggregationError("a key table entry is not valid UTF-8") from None
+    _check_hash_keys(ehk_table)
     try:
         return [
             UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None)

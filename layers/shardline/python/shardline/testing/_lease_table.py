@@ -20,14 +20,24 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from shardline.consumer._leases import MAX_TRANSACTION_ITEMS, Lease, LeaseTable
-from shardline.errors import LeaseLost, SinkConflict
+from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing._sink_tables import Item, SinkTables
 
 _T = TypeVar("_T")
 
 #: The operations `fail_next` can make fail (the consumer's commit is `checkpoint_with`).
-OPERATIONS = ("get", "hold", "take", "checkpoint", "checkpoint_with", "record_failure", "mark_shard_end")
+OPERATIONS = (
+    "get",
+    "hold",
+    "take",
+    "begin",
+    "release",
+    "checkpoint",
+    "checkpoint_with",
+    "record_failure",
+    "mark_shard_end",
+)
 _CONFIRMED = ("checkpoint", "checkpoint_with")  # LeaseTable re-reads the row when these fail
 
 
@@ -36,6 +46,8 @@ class LeaseWrite(StrEnum):
 
     CREATE = "row creation"  # PutItem of a new row at TRIM_HORIZON, counter 1
     TAKE = "take"  # UpdateItem incrementing leaseCounter
+    BEGIN = "begin"  # UpdateItem taking the lease and marking a delivery in flight
+    RELEASE = "release"  # UpdateItem removing the in-flight mark
     CHECKPOINT = "checkpoint"  # UpdateItem of the checkpoint
     TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + sink writes
     FAILURE = "failure"  # UpdateItem counting a failed attempt
@@ -92,6 +104,11 @@ class InMemoryLeaseTable(LeaseTable):
         current = self._rows.get(key)
         self._rows[key] = Lease(key, owner, current.counter if current else 1, checkpoint)
 
+    def sink_key(self, table_name: str) -> tuple[str, ...] | None:
+        """The declared key attributes of a sink table (as `LeaseTable` learns them with DescribeTable)."""
+        declared = self._sinks.key_schema.get(table_name)
+        return tuple(declared) if declared is not None else None
+
     def fail_next(self, operation: str, error: BaseException, *, landed: bool = False) -> None:
         """Make the next call of `operation` raise `error`: before its write is applied, or with
         `landed=True` after it was (the request reached DynamoDB, the reply never came back).
@@ -141,18 +158,62 @@ class InMemoryLeaseTable(LeaseTable):
 
         return self._faulted("take", take)
 
-    def checkpoint(self, lease: Lease, position: Position) -> Lease:
+    def begin(
+        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+    ) -> tuple[Lease, bool]:
+        def begin() -> tuple[Lease, bool]:
+            current = self._rows.get(key)
+            self.writes[LeaseWrite.BEGIN] += 1
+            if current is None:
+                lease = Lease(
+                    key, owner, 1, Position(TRIM_HORIZON), 1, frozenset(parent_shard_ids), inflight=delivery
+                )
+                self._rows[key] = lease
+                return lease, False
+            lease = replace(
+                current,
+                owner=owner,
+                counter=current.counter + 1,
+                owner_switches=current.owner_switches + 1,
+                parent_shard_ids=current.parent_shard_ids or frozenset(parent_shard_ids),
+                inflight=delivery,
+            )
+            self._rows[key] = lease
+            return lease, current.inflight == delivery
+
+        return self._faulted("begin", begin)
+
+    def release(self, lease: Lease) -> Lease:
+        def release() -> Lease:
+            stored = self._fence(lease, LeaseWrite.RELEASE, compare_checkpoint=False)
+            released = replace(lease, counter=lease.counter + 1, inflight=None)
+            self._rows[lease.key] = replace(
+                stored, owner=lease.owner, counter=released.counter, inflight=None
+            )
+            self.writes[LeaseWrite.RELEASE] += 1
+            return released
+
+        return self._faulted("release", release)
+
+    def checkpoint(self, lease: Lease, position: Position, *, release: bool = False) -> Lease:
         def checkpoint() -> Lease:
             if position <= lease.checkpoint:
                 return lease
-            return self._advance(lease, position, LeaseWrite.CHECKPOINT)
+            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release)
 
         return self._faulted("checkpoint", checkpoint, lease)
 
-    def checkpoint_with(self, lease: Lease, position: Position, writes: Sequence[Mapping[str, Any]]) -> Lease:
+    def checkpoint_with(
+        self,
+        lease: Lease,
+        position: Position,
+        writes: Sequence[Mapping[str, Any]],
+        *,
+        release: bool = False,
+    ) -> Lease:
         def transaction() -> Lease:
             if not writes:
-                return self.checkpoint(lease, position)
+                return self.checkpoint(lease, position, release=release)
             if len(writes) > MAX_TRANSACTION_ITEMS - 1:
                 raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
             if position <= lease.checkpoint:
@@ -162,18 +223,23 @@ class InMemoryLeaseTable(LeaseTable):
             try:
                 self._sinks.validate(writes)  # DynamoDB refuses a malformed request before any condition
             except ClientError as refused:
-                self._confirm(lease, refused)
+                self.reads += 1  # LeaseTable re-reads the row: a lost lease comes first
+                stored = self._rows.get(lease.key)
+                if stored is None or stored.counter != lease.counter:
+                    raise LeaseLost(f"lease {lease.key} was taken by another owner") from refused
+                message = refused.response["Error"]["Message"]
+                raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from refused
             self._fence(lease, LeaseWrite.TRANSACTION)  # the checkpoint's condition...
             try:
                 self._sinks.apply(writes)  # ...then the sink writes' own; all or nothing
             except SinkConflict:
                 self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
                 raise
-            return self._advance(lease, position, LeaseWrite.TRANSACTION)
+            return self._advance(lease, position, LeaseWrite.TRANSACTION, release)
 
         return self._faulted("checkpoint_with", transaction, lease)
 
-    def record_failure(self, lease: Lease, position: Position, error: str) -> Lease:
+    def record_failure(self, lease: Lease, position: Position, error: str, *, release: bool = False) -> Lease:
         def record() -> Lease:
             stored = self._fence(lease, LeaseWrite.FAILURE, compare_checkpoint=False)
             attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
@@ -184,6 +250,7 @@ class InMemoryLeaseTable(LeaseTable):
                 failed_at=position,
                 failed_attempts=attempts,
                 last_error=message,
+                inflight=None if release else lease.inflight,
             )
             self._rows[lease.key] = replace(
                 stored,
@@ -192,6 +259,7 @@ class InMemoryLeaseTable(LeaseTable):
                 failed_at=position,
                 failed_attempts=attempts,
                 last_error=message,
+                inflight=None if release else stored.inflight,
             )
             self.writes[LeaseWrite.FAILURE] += 1
             return failed
@@ -252,11 +320,13 @@ class InMemoryLeaseTable(LeaseTable):
             raise LeaseLost(f"lease {lease.key} was taken by another owner, or its checkpoint moved")
         return stored
 
-    def _advance(self, lease: Lease, position: Position, kind: LeaseWrite) -> Lease:
+    def _advance(self, lease: Lease, position: Position, kind: LeaseWrite, release: bool = False) -> Lease:
         stored = self._fence(lease, kind)
         advanced = replace(lease, checkpoint=position, owner_switches=0, counter=lease.counter + 1)
         if lease.failed_at is not None and lease.failed_at <= position:
             advanced = replace(advanced, failed_at=None, failed_attempts=0, last_error=None)
+        if release:
+            advanced = replace(advanced, inflight=None)
         self._rows[lease.key] = replace(
             stored,
             owner=lease.owner,
@@ -266,6 +336,7 @@ class InMemoryLeaseTable(LeaseTable):
             failed_at=advanced.failed_at,
             failed_attempts=advanced.failed_attempts,
             last_error=advanced.last_error,
+            inflight=None if release else stored.inflight,
         )
         self.writes[kind] += 1
         return advanced

@@ -8,8 +8,8 @@ What is modelled, and checked against DynamoDB (moto) in shardline's tests:
 - `ConditionExpression` of `attribute_not_exists(a)` or `attribute_exists(a)`: a failed one
   cancels the transaction (`SinkConflict`, as `LeaseTable` reports it);
 - what DynamoDB rejects before evaluating anything (`ValidationException`): two entries on one
-  item, a key that does not match the declared schema, an update of a key attribute, an
-  undefined `:value` or `#name`.
+  item, a key that does not match the declared schema, an empty key value, a `Put` of an item
+  over 400 KB, an update of a key attribute, an undefined `:value` or `#name`.
 
 Anything else (nested paths, `if_not_exists`, arithmetic in SET, set types in ADD, other
 conditions) raises `NotImplementedError` naming the expression, rather than being guessed at.
@@ -25,6 +25,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._transaction import MAX_ITEM_BYTES, item_bytes
 from shardline.errors import SinkConflict
 
 Item = dict[str, dict[str, Any]]
@@ -47,7 +48,7 @@ class SinkTables:
     """Sink tables by name; each maps an item's key (as canonical JSON) to the item."""
 
     def __init__(self, key_schema: Mapping[str, Sequence[str]]) -> None:
-        self._key_schema = {table: list(keys) for table, keys in key_schema.items()}
+        self.key_schema = {table: list(keys) for table, keys in key_schema.items()}
         self._tables: dict[str, dict[str, Item]] = {}
 
     def items(self, table: str) -> list[Item]:
@@ -65,6 +66,12 @@ class SinkTables:
             kind, operation = _entry(write)
             table = operation["TableName"]
             key = self._key_of(kind, table, operation)
+            if any(value.get("S") == "" or value.get("B") == b"" for value in key.values()):
+                raise validation_error(
+                    "One or more parameter values are not valid. A value specified for a key is empty"
+                )
+            if kind == "Put" and item_bytes(operation["Item"]) > MAX_ITEM_BYTES:
+                raise validation_error("Item size has exceeded the maximum allowed size")
             if (table, _where(key)) in touched:
                 raise validation_error("Transaction request cannot include multiple operations on one item")
             touched.add((table, _where(key)))
@@ -77,7 +84,7 @@ class SinkTables:
         """Apply `writes` as one transaction: every condition holds and all land, or nothing does."""
         self.validate(writes)
         staged = {table: dict(items) for table, items in self._tables.items()}
-        for write in writes:
+        for index, write in enumerate(writes):
             kind, operation = _entry(write)
             table = operation["TableName"]
             key = self._key_of(kind, table, operation)
@@ -85,7 +92,11 @@ class SinkTables:
             where = _where(key)
             current = items.get(where)
             if "ConditionExpression" in operation and not _holds(operation, current):
-                raise SinkConflict(f"a sink write failed its condition on {table} {where}")
+                raise SinkConflict(
+                    f"sink writes [{index}] failed their condition",
+                    (index,),
+                    ("The conditional request failed",),
+                )
             if kind == "Put":
                 items[where] = dict(operation["Item"])
             elif kind == "Delete":
@@ -95,7 +106,7 @@ class SinkTables:
         self._tables = staged
 
     def _key_of(self, kind: str, table: str, operation: Mapping[str, Any]) -> Item:
-        schema = self._key_schema.get(table)
+        schema = self.key_schema.get(table)
         if kind == "Put":
             if schema is None:
                 raise ValueError(

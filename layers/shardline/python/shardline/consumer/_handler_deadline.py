@@ -1,0 +1,65 @@
+"""Interrupting a user handler still running when the invocation's time budget runs out.
+
+Lambda runs a Python handler in the process's main thread, so a `SIGALRM` timer can interrupt
+it: the handler sees `HandlerTimedOut` raised where it was (a blocking call returns early), and
+the consumer counts the record as failed while there is still time to write that down. The
+timer is armed once per invocation, and fires only into a handler: outside one (shardline's own
+writes) it merely notes that time is up, so a DynamoDB call is never cut in half.
+
+Where signals cannot be used (another thread, a platform without `SIGALRM`), nothing is armed;
+a handler that runs past the function's timeout is then caught on redelivery instead, by the
+lease's in-flight mark (`LeaseTable.begin`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType, TracebackType
+from typing import Any
+
+
+class HandlerTimedOut(BaseException):
+    """Raised inside a user handler at the time budget. A BaseException, so that a handler's own
+    `except Exception` does not swallow it."""
+
+
+class HandlerDeadline:
+    """Arms a one-shot timer `seconds` from now for the span of a `with` block.
+
+    Set `in_handler` around each handler call: the timer raises `HandlerTimedOut` only then.
+    `expired` tells whether it fired.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.in_handler = False
+        self.expired = False
+        self._armed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> HandlerDeadline:
+        usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        if self.seconds is None or not usable:
+            return self
+        if self.seconds <= 0:
+            self.expired = True
+            return self
+        self._previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self._armed = True
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+            self._armed = False
+
+    def _fire(self, signum: int, frame: FrameType | None) -> None:
+        self.expired = True
+        if self.in_handler:
+            self.in_handler = False  # once: the code that handles it is shardline's
+            raise HandlerTimedOut(f"the handler was still running {self.seconds:.1f} s into the time budget")

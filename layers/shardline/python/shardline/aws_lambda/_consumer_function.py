@@ -4,9 +4,9 @@ reused while the container is warm, its metrics published as EMF after every inv
     function = ConsumerFunction(lambda sink_table: partial(my_handler, sink_table))
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
-Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, MAX_ATTEMPTS,
-CHECKPOINT_INTERVAL, TIME_MARGIN), and POWERTOOLS_METRICS_NAMESPACE ("shardline"). Clients honour
-AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
+Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, DLQ_BUCKET,
+MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
+Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class ConsumerFunction:
                 env.group,
                 LeaseTable(self.client("dynamodb"), env.lease_table),
                 kinesis=self.client("kinesis"),
-                dlq=DeadLetterQueue(self.client("sqs"), env.dlq_url) if env.dlq_url else None,
+                dlq=self._dead_letters(env),
                 max_attempts=env.max_attempts,
                 checkpoint_interval=env.checkpoint_interval,
                 time_margin=env.time_margin,
@@ -75,6 +75,13 @@ class ConsumerFunction:
             consumer.handler(self._handler_for(env.sink_table))
             self.consumer = consumer
         return self.consumer
+
+    def _dead_letters(self, env: ConsumerEnvironment) -> DeadLetterQueue | None:
+        if not env.dlq_url:
+            return None
+        if env.dlq_bucket is None:
+            return DeadLetterQueue(self.client("sqs"), env.dlq_url)
+        return DeadLetterQueue(self.client("sqs"), env.dlq_url, s3=self.client("s3"), bucket=env.dlq_bucket)
 
     def handle(self, event: dict[str, Any], context: Any, metrics: Any) -> dict[str, list[dict[str, str]]]:
         """Process the event; publish this invocation's consumer metrics (ConsumerGroup dimension)."""

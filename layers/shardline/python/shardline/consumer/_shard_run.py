@@ -223,7 +223,7 @@ class ShardRun:
                     deadline.in_handler = True
                     returned = handler(chunk)
                     deadline.in_handler = False
-                    writes = _writes_by_record(returned, chunk, self.pending.keys)
+                    writes, chunk_writes = _writes_by_record(returned, chunk, self.pending.keys)
                 except (Exception, HandlerTimedOut) as exc:
                     deadline.in_handler = False
                     if len(chunk) > 1 and not isinstance(exc, HandlerTimedOut):
@@ -236,8 +236,11 @@ class ShardRun:
                         stack.append(chunk[1:])
                         continue
                     return chunk[0].sequence_number
-                for record, record_writes in zip(chunk, writes, strict=True):
-                    self._done(record, record_writes)
+                if writes is None:  # the chunk's writes, as one: no checkpoint inside the chunk
+                    self._done(chunk[-1], chunk_writes, covering=len(chunk))
+                else:
+                    for record, record_writes in zip(chunk, writes, strict=True):
+                        self._done(record, record_writes)
                 processed += len(chunk)
                 if self.careful:
                     self._commit()
@@ -245,14 +248,15 @@ class ShardRun:
         finally:
             metrics.count("RecordsProcessed", processed)
 
-    def _done(self, record: ConsumedRecord, writes: list[Mapping[str, Any]]) -> None:
-        """`record`'s handler returned: its writes wait for the checkpoint that passes it."""
+    def _done(self, record: ConsumedRecord, writes: list[Mapping[str, Any]], covering: int = 1) -> None:
+        """`record`'s handler returned: its writes wait for the checkpoint that passes it. With
+        `covering` > 1 the writes are those of the `covering` records up to `record`, done with it."""
         if writes:
             if not self.pending.fits(writes):
-                self._commit()  # what is done so far; this record's writes start the next one
+                self._commit()  # what is done so far; these writes start the next one
             self.pending.add(record, writes, self.done)
         self.done = record
-        self.since_checkpoint += 1
+        self.since_checkpoint += covering
 
     def _out_of_time(self) -> Callable[[], bool]:
         remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
@@ -428,20 +432,20 @@ class ShardRun:
 
 def _writes_by_record(
     returned: BatchWrites, chunk: list[ConsumedRecord], keys: KeyLookup
-) -> list[list[Mapping[str, Any]]]:
-    """A batch handler's answer as each record's checked writes (a flat list belongs to the last)."""
+) -> tuple[list[list[Mapping[str, Any]]] | None, list[Mapping[str, Any]]]:
+    """A batch handler's answer, checked: each record's writes, or (None, the chunk's writes) if
+    it answered one list. Raises `ValueError` where DynamoDB would refuse (the chunk is split)."""
+    if not isinstance(returned, Mapping):
+        return None, checked_writes(returned, keys)
     writes: list[list[Mapping[str, Any]]] = [[] for _ in chunk]
-    if isinstance(returned, Mapping):
-        index = {record: at for at, record in enumerate(chunk)}
-        for record, record_writes in returned.items():
-            if record not in index:
-                raise ValueError(
-                    f"the batch handler returned writes for a record not in its batch: {record!r:.200}"
-                )
-            writes[index[record]] = checked_writes(record_writes, keys)
-    else:
-        writes[-1] = checked_writes(returned, keys)
-    return writes
+    index = {record: at for at, record in enumerate(chunk)}
+    for record, record_writes in returned.items():
+        if record not in index:
+            raise ValueError(
+                f"the batch handler returned writes for a record not in its batch: {record!r:.200}"
+            )
+        writes[index[record]] = checked_writes(record_writes, keys)
+    return writes, []
 
 
 def _index_of(chunk: list[ConsumedRecord], position: tuple[str, int]) -> int | None:

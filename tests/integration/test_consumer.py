@@ -211,9 +211,10 @@ def test_with_crash_detection_the_invocation_that_began_last_holds_the_shard(pip
     assert committed["first"] == 0 and results["first"]["batchItemFailures"], "fenced at its first write"
     assert results["second"] == {"batchItemFailures": []}
     row = pipeline.leases.get(pipeline.shard_id)
-    assert row.checkpoint.sequence == pipeline.feed(batch_size=100).next_event()["Records"][-1]["kinesis"][
-        "sequenceNumber"
-    ]
+    assert (
+        row.checkpoint.sequence
+        == pipeline.feed(batch_size=100).next_event()["Records"][-1]["kinesis"]["sequenceNumber"]
+    )
     assert row.failed_at is None and row.inflight is None, "the blame was cleared as the record passed"
 
 

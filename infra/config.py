@@ -139,6 +139,32 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
     if stream not in streams:
         raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
     retention_seconds = streams[stream].retention_hours * 3600
+    max_attempts = read.int("maxAttempts", 3, low=1, high=100)
+    parallelization = read.int("parallelization", 1, low=1, high=10)
+    if parallelization > 1:
+        raise ConfigError(
+            f"{path}.parallelization: must be 1, got {parallelization}: shardline keeps one checkpoint per "
+            "shard and its producer packs many partition keys into one Kinesis record, so the mapping must "
+            "deliver one batch per shard at a time (concurrent batches of one shard would skip each "
+            "other's records as already processed)"
+        )
+    retry_attempts = read.int("retryAttempts", -1, low=-1, high=10000)
+    if 0 <= retry_attempts <= max_attempts:
+        raise ConfigError(
+            f"{path}.retryAttempts: {retry_attempts} must be -1 (until the record age) or above maxAttempts "
+            f"({max_attempts}): otherwise the mapping discards a batch (metadata only) before shardline "
+            "dead-letters its poison record whole (a record whose delivery kills the function is "
+            "dead-lettered on the delivery after its last attempt)"
+        )
+    record_age_margin = 3600
+    max_record_age = read.int(
+        "maxRecordAgeSeconds", min(604800, retention_seconds - record_age_margin), low=60, high=604800
+    )
+    if max_record_age >= retention_seconds:
+        raise ConfigError(
+            f"{path}.maxRecordAgeSeconds: {max_record_age} must be below the stream's retention "
+            f"({retention_seconds} s): a batch given up at that age points at records already trimmed"
+        )
     return ConsumerGroupConfig(
         name=read.name("name"),
         stream=stream,
@@ -147,12 +173,10 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         batch_size=read.int("batchSize", 100, low=1, high=10000),
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
         starting_position=read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS),
-        parallelization=read.int("parallelization", 1, low=1, high=10),
-        retry_attempts=read.int("retryAttempts", 10000, low=0, high=10000),
-        max_record_age_seconds=read.int(
-            "maxRecordAgeSeconds", 86400, low=60, high=min(604800, retention_seconds)
-        ),
-        max_attempts=read.int("maxAttempts", 3, low=1, high=100),
+        parallelization=parallelization,
+        retry_attempts=retry_attempts,
+        max_record_age_seconds=max_record_age,
+        max_attempts=max_attempts,
         checkpoint_interval_seconds=read.number("checkpointIntervalSeconds", 5.0, low=0.1, high=900),
         memory_mb=read.int("memoryMb", 512, low=128, high=10240),
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),

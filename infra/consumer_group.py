@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -17,7 +19,13 @@ from infra.tables import lease_table, sink_table
 from shardline.aws_lambda import ConsumerEnvironment
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-SINK_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+# DescribeTable: the consumer reads the sink's key schema once, to tell a Put and an Update of one item.
+SINK_ACTIONS = (
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:DescribeTable",
+)
 
 
 class ConsumerGroup(Construct):
@@ -41,6 +49,7 @@ class ConsumerGroup(Construct):
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
         self.dead_letters = self._queue("DeadLetters", key)
         self.failures = self._queue("MappingFailures", key)
+        self.dead_letter_bucket = self._bucket("DeadLetterBucket", key)
         self.function = python_function(
             self,
             "Function",
@@ -56,6 +65,7 @@ class ConsumerGroup(Construct):
                     lease_table=self.leases.table_name,
                     sink_table=self.sink.table_name,
                     dlq_url=self.dead_letters.queue_url,
+                    dlq_bucket=self.dead_letter_bucket.bucket_name,
                     max_attempts=config.max_attempts,
                     checkpoint_interval=config.checkpoint_interval_seconds,
                 ).to_environ(),
@@ -65,6 +75,26 @@ class ConsumerGroup(Construct):
         self.leases.grant(self.function, *LEASE_ACTIONS)
         self.sink.grant(self.function, *SINK_ACTIONS)
         self.dead_letters.grant_send_messages(self.function)
+        # Dead letters over SQS's 1 MiB: PutObject only (no read, delete or tagging), and the key to encrypt.
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject"], resources=[self.dead_letter_bucket.arn_for_objects("*")]
+            )
+        )
+        key.grant_encrypt(self.function)
+        bucket_id = Stack.of(self).get_logical_id(self.dead_letter_bucket.node.default_child)
+        for rule, reason in (
+            (
+                f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
+                "PutObject on the group's own dead-letter bucket: one object per dead letter, by its id.",
+            ),
+            (
+                "AwsSolutions::AwsSolutions-S1",
+                "The dead-letter bucket is written only by the group's function; CloudTrail data events are "
+                "the audit path, and its objects expire with the queue.",
+            ),
+        ):
+            Validations.of(self).acknowledge(Acknowledgment(id=rule, reason=reason))
         stream.stream.grant_read(self.function)  # also the ListShards/GetRecords the probe needs
         self.mapping = sources.KinesisEventSource(
             stream.stream,
@@ -72,13 +102,32 @@ class ConsumerGroup(Construct):
             batch_size=config.batch_size,
             max_batching_window=Duration.seconds(config.batching_window_seconds),
             parallelization_factor=config.parallelization,
-            retry_attempts=config.retry_attempts,
+            retry_attempts=None if config.retry_attempts == -1 else config.retry_attempts,
             max_record_age=Duration.seconds(config.max_record_age_seconds),
             bisect_batch_on_error=True,
             report_batch_item_failures=True,
             on_failure=sources.SqsDlq(self.failures),
         )
         self.function.add_event_source(self.mapping)
+        if config.retry_attempts == -1:  # CDK's construct takes 0..10000; CloudFormation also -1 (forever)
+            for child in self.function.node.children:
+                if isinstance(child, lambda_.EventSourceMapping):
+                    child.node.default_child.add_property_override("MaximumRetryAttempts", -1)
+
+    def _bucket(self, construct_id: str, key: kms.IKey) -> s3.Bucket:
+        """Dead letters too large for SQS, whole; they expire with the queue's retention."""
+        return s3.Bucket(
+            self,
+            construct_id,
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=key,
+            bucket_key_enabled=True,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(14))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
 
     def _queue(self, construct_id: str, key: kms.IKey) -> sqs.Queue:
         return sqs.Queue(

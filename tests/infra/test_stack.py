@@ -89,14 +89,15 @@ def test_functions_are_arm64_python313_traced_with_both_layers_and_explicit_logs
         assert group["Properties"].get("RetentionInDays") == 30
 
 
-def test_event_source_mappings_report_failures_bisect_and_are_bounded(template):
+def test_mapping_defaults_retry_forever_within_a_margin_below_retention(template):
     mappings = resources(template, "AWS::Lambda::EventSourceMapping").values()
     assert len(mappings) == 2
     for mapping in mappings:
         props = mapping["Properties"]
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert props["BisectBatchOnFunctionError"] is True
-        assert props["MaximumRetryAttempts"] == 10000 and props["MaximumRecordAgeInSeconds"] == 86400
+        assert props["MaximumRetryAttempts"] == -1, "until the record age: never before shardline's DLQ"
+        assert props["MaximumRecordAgeInSeconds"] == 24 * 3600 - 3600, "an hour below the 24 h retention"
         assert props["StartingPosition"] == "TRIM_HORIZON" and props["BatchSize"] == 100
         assert props["ParallelizationFactor"] == 1 and props["MaximumBatchingWindowInSeconds"] == 1
         assert "Fn::GetAtt" in json.dumps(props["DestinationConfig"]["OnFailure"]["Destination"])
@@ -171,7 +172,7 @@ def test_each_consumer_reads_its_stream_and_writes_only_its_tables_and_queue(tem
         assert "kinesis:PutRecords" not in actions and "kinesis:GetRecords" in actions
         dynamodb = sorted(a for s in statements for a in _actions(s) if a.startswith("dynamodb:"))
         lease = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
-        sink = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
+        sink = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"]
         assert dynamodb == sorted([*lease, *sink]), "exactly what the lease table and sink need"
         for statement in statements:
             if any(a.startswith(("dynamodb:", "sqs:")) for a in _actions(statement)):
@@ -239,6 +240,57 @@ def test_cfn_lint_finds_no_errors(synthesized):
     )
     errors = [line for line in result.stdout.splitlines() if ":E" in line]
     assert errors == [], result.stdout
+
+
+def test_parallelization_above_one_is_rejected_at_synth():
+    context = default_context()["shardline"]
+    context["consumerGroups"][1]["parallelization"] = 2
+    with pytest.raises(
+        ConfigError, match=r"^shardline\.consumerGroups\[1\]\.parallelization: must be 1.*checkpoint"
+    ):
+        load(context)
+
+
+def test_retry_attempts_below_max_attempts_is_rejected_at_synth():
+    context = default_context()["shardline"]
+    context["consumerGroups"][0].update(retryAttempts=3, maxAttempts=3)
+    with pytest.raises(
+        ConfigError, match=r"^shardline\.consumerGroups\[0\]\.retryAttempts: 3 .*maxAttempts \(3\)"
+    ):
+        load(context)
+    context["consumerGroups"][0].update(retryAttempts=4)
+    assert load(context).consumer_groups[0].retry_attempts == 4
+
+
+def test_record_age_at_or_beyond_retention_is_rejected_at_synth():
+    context = default_context()["shardline"]
+    context["consumerGroups"][0]["maxRecordAgeSeconds"] = 86400
+    with pytest.raises(ConfigError, match=r"maxRecordAgeSeconds: 86400 must be below the stream's retention"):
+        load(context)
+    del context["consumerGroups"][0]["maxRecordAgeSeconds"]
+    context["streams"][0]["retentionHours"] = 48
+    assert load(context).consumer_groups[0].max_record_age_seconds == 47 * 3600
+
+
+def test_each_consumer_group_has_a_tls_only_encrypted_expiring_dead_letter_bucket(template):
+    buckets = resources(template, "AWS::S3::Bucket")
+    assert len(buckets) == 2
+    for bucket in buckets.values():
+        props = bucket["Properties"]
+        [rule] = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+        assert "KMSMasterKeyID" in rule["ServerSideEncryptionByDefault"]
+        assert all(props["PublicAccessBlockConfiguration"].values())
+        assert props["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 14
+    policies = json.dumps(resources(template, "AWS::S3::BucketPolicy"))
+    assert policies.count('"aws:SecureTransport": "false"') == 2
+
+
+def test_consumer_function_may_only_put_dead_letter_objects_and_describe_its_sink(template):
+    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
+    s3_actions = {action for action in __import__("re").findall(r'"(s3:[A-Za-z*]+)"', policies)}
+    assert s3_actions == {"s3:PutObject"}
+    assert policies.count('"dynamodb:DescribeTable"') >= 2, "each group reads its sink's key schema"
 
 
 @pytest.mark.parametrize(

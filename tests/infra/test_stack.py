@@ -172,7 +172,12 @@ def test_each_consumer_reads_its_stream_and_writes_only_its_tables_and_queue(tem
         assert "kinesis:PutRecords" not in actions and "kinesis:GetRecords" in actions
         dynamodb = sorted(a for s in statements for a in _actions(s) if a.startswith("dynamodb:"))
         lease = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
-        sink = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"]
+        sink = [
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:DescribeTable",
+        ]
         assert dynamodb == sorted([*lease, *sink]), "exactly what the lease table and sink need"
         for statement in statements:
             if any(a.startswith(("dynamodb:", "sqs:")) for a in _actions(statement)):

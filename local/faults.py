@@ -1,22 +1,35 @@
 """Fault injection for a Kinesis client: what no emulator does on its own.
 
-`FaultyKinesis` wraps a real (loopback) boto3 Kinesis client and, according to knobs that
-tests and the local runtime set, throttles or fails some PutRecords entries, fails whole
-requests, returns a response with the wrong record count, or denies ListShards. Entries it
-fails are never sent to the server, as with real Kinesis; everything else really lands.
+Two wrappers around a real (loopback) boto3 Kinesis client; entries they refuse are never
+sent to the server, as with real Kinesis, and everything else really lands.
 
-    kinesis = FaultyKinesis(boto3.client("kinesis", endpoint_url=...), rng=random.Random(7))
+`FaultyKinesis`, according to knobs that tests and the local runtime set, throttles or fails
+some PutRecords entries, fails whole requests, returns a response with the wrong record count,
+or denies ListShards.
+
+`ShardLimitedKinesis` enforces Kinesis's per-shard write limits (1,000 records and 1 MiB per
+second per open shard), which neither moto nor kinesis-mock enforces.
+
+    client = boto3.client("kinesis", endpoint_url=...)
+    kinesis = FaultyKinesis(client, rng=random.Random(7))
     kinesis.throttle_fraction = 0.3
+    limited = ShardLimitedKinesis(client)  # or ShardLimitedKinesis(kinesis): limits, then faults
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import random
 import threading
+import time
 from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+from shardline.kinesis._limits import DEFAULT_LIMITS
 
 THROTTLED = "ProvisionedThroughputExceededException"
 THROTTLED_MESSAGE = "Rate exceeded for shard (injected)"
@@ -110,3 +123,202 @@ class FaultyKinesis:
     def _count(self, kind: str) -> None:
         with self._lock:
             self.injected[kind] += 1
+
+
+#: An open shard: (starting hash key, ending hash key, shard id).
+_Shard = tuple[int, int, str]
+#: What one entry costs its shard: (shard id, or None when no open shard holds it; bytes).
+_Charge = tuple[str | None, int]
+
+
+class ShardLimitedKinesis:
+    """A Kinesis client that enforces the per-shard write limits; every other call goes to the wrapped client.
+
+    Each open shard admits `records_per_second` records and `bytes_per_second` bytes (data + UTF-8
+    partition key, as Kinesis meters) per whole second of `clock`. A PutRecords entry over budget is
+    answered in place with ProvisionedThroughputExceededException and not sent; a PutRecord raises it.
+    The cached ListShards is dropped by a reshard through this wrapper (or `refresh_shards()`) and
+    re-read once a second until the stream is ACTIVE again (a reshard lands a while after the call),
+    or once a second for a hash key no cached shard holds. `throttled`, `admitted_*` count by shard id.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        records_per_second: int = DEFAULT_LIMITS.shard_write_records_per_second,
+        bytes_per_second: int = DEFAULT_LIMITS.shard_write_bytes_per_second,
+        clock: Callable[[], float] = time.monotonic,
+        account: str = "000000000000",
+    ) -> None:
+        self._client = client
+        self.records_per_second = records_per_second
+        self.bytes_per_second = bytes_per_second
+        self.account = account
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._shards: dict[str, tuple[int, list[_Shard]]] = {}  # stream -> (second listed, open shards)
+        self._settling: set[str] = set()  # resharded, and not yet seen ACTIVE since
+        self._missed: dict[str, int] = {}  # stream -> second of its last re-read for an unknown hash key
+        self._usage: dict[tuple[str, str], tuple[int, int, int]] = {}  # -> (second, records, bytes)
+        self.throttled: Counter[str] = Counter()
+        self.admitted_records: Counter[str] = Counter()
+        self.admitted_bytes: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def refresh_shards(self, stream: str | None = None) -> None:
+        """Forget the shard listing of `stream` (of every stream if None): it has changed or will."""
+        with self._lock:
+            for name in [stream] if stream is not None else list(self._shards):
+                self._shards.pop(name, None)
+                self._settling.add(name)
+
+    def split_shard(self, **kwargs: Any) -> Any:
+        return self._reshard(self._client.split_shard, kwargs)
+
+    def merge_shards(self, **kwargs: Any) -> Any:
+        return self._reshard(self._client.merge_shards, kwargs)
+
+    def update_shard_count(self, **kwargs: Any) -> Any:
+        return self._reshard(self._client.update_shard_count, kwargs)
+
+    def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        stream = _stream_name(kwargs)
+        second, charges, admitted = self._charge(stream, kwargs["Records"])
+        sent = [entry for entry, ok in zip(kwargs["Records"], admitted, strict=True) if ok]
+        landed: list[dict[str, Any]] = []
+        if sent:
+            try:
+                landed = list(self._client.put_records(**{**kwargs, "Records": sent})["Records"])
+            except BaseException:
+                self._release(stream, second, [c for c, ok in zip(charges, admitted, strict=True) if ok])
+                raise
+        results: list[dict[str, Any]] = []
+        landed_iter = iter(landed)
+        for charge, ok in zip(charges, admitted, strict=True):
+            if ok:
+                results.append(next(landed_iter))
+            else:
+                results.append({"ErrorCode": THROTTLED, "ErrorMessage": self._message(stream, charge[0])})
+        # An entry the server refused wrote nothing, so it used no budget either.
+        answered = zip(charges, admitted, results, strict=True)
+        self._release(stream, second, [c for c, ok, result in answered if ok and "ErrorCode" in result])
+        failed = sum(1 for result in results if "ErrorCode" in result)
+        return {"FailedRecordCount": failed, "Records": results}
+
+    def put_record(self, **kwargs: Any) -> Any:
+        stream = _stream_name(kwargs)
+        second, charges, admitted = self._charge(stream, [kwargs])
+        if not admitted[0]:
+            raise client_error(THROTTLED, self._message(stream, charges[0][0]), "PutRecord")
+        try:
+            return self._client.put_record(**kwargs)
+        except BaseException:
+            self._release(stream, second, charges)
+            raise
+
+    def _charge(self, stream: str, entries: list[Mapping[str, Any]]) -> tuple[int, list[_Charge], list[bool]]:
+        """The second, each entry's charge, and whether its shard's budget admitted it (now spent)."""
+        shards = self._open_shards(stream)
+        charges: list[_Charge] = []
+        for entry in entries:
+            shard = _find(shards, key := _hash_key(entry))
+            if shard is None and self._may_reread(stream):  # the cache may predate a reshard elsewhere
+                shards = self._open_shards(stream, reload=True)
+                shard = _find(shards, key)
+            charges.append((shard, _size(entry)))
+        with self._lock:
+            second = int(self._clock())
+            return second, charges, [self._admit(stream, charge, second) for charge in charges]
+
+    def _admit(self, stream: str, charge: _Charge, second: int) -> bool:
+        shard, size = charge
+        if shard is None:
+            return True  # no open shard holds its hash key: let the server answer for it
+        used_second, records, used_bytes = self._usage.get((stream, shard), (second, 0, 0))
+        if used_second != second:
+            records = used_bytes = 0
+        if records + 1 > self.records_per_second or used_bytes + size > self.bytes_per_second:
+            self.throttled[shard] += 1
+            return False
+        self._usage[stream, shard] = (second, records + 1, used_bytes + size)
+        self.admitted_records[shard] += 1
+        self.admitted_bytes[shard] += size
+        return True
+
+    def _release(self, stream: str, second: int, charges: list[_Charge]) -> None:
+        """Give back the budget of admitted entries that did not land."""
+        with self._lock:
+            for shard, size in charges:
+                if shard is None:
+                    continue
+                self.admitted_records[shard] -= 1
+                self.admitted_bytes[shard] -= size
+                used_second, records, used_bytes = self._usage[stream, shard]
+                if used_second == second:  # else a new second has started afresh: nothing to give back
+                    self._usage[stream, shard] = (second, records - 1, used_bytes - size)
+
+    def _message(self, stream: str, shard: str | None) -> str:
+        return f"Rate exceeded for shard {shard} in stream {stream} under account {self.account}."
+
+    def _reshard(self, call: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        response = call(**kwargs)
+        self.refresh_shards(_stream_name(kwargs))
+        return response
+
+    def _may_reread(self, stream: str) -> bool:
+        with self._lock:
+            second = int(self._clock())
+            first = self._missed.get(stream) != second
+            self._missed[stream] = second
+            return first
+
+    def _open_shards(self, stream: str, *, reload: bool = False) -> list[_Shard]:
+        with self._lock:
+            second = int(self._clock())
+            cached = self._shards.get(stream)
+            settling = stream in self._settling
+        if cached is not None and not reload and not (settling and cached[0] != second):
+            return cached[1]
+        # Asked before listing: if ACTIVE then, the listing shows the reshard's result.
+        summary = self._client.describe_stream_summary(StreamName=stream) if settling else None
+        shards: list[_Shard] = []
+        request: dict[str, Any] = {"StreamName": stream}
+        while request:
+            response = self._client.list_shards(**request)
+            for shard in response.get("Shards", ()):
+                if shard["SequenceNumberRange"].get("EndingSequenceNumber") is not None:
+                    continue  # closed: moto ignores ShardFilter, so skip them here
+                keys = shard["HashKeyRange"]
+                shards.append((int(keys["StartingHashKey"]), int(keys["EndingHashKey"]), shard["ShardId"]))
+            # The API rejects StreamName beside a token.
+            request = {"NextToken": response["NextToken"]} if response.get("NextToken") else {}
+        shards.sort()
+        with self._lock:
+            self._shards[stream] = (second, shards)
+            if summary is not None and summary["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
+                self._settling.discard(stream)
+        return shards
+
+
+def _stream_name(kwargs: Mapping[str, Any]) -> str:
+    return kwargs.get("StreamName") or str(kwargs["StreamARN"]).split("stream/", 1)[1]
+
+
+def _hash_key(entry: Mapping[str, Any]) -> int:
+    if entry.get("ExplicitHashKey") is not None:
+        return int(entry["ExplicitHashKey"])
+    digest = hashlib.md5(entry["PartitionKey"].encode("utf-8"), usedforsecurity=False).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _size(entry: Mapping[str, Any]) -> int:
+    data = entry["Data"]
+    return len(data.encode() if isinstance(data, str) else data) + len(entry["PartitionKey"].encode("utf-8"))
+
+
+def _find(shards: list[_Shard], key: int) -> str | None:
+    index = bisect.bisect_right(shards, key, key=lambda shard: shard[0]) - 1
+    return shards[index][2] if index >= 0 and key <= shards[index][1] else None

@@ -20,9 +20,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from local.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
-from shardline.kinesis import UserRecord, md5_hash_key
+from shardline.errors import InvalidRecord
+from shardline.kinesis import UserRecord, md5_hash_key, validate
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,
@@ -74,8 +76,11 @@ def rest_event(
     stream: str = ROUTE,
     request_id: str | None = None,
     is_base64_encoded: bool = False,
+    method: str = "POST",
+    path: str | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway REST proxy event for POST /streams/{stream}/records (stage "prod")."""
+    """An API Gateway REST proxy event for POST /streams/{stream}/records (stage "prod"); another
+    `method`, or another `path` (then as a greedy `/{proxy+}` resource delivers it)."""
     request_id = request_id or str(uuid.uuid4())
     headers = {
         "Accept": "application/json",
@@ -88,22 +93,26 @@ def rest_event(
     }
     if content_type is not None:
         headers["Content-Type"] = content_type
-    path = f"/streams/{stream}/records"
+    resource, parameters = "/streams/{stream}/records", {"stream": stream}
+    if path is None:
+        path = f"/streams/{stream}/records"
+    else:
+        resource, parameters = "/{proxy+}", {"proxy": path.lstrip("/")}
     now = time.time()
     return {
-        "resource": "/streams/{stream}/records",
+        "resource": resource,
         "path": path,
-        "httpMethod": "POST",
+        "httpMethod": method,
         "headers": headers,
         "multiValueHeaders": {name: [value] for name, value in headers.items()},
         "queryStringParameters": None,
         "multiValueQueryStringParameters": None,
-        "pathParameters": {"stream": stream},
+        "pathParameters": parameters,
         "stageVariables": None,
         "requestContext": {
             "resourceId": "a1b2c3",
-            "resourcePath": "/streams/{stream}/records",
-            "httpMethod": "POST",
+            "resourcePath": resource,
+            "httpMethod": method,
             "extendedRequestId": "LgTjCHzWoAMFxyw=",
             "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
             "path": f"/prod{path}",
@@ -313,6 +322,7 @@ def test_warm_invocations_reuse_the_producer_and_publish_per_invocation_metrics(
         ({"json": "x" * (1024 * 1024), "partitionKey": "k"}, "json"),
         ({"data": b64(b"x")}, "partitionKey"),
         ({"data": b64(b"x"), "partitionKey": "k" * 257}, "partitionKey"),
+        ({"data": b64(b"x"), "partitionKey": "😀" * 129}, "partitionKey"),  # 129 chars, 258 UTF-16 units
         ({"data": b64(b"x"), "partitionKey": "k", "explicitHashKey": "0x10"}, "explicitHashKey"),
         ({"data": b64(b"x"), "partitionKey": "k", "explicitHashKey": str(2**128)}, "explicitHashKey"),
         ([], "record"),
@@ -335,6 +345,44 @@ def test_unknown_stream_is_404(invoke, stream):
     body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
     status, answer, _ = invoke(rest_event(body, stream=name))  # the physical name is not a route
     assert status == 404 and answer == {"message": f"unknown stream {name!r}"}
+    assert landed(client, name) == {}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/streams/orders/record"),
+        ("POST", "/x"),
+        ("GET", "/"),
+        ("POST", "/streams/orders/records/extra"),
+        ("POST", "/streams//records"),
+    ],
+)
+def test_an_unknown_path_is_404_naming_method_and_path(invoke, stream, method, path):
+    client, name = stream
+    body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
+
+    status, answer, _ = invoke(rest_event(body, method=method, path=path))
+
+    assert status == 404, answer
+    assert answer["message"].startswith(f"not found: {method} {path} ")
+    assert "POST /streams/{stream}/records" in answer["message"]
+    assert not any(log["level"] == "ERROR" for log in invoke.logs), "not an internal error"
+    assert invoke.metric("RejectedRequests") == 1
+    assert landed(client, name) == {}
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+def test_a_wrong_method_on_the_records_route_is_405_with_allow_post(invoke, stream, method):
+    client, name = stream
+    body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
+
+    status, answer, headers = invoke(rest_event(body, method=method))
+
+    assert status == 405, answer
+    assert headers["allow"] == "POST"
+    assert answer == {"message": f"method {method} is not allowed on /streams/{ROUTE}/records; use POST"}
+    assert not any(log["level"] == "ERROR" for log in invoke.logs), "not an internal error"
     assert landed(client, name) == {}
 
 
@@ -468,11 +516,55 @@ def test_a_hot_shard_fails_exactly_its_records_with_207(invoke, stream):
     assert len(landed(client, name)) == len(keys)
 
 
-def test_a_stream_that_does_not_exist_is_503(invoke, env, monkeypatch):
-    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps({ROUTE: {"streamName": unique_stream_name("gone")}}))
+def test_a_stream_that_does_not_exist_is_404_without_retry_after(invoke, env, monkeypatch):
+    missing = unique_stream_name("gone")
+    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps({ROUTE: {"streamName": missing}}))
     records = [{"data": b64(b"x"), "partitionKey": f"k{i}"} for i in range(3)]
 
     status, body, headers = invoke(rest_event(json.dumps({"records": records})))
 
-    assert status == 503 and headers["retry-after"] == "1"
-    assert {entry["errorCode"] for entry in body["records"]} == {"ResourceNotFoundException"}
+    assert status == 404, body
+    assert "retry-after" not in headers
+    assert body == {
+        "message": f"stream {ROUTE!r} (Kinesis stream {missing!r}) does not exist; nothing was written"
+    }
+    assert invoke.metric("Errors.ResourceNotFoundException") == len(records)
+
+
+def test_a_stream_deleted_under_a_warm_producer_is_404(invoke, env, monkeypatch):
+    client = kinesis_client(env)
+    name = unique_stream_name("deleted")
+    create_stream(client, name, shard_count=1)
+    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps({ROUTE: {"streamName": name}}))
+    body = json.dumps({"records": [{"data": b64(b"x"), "partitionKey": "k"}]})
+    assert invoke(rest_event(body))[0] == 200  # the producer and its shard map are warm now
+
+    client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
+    status, answer, headers = invoke(rest_event(body))
+
+    assert status == 404 and "retry-after" not in headers
+    assert f"(Kinesis stream {name!r}) does not exist" in answer["message"]
+
+
+# -- partition keys: counted as Kinesis counts them ----------------------------------------------
+
+
+def test_kinesis_mock_and_validation_agree_on_the_partition_key_limit_in_utf16_units(kinesis_mock):
+    """kinesis-mock measures a key as the service (a JVM) does, in UTF-16 code units; so do we."""
+    client = kinesis_client(kinesis_mock)
+    name = unique_stream_name("key-length")
+    create_stream(client, name, shard_count=1)
+    longest, too_long = "😀" * 128, "😀" * 129  # 256 and 258 UTF-16 units; 128 and 129 characters
+
+    assert validate([UserRecord(longest, b"x")]) == [UserRecord(longest, b"x")]
+    answer = client.put_records(StreamName=name, Records=[{"Data": b"x", "PartitionKey": longest}])
+    assert answer["FailedRecordCount"] == 0
+
+    with pytest.raises(InvalidRecord) as invalid:
+        validate([UserRecord(too_long, b"x")])
+    assert (invalid.value.index, invalid.value.field) == (0, "partition_key")
+    with pytest.raises(ClientError) as refused:
+        client.put_records(StreamName=name, Records=[{"Data": b"x", "PartitionKey": too_long}])
+    # The whole request is refused: InvalidArgumentException from kinesis-mock (ValidationException
+    # is what the service's own model validation would say).
+    assert refused.value.response["Error"]["Code"] in ("InvalidArgumentException", "ValidationException")

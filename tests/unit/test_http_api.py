@@ -22,11 +22,13 @@ from shardline.aws_lambda import (
 )
 from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS_PER_REQUEST
 from shardline.aws_lambda._http_records import to_user_record
-from shardline.errors import ConfigurationError
+from shardline.aws_lambda._http_response import is_stream_missing
+from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB, UserRecord
 from shardline.producer import Attempt, ProducerConfig, RecordResult
 
 THROTTLED = "ProvisionedThroughputExceededException"
+MISSING = "ResourceNotFoundException"
 ROUTE = StreamRoute("orders", "orders-physical")
 SETTINGS = ApiSettings(streams={"orders": ROUTE}, max_records_per_request=5, max_body_bytes=4096)
 
@@ -211,7 +213,8 @@ def test_records_at_the_route_limit_of_a_larger_stream_are_valid():
         ({"data": "", "partitionKey": None}, "partitionKey", "is required"),
         ({"data": "", "partitionKey": 5}, "partitionKey", "must be a string, got number"),
         ({"data": "", "partitionKey": ["k"]}, "partitionKey", "got array"),
-        ({"data": "", "partitionKey": ""}, "partitionKey", "1 to 256 characters, got 0"),
+        ({"data": "", "partitionKey": ""}, "partitionKey", "1 to 256 UTF-16 code units"),
+        ({"data": "", "partitionKey": "😀" * 129}, "partitionKey", "got 258"),
         ({"data": "", "partitionKey": "k" * 257}, "partitionKey", "got 257"),
         ({"data": "", "partitionKey": "\udc00"}, "partitionKey", "UTF-8"),
         ({"data": "", "partitionKey": "k", "explicitHashKey": 5}, "explicitHashKey", "got number"),
@@ -265,6 +268,18 @@ def test_a_json_number_beyond_float_range_is_a_problem_of_the_json_field():
     assert response.body["errors"] == [
         {"index": 0, "field": "json", "message": "holds a number too large for a float"}
     ]
+
+
+def test_partition_key_length_is_counted_in_utf16_code_units_as_kinesis_counts_it():
+    response, put = call(
+        json_body({"data": "", "partitionKey": "😀" * 128}, {"data": "", "partitionKey": "k" * 256})
+    )
+    assert response.status == 200 and len(put.calls) == 1
+    response, put = call(json_body({"data": "", "partitionKey": "é" * 255 + "😀"}))
+    assert response.status == 400 and put.calls == []
+    (error,) = response.body["errors"]
+    assert (error["index"], error["field"]) == (0, "partitionKey")
+    assert error["message"].endswith("got 257")
 
 
 def test_a_key_problem_is_reported_even_when_the_payload_is_broken():
@@ -469,7 +484,6 @@ def test_some_failed_is_207_and_names_exactly_the_failed_records():
         [failed(THROTTLED), failed(THROTTLED, THROTTLED)],
         [failed(THROTTLED, "Expired"), failed("ThrottlingException")],
         [failed("Expired")],  # time ran out before it could be sent at all
-        [failed("ResourceNotFoundException"), failed("ResourceNotFoundException")],
         [failed("KMSThrottlingException"), failed("InternalFailure", "Expired")],
     ],
 )
@@ -485,6 +499,7 @@ def test_nothing_written_because_throttled_or_unavailable_is_503_with_retry_afte
     "results",
     [
         [failed(THROTTLED), failed("AccessDeniedException")],
+        [failed(MISSING), failed(THROTTLED)],  # not all missing, not all unavailable
         [failed("Wrong Shard", "Expired")],
         [failed("RecordCountMismatch")],
         [failed("PartitionerError")],
@@ -492,6 +507,39 @@ def test_nothing_written_because_throttled_or_unavailable_is_503_with_retry_afte
 )
 def test_nothing_written_for_other_reasons_is_207(results):
     assert results_response(results).status == 207
+
+
+def test_a_stream_that_does_not_exist_is_404_naming_it_without_retry_after():
+    # Kinesis fails the whole request with ResourceNotFoundException: the code of every record.
+    put = Recorder([failed(MISSING), failed(MISSING)])
+    response, put = call(
+        json_body({"data": "", "partitionKey": "a"}, {"json": 1, "partitionKey": "b"}), put=put
+    )
+
+    assert len(put.calls) == 1
+    assert response.status == 404
+    assert "Retry-After" not in response.headers
+    assert response.body == {
+        "message": "stream 'orders' (Kinesis stream 'orders-physical') does not exist; nothing was written"
+    }
+    assert log_fields(response) == {"status": 404, "reason": response.body["message"]}
+
+
+def test_a_stream_that_does_not_exist_is_named_once_when_route_and_stream_share_a_name():
+    same = StreamRoute("events", "events")
+    response = results_response([failed(MISSING)], route=same)
+    assert response.body == {"message": "stream 'events' does not exist; nothing was written"}
+
+
+def test_records_that_expired_after_finding_no_stream_are_404_too():
+    assert results_response([failed(MISSING, "Expired"), failed(MISSING)]).status == 404
+    assert results_response([failed("Expired")]).status == 503, "no attempt: time ran out, not the stream"
+
+
+def test_a_missing_stream_is_a_permanent_error_code_not_an_unavailable_one():
+    assert MISSING in PERMANENT_ERROR_CODES, "the producer must fail it at once, not retry it"
+    assert is_stream_missing(failed(MISSING)) and not is_unavailable(failed(MISSING))
+    assert not is_stream_missing(failed(THROTTLED)) and not is_stream_missing(ok())
 
 
 def test_one_success_among_throttles_is_207():
@@ -535,7 +583,14 @@ def test_log_fields_carry_counts_and_codes_not_payloads():
     assert log_fields(response) == {
         "status": 400,
         "reason": "1 invalid record; nothing was written",
-        "errors": [{"index": 0, "field": "partitionKey", "message": "must be 1 to 256 characters, got 0"}],
+        "errors": [
+            {
+                "index": 0,
+                "field": "partitionKey",
+                "message": "must be 1 to 256 UTF-16 code units (a character beyond U+FFFF, such as an emoji, "
+                "counts as 2), got 0",
+            }
+        ],
         "errorCount": 1,
     }
     unsupported, _ = call("{}", "text/plain")

@@ -20,6 +20,7 @@ from shardline.kinesis import (
     record_size,
     validate,
 )
+from shardline.kinesis._records import partition_key_length
 
 MAX_RECORD = DEFAULT_LIMITS.max_record_size
 
@@ -103,10 +104,40 @@ def test_partition_key_of_257_characters_is_rejected():
     assert "257" in problem.message
 
 
-@pytest.mark.parametrize("char", ["é", "€", "😀"], ids=["2-byte", "3-byte", "4-byte"])
-def test_partition_key_length_counts_characters_not_bytes(char):
+@pytest.mark.parametrize("char", ["é", "€", "\uffff"], ids=["2-byte", "3-byte", "last-bmp"])
+def test_partition_key_length_counts_bmp_characters_not_bytes(char):
     assert_valid(UserRecord(char * 256, b"x"))
     assert only_problem(UserRecord(char * 257, b"x")).field == "partition_key"
+
+
+def test_partition_key_length_counts_utf16_code_units_as_kinesis_does():
+    # Kinesis (and kinesis-mock) measure a Java String: a character beyond U+FFFF counts 2.
+    assert partition_key_length("k" * 256) == 256
+    assert partition_key_length("😀" * 128) == 256
+    assert partition_key_length("€" * 255 + "😀") == 257
+    assert_valid(UserRecord("k" * 256, b"x"))
+    assert_valid(UserRecord("😀" * 128, b"x"))
+    assert_valid(UserRecord("€" * 254 + "😀", b"x"))  # 256 units
+
+
+@pytest.mark.parametrize(
+    ("key", "units"),
+    [("€" * 255 + "😀", 257), ("😀" * 129, 258), ("😀" * 200, 400), ("𝄞" * 256, 512)],
+    ids=["255-bmp-plus-emoji", "129-emoji", "200-emoji", "256-astral"],
+)
+def test_partition_key_over_256_utf16_code_units_is_rejected_naming_record_and_field(key, units):
+    problem = only_problem(UserRecord(key, b"x"))
+    assert (problem.index, problem.field) == (0, "partition_key")
+    assert problem.message.endswith(f"got {units}")
+    assert "UTF-16 code units" in problem.message
+    with pytest.raises(InvalidRecord, match=r"^record 1: partition_key: must be 1 to 256 UTF-16 code units"):
+        validate([UserRecord("ok", b""), UserRecord(key, b"x")])
+
+
+def test_partition_key_with_lone_surrogates_is_measured_not_a_crash():
+    assert partition_key_length("a\ud800b") == 3  # as Java counts it, though not encodable
+    assert only_problem(UserRecord("\ud800" * 257, b"x")).message.endswith("got 257")
+    assert only_problem(UserRecord("a\ud800b", b"x")).message == "is not encodable as UTF-8"
 
 
 def test_single_character_partition_key_is_accepted():

@@ -2,17 +2,21 @@
 
 Pure Python (no Powertools, no AWS client): the Lambda handler in `functions/producer` reads the
 event, calls `handle` with a `put` callable that runs shardline's Producer, and returns the
-`ApiResponse` it gets back. Everything is decided here:
+`ApiResponse` it gets back. Everything about a request to that route is decided here:
 
 - the body is `{"records": [{"data": <base64>, "partitionKey": ..., "explicitHashKey": ...}]}`
   (`application/json`) or one such record object per line (`application/x-ndjson`); a record
   may carry `"json": <any JSON value>` instead of `"data"` (sent as compact UTF-8 JSON);
 - every record is checked before anything is sent: one bad record answers 400 with every
   problem as `{index, field, message}`, and `put` is never called;
+- a partition key is 1 to 256 UTF-16 code units, as Kinesis counts it (an emoji counts 2);
 - unknown stream 404, wrong content type 415, too many records or too large a body 413,
   malformed JSON 400;
-- results answer 200 (all written), 207 (some failed: retry exactly those) or 503 with
-  `Retry-After` (nothing written because the stream throttled or was unavailable).
+- results answer 200 (all written), 207 (some failed: retry exactly those), 404 (nothing written:
+  the route's Kinesis stream does not exist, so retrying cannot help) or 503 with `Retry-After`
+  (nothing written because the stream throttled or was unavailable);
+- before `handle` is reached, the adapter (`_producer_function`) answers a path the API does not
+  serve with 404 and another method on `/streams/{stream}/records` with 405 and `Allow: POST`.
 
 Messages never echo record payloads or keys, so responses and logs can be kept as they are.
 """
@@ -71,7 +75,7 @@ def handle(
         )
     except RequestRejected as rejected:
         return rejected.response
-    return results_response(put(request.route, request.records))
+    return results_response(put(request.route, request.records), route=request.route)
 
 
 def parse_request(

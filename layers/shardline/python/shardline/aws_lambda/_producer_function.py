@@ -6,7 +6,9 @@
 The HTTP contract (`_http_request`, `_http_response`, `_http_settings`) decides everything; this
 adapter wires Powertools (REST resolver, Logger with the API Gateway request id as correlation id,
 Tracer, EMF Metrics) and keeps one `Producer` per stream, with its shard map, across warm
-invocations. Powertools is imported when a function is built, never by `shardline.aws_lambda`
+invocations. Routing is the resolver's: a path the API does not serve answers 404, another method
+on `/streams/{stream}/records` 405 with `Allow: POST` (neither is the 500 of an unexpected
+error). Powertools is imported when a function is built, never by `shardline.aws_lambda`
 itself; no AWS client is made before the first request (`AWS_ENDPOINT_URL_KINESIS` points it
 elsewhere, as boto3 reads it).
 """
@@ -19,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from shardline.aws_lambda._emf import publish_metrics
 from shardline.aws_lambda._http_request import handle
-from shardline.aws_lambda._http_response import log_fields
+from shardline.aws_lambda._http_response import (
+    ApiResponse,
+    log_fields,
+    method_not_allowed_response,
+    route_not_found_response,
+)
 from shardline.aws_lambda._http_settings import (
     DEADLINE_MARGIN_SECONDS,
     MAX_FLUSH_SECONDS,
@@ -37,6 +44,10 @@ if TYPE_CHECKING:
     from shardline.protocols import KinesisClient
 
 _ROUTE = "/streams/<stream>/records"
+#: Every other method on `_ROUTE` gets its own route answering 405: Powertools matches routes by
+#: method and path together, so without them a wrong method would fall through to "not found".
+_OTHER_METHODS = ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_ALLOWED_METHODS = ("POST",)
 
 
 def client_config() -> Config:
@@ -83,9 +94,27 @@ class ProducerFunction:
                 settings=settings_from_env(),
                 put=self._put,
             )
+            return respond(answer, stream=stream)
+
+        @self.app.route(_ROUTE, method=_OTHER_METHODS)
+        def wrong_method(stream: str) -> Response[str]:
+            """405 with `Allow`: the path is the API's, the method is not."""
+            event = self.app.current_event
+            return respond(method_not_allowed_response(event.http_method, event.path, _ALLOWED_METHODS))
+
+        # Powertools hands an unmatched request to the handler of NotFoundError, and without one of
+        # its own that is `internal_error` below (NotFoundError is an Exception): a 500 for a typo.
+        @self.app.not_found
+        def not_found(exc: Exception) -> Response[str]:
+            """404 naming the method and path that no route serves."""
+            event = self.app.current_event
+            return respond(route_not_found_response(event.http_method, event.path))
+
+        def respond(answer: ApiResponse, **log_extra: str) -> Response[str]:
+            """Count a 4xx as rejected, log the answer (never a payload), and shape it for the resolver."""
             if 400 <= answer.status < 500:
                 self.metrics.add_metric(name="RejectedRequests", unit=MetricUnit.Count, value=1)
-            self.logger.info("answered", extra={"stream": stream, **log_fields(answer)})
+            self.logger.info("answered", extra={**log_extra, **log_fields(answer)})
             return Response(
                 answer.status,
                 content_type="application/json",

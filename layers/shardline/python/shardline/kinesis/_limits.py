@@ -19,7 +19,8 @@ MiB = 1024 * KiB
 MIN_HASH_KEY = 0
 MAX_HASH_KEY = 2**128 - 1
 
-#: A partition key is 1..256 Unicode characters (the service counts characters, not bytes).
+#: A partition key is 1..256 UTF-16 code units: the service counts a Java String's length, so a
+#: character beyond U+FFFF (an emoji) counts 2 and 128 emoji is the most a key can hold.
 MIN_PARTITION_KEY_LENGTH = 1
 MAX_PARTITION_KEY_LENGTH = 256
 

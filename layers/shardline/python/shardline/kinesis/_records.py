@@ -3,7 +3,8 @@
 A `UserRecord` is what a caller hands to shardline: a partition key, a data blob and, rarely,
 an explicit hash key. Its hash key (`hash_key`) decides its shard. `validate` checks a whole
 batch against `shardline.kinesis._limits` and reports every problem with the record's index and field,
-so a caller can reject a request before one byte reaches Kinesis.
+so a caller can reject a request before one byte reaches Kinesis. A partition key's length is
+counted as Kinesis counts it (`partition_key_length`: UTF-16 code units).
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ def hash_key(record: UserRecord) -> int:
     return md5_hash_key(record.partition_key)
 
 
+def partition_key_length(partition_key: str) -> int:
+    """The length Kinesis checks against 1..256: UTF-16 code units, not code points.
+
+    The service (a JVM) and kinesis-mock measure a Java String, so a character beyond U+FFFF
+    counts twice; counting code points would pass a key of 200 emoji (400 units), and Kinesis
+    would then reject the whole PutRecords request, every other record of it included.
+    """
+    # surrogatepass: a lone surrogate is one unit, as in Java; the UTF-8 check rejects it later.
+    return len(partition_key.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def record_size(record: UserRecord) -> int:
     """Bytes the record counts against the record-size limit: data plus UTF-8 partition key."""
     return len(record.data) + len(record.partition_key.encode("utf-8"))
@@ -77,13 +89,13 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
     key_bytes = 0
     if not isinstance(key, str):
         problems.append(RecordProblem(index, "partition_key", f"must be a str, got {type(key).__name__}"))
-    elif not MIN_PARTITION_KEY_LENGTH <= len(key) <= MAX_PARTITION_KEY_LENGTH:
+    elif not MIN_PARTITION_KEY_LENGTH <= (units := partition_key_length(key)) <= MAX_PARTITION_KEY_LENGTH:
         problems.append(
             RecordProblem(
                 index,
                 "partition_key",
-                f"must be {MIN_PARTITION_KEY_LENGTH} to {MAX_PARTITION_KEY_LENGTH} characters, "
-                f"got {len(key)}",
+                f"must be {MIN_PARTITION_KEY_LENGTH} to {MAX_PARTITION_KEY_LENGTH} UTF-16 code units "
+                f"(a character beyond U+FFFF, such as an emoji, counts as 2), got {units}",
             )
         )
     else:

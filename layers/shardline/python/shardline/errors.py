@@ -10,6 +10,8 @@ always caught `ValueError`, the class is a `ValueError` too::
     ├── AggregationError (ValueError)     bytes claim to be a KPL aggregate but do not decode
     ├── EventError (ValueError)           a Lambda Kinesis event record is malformed
     ├── RequestRejected                   an HTTP request answered 4xx; `response` says why
+    ├── BufferFull                        put() with `when_buffer_full="raise"` found the
+    │                                     producer's buffer bound reached; nothing was buffered
     ├── LeaseLost                         another invocation took the shard's lease: stop
     ├── SinkConflict                      a sink write in a checkpoint transaction failed
     │                                     its own condition; nothing was written
@@ -31,12 +33,14 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_MISMATCH",
     "EXPIRED",
+    "MALFORMED_RESPONSE",
     "PARTITIONER_ERROR",
     "PERMANENT_ERROR_CODES",
     "THROTTLE_ERROR_CODES",
     "UNAVAILABLE_ERROR_CODES",
     "WRONG_SHARD",
     "AggregationError",
+    "BufferFull",
     "ConfigurationError",
     "EventError",
     "InvalidRecord",
@@ -58,6 +62,9 @@ WRONG_SHARD = "Wrong Shard"
 COUNT_MISMATCH = "RecordCountMismatch"
 #: The partitioner raised on this record; it was never sent.
 PARTITIONER_ERROR = "PartitionerError"
+#: A PutRecords success entry without a `ShardId` or `SequenceNumber`: where (or whether) the
+#: record landed is unknown, so it is failed rather than retried (a retry could duplicate it).
+MALFORMED_RESPONSE = "MalformedResponse"
 
 #: Codes that mean "slow down", per record or per request.
 THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
@@ -75,11 +82,11 @@ PERMANENT_ERROR_CODES = frozenset(
 )
 
 #: Final codes that mean "the stream cannot take writes right now": throttled or unavailable.
+#: Not ResourceNotFoundException: a missing stream stays missing (the HTTP API answers 404).
 UNAVAILABLE_ERROR_CODES = THROTTLE_ERROR_CODES | frozenset(
     {
         "KMSThrottlingException",
         "KMSUnavailableException",
-        "ResourceNotFoundException",
         "ResourceInUseException",
         "InternalFailure",
         "ServiceUnavailable",
@@ -144,6 +151,10 @@ class RequestRejected(ShardlineError):
     def __init__(self, response: ApiResponse) -> None:
         super().__init__(response.body.get("message", ""))
         self.response = response
+
+
+class BufferFull(ShardlineError):
+    """The producer already buffers `max_buffered_records` records or `max_buffered_bytes` bytes."""
 
 
 class LeaseLost(ShardlineError):

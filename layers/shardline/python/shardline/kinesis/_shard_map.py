@@ -136,19 +136,24 @@ class ShardMap:
 
     # -- refreshing ------------------------------------------------------------------------
 
+    @property
+    def refresh_due(self) -> bool:
+        """True when the map cannot predict and no backoff is pending: a refresh should run now."""
+        return self._snapshot is None and self._clock() >= self._next_attempt
+
     def refresh_if_due(self) -> bool:
         """Refresh if the map cannot predict and no backoff is pending. Returns `ready`."""
         if self._snapshot is None and self._clock() >= self._next_attempt:
             self.refresh()
         return self.ready
 
-    def invalidate(self, seen_at: float, predicted_shard: str | None) -> None:
+    def invalidate(self, seen_at: float, predicted_shard: str | None, *, refresh: bool = True) -> None:
         """A record predicted for `predicted_shard` at time `seen_at` landed elsewhere.
 
         Ignored when a refresh already happened after `seen_at`, when the map is already invalid,
         or when `predicted_shard` is already known to be closed (a new listing would teach
-        nothing). Otherwise the map stops predicting and refreshes now; if that fails it stays
-        invalid and `refresh_if_due` retries after the backoff.
+        nothing). Otherwise the map stops predicting and, with `refresh`, refreshes now; if that
+        fails (or `refresh` is False) it stays invalid until `refresh_if_due`/`refresh` succeeds.
         """
         snapshot = self._snapshot
         if seen_at <= self._updated_at or snapshot is None:
@@ -157,7 +162,9 @@ class ShardMap:
             return
         self._known = snapshot
         self._snapshot = None
-        self.refresh()
+        self._next_attempt = float("-inf")
+        if refresh:
+            self.refresh()
 
     def refresh(self) -> bool:
         """List the open shards now. Returns True on success; one refresh runs at a time."""

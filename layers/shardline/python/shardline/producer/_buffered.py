@@ -16,8 +16,10 @@ class BufferedRecord:
     """A user record inside the producer, with everything its retries need to remember.
 
     `sequence` is the order of put() (it keeps per-shard order across re-queues); `assigned`
-    says the partitioner ran (once per record). `result` is set when the record is done, and
-    `future` (only records given to put() have one) is resolved with it.
+    says the partitioner ran (once per record). `owner` is the thread that put it: only that
+    thread's flush deadline can expire it. `in_flight` is set while a request carries it.
+    `result` is set when the record is done, and `future` (only records given to put() have
+    one) is resolved with it.
     """
 
     __slots__ = (
@@ -27,10 +29,13 @@ class BufferedRecord:
         "expires",
         "future",
         "hash_key",
+        "in_flight",
+        "owner",
         "predicted_shard",
         "record",
         "result",
         "sequence",
+        "size",
     )
 
     def __init__(
@@ -40,8 +45,12 @@ class BufferedRecord:
         sequence: int,
         arrived: float,
         expires: float,
+        owner: int = 0,
     ) -> None:
         self.record = record
+        self.owner = owner
+        self.in_flight = False
+        self.size = len(record.data) + len(record.partition_key)  # what the buffer bound counts
         self.future = future
         self.result: RecordResult | None = None
         self.sequence = sequence

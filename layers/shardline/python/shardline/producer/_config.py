@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis._limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
@@ -19,8 +20,12 @@ class ProducerConfig:
     - `record_ttl`: seconds a record may wait, retries included, before it fails as `Expired`.
     - `fail_if_throttled`: fail throttled records at once instead of retrying them.
     - `retry_base_delay` / `retry_max_delay`: exponential backoff with full jitter between attempts.
-    - `max_concurrency`: PutRecords requests in flight at once (to different shards).
+    - `max_concurrency`: PutRecords requests in flight at once (to different shards); records
+      of unknown shard are spread over as many lanes by hash key.
     - `permanent_error_codes`: request-level errors failed at once rather than retried.
+    - `max_buffered_records` / `max_buffered_bytes`: the bound on unresolved records (data plus
+      partition key). Past it `put()` waits for room (sending meanwhile, as a flush would) or,
+      with `when_buffer_full="raise"`, raises `BufferFull`.
     """
 
     aggregation_enabled: bool = True
@@ -36,6 +41,9 @@ class ProducerConfig:
     max_concurrency: int = 8
     limits: Limits = DEFAULT_LIMITS
     permanent_error_codes: frozenset[str] = field(default=PERMANENT_ERROR_CODES)
+    max_buffered_records: int = 100_000
+    max_buffered_bytes: int = 128 * 1024 * 1024
+    when_buffer_full: Literal["wait", "raise"] = "wait"
 
     def __post_init__(self) -> None:
         limits = self.limits
@@ -53,5 +61,14 @@ class ProducerConfig:
             raise ConfigurationError("aggregation_max_count and max_concurrency must be at least 1")
         if self.rate_limit <= 0 or self.record_ttl <= 0:
             raise ConfigurationError("rate_limit and record_ttl must be positive")
+        if self.max_buffered_records < 1 or self.max_buffered_bytes < limits.max_record_size:
+            raise ConfigurationError(
+                "max_buffered_records must be at least 1 and max_buffered_bytes at least one record "
+                f"({limits.max_record_size} bytes)"
+            )
+        if self.when_buffer_full not in ("wait", "raise"):
+            raise ConfigurationError(
+                f"when_buffer_full must be 'wait' or 'raise', got {self.when_buffer_full!r}"
+            )
         if not 0 < self.retry_base_delay <= self.retry_max_delay:
             raise ConfigurationError("retry delays must satisfy 0 < retry_base_delay <= retry_max_delay")

@@ -1,20 +1,22 @@
 """Per-shard token buckets, so the producer paces itself below each shard's write limits.
 
-Each predicted shard gets two buckets, Kinesis records per second and bytes per second, sized
-to `rate_limit` percent of the shard's limits (the KPL's default is 150%: a little
-over-subscription keeps shards busy, the retrier absorbs the rare throttle). Records whose shard
-is unknown bypass the limiter: they are sent one by one and Kinesis does the pacing.
+As in the KPL, each predicted shard gets two buckets — Kinesis records per second and bytes per
+second — that hold at most one second of the shard's limit and refill at `rate_limit` percent
+of it (the KPL's default is 150: a little over-subscription keeps shards busy, the retrier
+absorbs the throttles). Tokens of a request that failed as a whole are given back; buckets of
+shards that closed are dropped. Records whose shard is unknown bypass the limiter: Kinesis
+does the pacing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
 
 
 class TokenBucket:
-    """`rate` tokens per second, holding at most one second's worth.
+    """`capacity` tokens at most, refilled at `rate` tokens per second.
 
     A request larger than the bucket may still pass once the bucket is full; the bucket then
     goes into debt, so an oversize record is paced instead of blocked for ever.
@@ -22,10 +24,10 @@ class TokenBucket:
 
     __slots__ = ("_tokens", "_updated", "capacity", "rate")
 
-    def __init__(self, rate: float, now: float) -> None:
+    def __init__(self, capacity: float, rate: float, now: float) -> None:
+        self.capacity = capacity
         self.rate = rate
-        self.capacity = rate
-        self._tokens = rate
+        self._tokens = capacity
         self._updated = now
 
     def _refill(self, now: float) -> None:
@@ -46,6 +48,10 @@ class TokenBucket:
         self._refill(now)
         self._tokens -= amount
 
+    def give_back(self, amount: float, now: float) -> None:
+        self._refill(now)
+        self._tokens = min(self.capacity, self._tokens + amount)
+
 
 class ShardLimiter:
     """Records/s and bytes/s buckets for every shard the producer writes to."""
@@ -57,8 +63,9 @@ class ShardLimiter:
         limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], float],
     ) -> None:
-        self._records_rate = limits.shard_write_records_per_second * rate_limit / 100.0
-        self._bytes_rate = limits.shard_write_bytes_per_second * rate_limit / 100.0
+        self._records_limit = float(limits.shard_write_records_per_second)
+        self._bytes_limit = float(limits.shard_write_bytes_per_second)
+        self._growth = rate_limit / 100.0
         self._clock = clock
         self._buckets: dict[str, tuple[TokenBucket, TokenBucket]] = {}
 
@@ -66,8 +73,8 @@ class ShardLimiter:
         buckets = self._buckets.get(shard_id)
         if buckets is None:
             buckets = self._buckets[shard_id] = (
-                TokenBucket(self._records_rate, now),
-                TokenBucket(self._bytes_rate, now),
+                TokenBucket(self._records_limit, self._records_limit * self._growth, now),
+                TokenBucket(self._bytes_limit, self._bytes_limit * self._growth, now),
             )
         return buckets
 
@@ -90,3 +97,16 @@ class ShardLimiter:
         records.take(1, now)
         data.take(size, now)
         return True
+
+    def give_back(self, shard_id: str | None, count: int, size: int) -> None:
+        """Return the tokens of `count` Kinesis records (`size` bytes) that Kinesis never took."""
+        buckets = self._buckets.get(shard_id) if shard_id is not None else None
+        if buckets is not None:
+            now = self._clock()
+            buckets[0].give_back(count, now)
+            buckets[1].give_back(size, now)
+
+    def keep_only(self, shard_ids: Collection[str]) -> None:
+        """Drop the buckets of shards no longer open."""
+        for shard_id in [s for s in self._buckets if s not in shard_ids]:
+            del self._buckets[shard_id]

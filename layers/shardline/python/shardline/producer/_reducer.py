@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from shardline.kpl._encode import AggregateBuilder
 from shardline.producer._buffered import BufferedRecord, KinesisRecord
+from shardline.producer._queues import ShardQueue
 
 AGGREGATE_PARTITION_KEY = "a"
 
@@ -32,27 +33,26 @@ class Reducer:
         self._max_count = max_count
         self._enabled = enabled
 
-    def take(self, queue: list[BufferedRecord], predicted_shard: str | None) -> KinesisRecord:
-        """Pop the longest prefix of `queue` (ordered, oldest last) that fits one Kinesis record.
+    def take(self, queue: ShardQueue, predicted_shard: str | None) -> KinesisRecord:
+        """Pop the longest run of `queue`'s next records that fits one Kinesis record.
 
-        `queue` is a stack: the next record is `queue[-1]`. It must not be empty.
+        `queue` must not be empty.
         """
         first = queue.pop()
-        if predicted_shard is None or not self._enabled or not queue:
+        following = queue.peek()
+        if predicted_shard is None or not self._enabled or following is None:
             return single(first)
         cap = self._max_size - len(AGGREGATE_PARTITION_KEY)
         builder = AggregateBuilder()
         builder.add(first.record)
         members = [first]
-        while queue and builder.count < self._max_count and builder.add(queue[-1].record, cap):
+        while (
+            following is not None and builder.count < self._max_count and builder.add(following.record, cap)
+        ):
             members.append(queue.pop())
+            following = queue.peek()
         if len(members) == 1:
             return single(first)
         return KinesisRecord(
             members, AGGREGATE_PARTITION_KEY, str(first.hash_key), builder.build(), predicted_shard
         )
-
-    @staticmethod
-    def give_back(queue: list[BufferedRecord], kinesis_record: KinesisRecord) -> None:
-        """Return an unsent Kinesis record's members to the front of `queue`, order kept."""
-        queue.extend(reversed(kinesis_record.members))

@@ -6,14 +6,17 @@
 | request-level error with a permanent code (config)        | fail every user record (no retry helps)  |
 | any other request-level error                             | retry every user record                  |
 | response record count differs from the request            | fail every user record                   |
+| a success entry without `ShardId` or `SequenceNumber`     | fail its user records (`MalformedResponse`) |
 | per-record error, throttled and `fail_if_throttled`       | fail the record's user records           |
 | any other per-record error                                | retry them                               |
 | success in the predicted shard (or nothing was predicted) | done                                     |
 | success elsewhere, hash key inside the actual shard       | done + invalidate the shard map          |
 | success elsewhere, hash key outside the actual shard      | retry as `Wrong Shard` + invalidate      |
 
-The shard map is invalidated once per Kinesis record, not once per user record. Unlike the KPL,
-every retry waits: exponential backoff with full jitter, bounded by the record's TTL.
+The shard map is invalidated once per Kinesis record, not once per user record, and never
+refreshed here: a success in a shard the map does not know yet is handed to `park` and decided
+by `handle_landed` once the producer has refreshed the map (off the caller's clock). Unlike the
+KPL, every retry waits: exponential backoff with full jitter, bounded by the record's TTL.
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shardline.errors import COUNT_MISMATCH, EXPIRED, THROTTLE_ERROR_CODES, WRONG_SHARD
+from shardline.errors import (
+    COUNT_MISMATCH,
+    EXPIRED,
+    MALFORMED_RESPONSE,
+    THROTTLE_ERROR_CODES,
+    WRONG_SHARD,
+)
 from shardline.kinesis._shard_map import ShardMap
 from shardline.producer._buffered import BufferedRecord, KinesisRecord
 from shardline.producer._collector import PutRecordsBatch
@@ -36,7 +45,8 @@ class Retrier:
     """Turns outcomes into finished results or scheduled retries.
 
     `finish(record, result)` resolves a record; `retry(record, at)` re-queues it to be sent
-    again no earlier than clock time `at`.
+    again no earlier than clock time `at`; `park(kinesis_record, outcome, entry)` returns True
+    when it takes a success whose shard the map cannot place yet (see `handle_landed`).
     """
 
     def __init__(
@@ -49,6 +59,7 @@ class Retrier:
         metrics: ProducerMetrics,
         finish: Callable[[BufferedRecord, RecordResult], None],
         retry: Callable[[BufferedRecord, float], None],
+        park: Callable[[KinesisRecord, SendOutcome, Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self._shard_map = shard_map
         self._config = config
@@ -57,6 +68,7 @@ class Retrier:
         self._metrics = metrics
         self._finish = finish
         self._retry = retry
+        self._park = park
 
     def handle(self, batch: PutRecordsBatch, outcome: SendOutcome) -> None:
         """Classify the outcome of sending `batch`."""
@@ -77,8 +89,26 @@ class Retrier:
             if entry_code:
                 entry_message = entry.get("ErrorMessage") or ""
                 self._failed(kinesis_record, outcome, entry_code, entry_message, give_up=False)
+            elif not (isinstance(entry.get("ShardId"), str) and isinstance(entry.get("SequenceNumber"), str)):
+                message = f"a success entry without ShardId or SequenceNumber: {sorted(entry)}"
+                self._failed(kinesis_record, outcome, MALFORMED_RESPONSE, message, give_up=True)
             else:
                 self._succeeded(kinesis_record, outcome, entry)
+
+    def handle_landed(
+        self,
+        kinesis_record: KinesisRecord,
+        outcome: SendOutcome,
+        entry: Mapping[str, Any],
+        *,
+        trust: bool = False,
+    ) -> None:
+        """Decide a parked success now that the shard map was refreshed (or could not be).
+
+        With `trust` (the deadline came first) the records are done where Kinesis put them:
+        they landed, and a retry could only add a copy.
+        """
+        self._succeeded(kinesis_record, outcome, entry, may_park=False, trust=trust)
 
     def expire(self, record: BufferedRecord, message: str) -> None:
         """Fail `record` as `Expired` (TTL or deadline passed before it could be sent)."""
@@ -106,16 +136,25 @@ class Retrier:
                 self._schedule_retry(member)
 
     def _succeeded(
-        self, kinesis_record: KinesisRecord, outcome: SendOutcome, entry: Mapping[str, Any]
+        self,
+        kinesis_record: KinesisRecord,
+        outcome: SendOutcome,
+        entry: Mapping[str, Any],
+        *,
+        may_park: bool = True,
+        trust: bool = False,
     ) -> None:
         actual = entry["ShardId"]
         sequence_number = entry["SequenceNumber"]
         predicted = kinesis_record.predicted_shard
         actual_range = None
         if predicted is not None and predicted != actual:
-            # Refresh first (once per Kinesis record): the actual shard may be a child born in a split.
-            self._shard_map.invalidate(outcome.started, predicted)
+            # Once per Kinesis record: the actual shard may be a child born in a split.
+            self._shard_map.invalidate(outcome.started, predicted, refresh=self._park is None)
             actual_range = self._shard_map.hash_range(actual)
+            parked = actual_range is None and may_park and self._park is not None
+            if parked and self._park(kinesis_record, outcome, entry):  # type: ignore[misc]
+                return
         aggregated = kinesis_record.aggregated
         metrics = self._metrics
         metrics.count("KinesisRecordsPut")
@@ -125,7 +164,8 @@ class Retrier:
         data_put = 0
         for index, member in enumerate(kinesis_record.members):
             if (
-                predicted is not None
+                not trust
+                and predicted is not None
                 and predicted != actual
                 and (actual_range is None or member.hash_key not in actual_range)
             ):

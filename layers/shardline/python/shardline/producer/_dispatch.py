@@ -267,7 +267,14 @@ class Dispatcher:
             request = requests[-1] if requests else None  # several targets may share one request
             taken = False
             while queue.peek() is not None:
-                kinesis_record = self._reducer.take(queue, shard)
+                # Wait for a full aggregate's tokens (or all that is queued): smaller aggregates
+                # cost more PUT units, and one built now only to be given back is wasted work.
+                wanted = min(self._config.aggregation_max_size, queue.bytes)
+                allowance = self._limiter.allowance(shard)
+                if allowance < wanted:
+                    wake_at = min(wake_at, now + max(self._limiter.wait_time(shard, wanted), LIMITER_TICK))
+                    break
+                kinesis_record = self._reducer.take(queue, shard, allowance)
                 waiting = self._limiter.wait_time(shard, kinesis_record.size)
                 if waiting > 0:
                     queue.give_back(kinesis_record.members)
@@ -338,9 +345,10 @@ class Dispatcher:
             self.retrier.handle(request.batch, outcome)
 
     def _handle_refresh(self) -> None:
-        if self._refresh is None or not self._refresh.done():
-            return
-        self._refresh = None
+        """Take a finished ListShards, or a refresh someone else did on a shared map."""
+        refreshed = self._refresh is not None and self._refresh.done()
+        if refreshed:
+            self._refresh = None
         if self._shard_map.refresh_count != self._map_version:
             self._map_version = self._shard_map.refresh_count
             self._limiter.keep_only(self._shard_map.open_shards())
@@ -349,6 +357,8 @@ class Dispatcher:
             self._queues.clear()
             queued.sort(key=_put_order)
             self._place(queued)
+        elif not refreshed:
+            return
         parked, self._parked = self._parked, []
         for item in parked:
             for member in item.kinesis_record.members:

@@ -86,6 +86,14 @@ class ShardLimiter:
         records, data = self._buckets_of(shard_id, now)
         return max(records.wait_time(1, now), data.wait_time(size, now))
 
+    def allowance(self, shard_id: str | None) -> float:
+        """Bytes one Kinesis record to `shard_id` may hold now (0 when its buckets are empty)."""
+        if shard_id is None:
+            return float("inf")
+        now = self._clock()
+        records, data = self._buckets_of(shard_id, now)
+        return data.available(now) if records.available(now) >= 1 else 0.0
+
     def try_take(self, shard_id: str | None, size: int) -> bool:
         """Take tokens for one Kinesis record of `size` bytes if both buckets allow it now."""
         if shard_id is None:

@@ -37,7 +37,7 @@ from shardline.producer._config import ProducerConfig
 from shardline.producer._dispatch import LIMITER_TICK, NEVER, Dispatcher
 from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._partitioning import ByPartitionKey, Partitioner
-from shardline.producer._result import RecordResult
+from shardline.producer._result import RecordFuture, RecordResult
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisClient, LambdaContext
@@ -79,6 +79,7 @@ class Producer:
         self._sleep = sleep
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._futures = threading.Condition()  # shared by every future put() returns
         self._dispatch = Dispatcher(
             client=kinesis_client,
             stream_name=stream_name,
@@ -103,7 +104,7 @@ class Producer:
         Cancelling the future does not withdraw the record.
         """
         validate([record], self.config.limits)
-        future: Future[RecordResult] = Future()
+        future = RecordFuture(self._futures)
         self._admit([record], [future], NEVER, may_raise=True)
         return future
 
@@ -137,8 +138,7 @@ class Producer:
     def close(self) -> None:
         """Flush, then stop the request threads."""
         self.flush()
-        with self._lock:
-            self._dispatch.close()
+        self._dispatch.close()  # not under the lock: the pool's last callbacks take it
 
     def __enter__(self) -> Producer:
         return self

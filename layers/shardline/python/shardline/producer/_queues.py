@@ -33,7 +33,7 @@ _HASH_SPACE = MAX_HASH_KEY + 1
 class ShardQueue:
     """The unsent records of one target, next record first. `hash_range` is the target's range."""
 
-    __slots__ = ("_fresh", "_front", "_older", "hash_range", "lane")
+    __slots__ = ("_fresh", "_front", "_older", "bytes", "hash_range", "lane")
 
     def __init__(self, hash_range: HashRange, *, lane: bool = False) -> None:
         self.hash_range = hash_range
@@ -41,9 +41,11 @@ class ShardQueue:
         self._fresh: deque[BufferedRecord] = deque()
         self._older: list[tuple[int, BufferedRecord]] = []
         self._front: list[BufferedRecord] = []  # a stack: the next one last
+        self.bytes = 0  # of the records queued, as the buffer bound counts them
 
     def push(self, record: BufferedRecord) -> None:
         """Queue `record` in put() order (cheapest when records come in that order)."""
+        self.bytes += record.size
         fresh = self._fresh
         if not fresh or fresh[-1].sequence < record.sequence:
             fresh.append(record)
@@ -53,16 +55,17 @@ class ShardQueue:
     def give_back(self, members: list[BufferedRecord]) -> None:
         """Put back records just taken, unsent, in front of the queue (order kept)."""
         self._front.extend(reversed(members))
+        self.bytes += sum(member.size for member in members)
 
     def peek(self) -> BufferedRecord | None:
         """The next record to send, or None."""
         front, fresh, older = self._front, self._fresh, self._older
         while front and front[-1].result is not None:
-            front.pop()
+            self.bytes -= front.pop().size
         while fresh and fresh[0].result is not None:
-            fresh.popleft()
+            self.bytes -= fresh.popleft().size
         while older and older[0][1].result is not None:
-            heapq.heappop(older)
+            self.bytes -= heapq.heappop(older)[1].size
         best: BufferedRecord | None = front[-1] if front else None
         if older and (best is None or older[0][0] < best.sequence):
             best = older[0][1]
@@ -81,6 +84,7 @@ class ShardQueue:
             heapq.heappop(self._older)
         else:
             self._fresh.popleft()
+        self.bytes -= record.size
         return record
 
     def drain(self) -> list[BufferedRecord]:
@@ -88,6 +92,7 @@ class ShardQueue:
         records = [r for r in (*self._front, *self._fresh) if r.result is None]
         records += [r for _, r in self._older if r.result is None]
         self._front, self._fresh, self._older = [], deque(), []
+        self.bytes = 0
         return records
 
     def __bool__(self) -> bool:

@@ -33,16 +33,19 @@ class Reducer:
         self._max_count = max_count
         self._enabled = enabled
 
-    def take(self, queue: ShardQueue, predicted_shard: str | None) -> KinesisRecord:
+    def take(
+        self, queue: ShardQueue, predicted_shard: str | None, allowance: float = float("inf")
+    ) -> KinesisRecord:
         """Pop the longest run of `queue`'s next records that fits one Kinesis record.
 
-        `queue` must not be empty.
+        `queue` must not be empty. The aggregate stops at `allowance` bytes when that is lower
+        than the cap (what the shard's token bucket holds now), but always takes one record.
         """
         first = queue.pop()
         following = queue.peek()
         if predicted_shard is None or not self._enabled or following is None:
             return single(first)
-        cap = self._max_size - len(AGGREGATE_PARTITION_KEY)
+        cap = int(min(self._max_size, max(allowance, 0))) - len(AGGREGATE_PARTITION_KEY)
         builder = AggregateBuilder()
         builder.add(first.record)
         members = [first]

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import codec, consumer, imports, lambda_event, notes, peers, units
+from bench import codec, consumer, imports, lambda_event, notes, peers, producer_backlog, units
 from bench.inputs import partition_keys, user_records
-from bench.report import Report, render, write_json
+from bench.report import Report, Row, Target, render, write_json
 
 LAMBDA_EVENT_AGGREGATES = 80  # ~4.1 MB of data, ~5.5 MB base64: under Lambda's 6 MB invocation payload
 
@@ -89,6 +89,70 @@ def _consumer_section(
     problems += found
 
 
+def _backlog_section(report: Report, problems: list[str], quick: bool) -> None:
+    scenarios = [(2, 60_000, 100), (4, 60_000, 100)]
+    if not quick:
+        scenarios += [
+            (2, 200_000, 100),
+            (4, 200_000, 100),
+            (2, 60_000, 1024),
+            (4, 60_000, 1024),
+            (4, 200_000, 1024),
+        ]
+    details: dict[str, Any] = {}
+    with producer_backlog.moto_server() as endpoint:
+        for shards, count, size in scenarios:
+            label = f"backlog {count // 1000}k × {size} B, {shards} shards"
+            _log(f"producer {label} (moto server behind the shard limits)")
+            mine = producer_backlog.run_shardline(endpoint, shards, count, size)
+            theirs = None
+            if (shards, count, size) == (2, 60_000, 100):
+                _log(f"aiokpl {label}")
+                theirs = producer_backlog.run_aiokpl(endpoint, shards, count, size)
+            details[label] = {"shardline": mine, "aiokpl": theirs}
+            report.rows.append(
+                Row(
+                    f"{label}: user records/s per shard",
+                    "rec/s",
+                    mine["records_per_shard_per_s"],
+                    "aiokpl" if theirs else None,
+                    theirs["records_per_shard_per_s"] if theirs else None,
+                )
+            )
+            share_target = Target("value", ">=", 95.0) if size == 100 else None
+            report.rows.append(
+                Row(
+                    f"{label}: share of 1 MiB/s per shard",
+                    "%",
+                    mine["byte_limit_share"] * 100,
+                    "aiokpl" if theirs else None,
+                    theirs["byte_limit_share"] * 100 if theirs else None,
+                    share_target,
+                )
+            )
+            report.rows.append(
+                Row(f"{label}: records expired", "count", mine["expired"], target=Target("value", "<=", 0))
+            )
+            if mine["failed"]:
+                problems.append(f"{label}: {mine['failed']} records failed")
+    per_record = {}
+    for count in (60_000, 200_000) if quick else (60_000, 200_000, 1_000_000):
+        _log(f"producer time per record, {count:,} buffered (no server)")
+        per_record[count] = producer_backlog.microseconds_per_record(count)
+        report.rows.append(Row(f"producer work per record, {count:,} buffered", "µs", per_record[count]))
+    largest = max(per_record)
+    report.rows.append(
+        Row(
+            f"producer work per record, {largest:,} ÷ 60,000 buffered",
+            "count",
+            per_record[largest] / per_record[60_000],
+            target=Target("value", "<=", 1.5),
+        )
+    )
+    details["work per record (µs)"] = per_record
+    report.details["producer backlog"] = details
+
+
 def _imports_section(report: Report, runs: int) -> None:
     _log("import cost (fresh interpreters)")
     rows, details = imports.measure(runs=runs)
@@ -116,6 +180,7 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     _units_section(report, problems, seed + 3, 20_000 if quick else 100_000)
     consumer_workload = consumer.make_workload(seed + 4)
     _consumer_section(report, problems, consumer_workload, repeats)
+    _backlog_section(report, problems, quick)
     _imports_section(report, 3 if quick else 7)
     report.notes += notes.compose(report.details, problems)
     meta["seconds"] = time.perf_counter() - started

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 #: How a figure is written: user records per second, PUT payload units per million, milliseconds,
-#: and a plain count (e.g. DynamoDB writes per batch).
-Unit = Literal["rec/s", "units/M", "ms", "count"]
+#: microseconds, a percentage, and a plain count (e.g. DynamoDB writes per batch).
+Unit = Literal["rec/s", "units/M", "ms", "µs", "%", "count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,10 @@ def format_figure(value: float | None, unit: Unit) -> str:
         return f"{value:,.0f}"
     if unit == "count":
         return f"{value:g}"
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "µs":
+        return f"{value:.2f} µs"
     return f"{value:.1f} ms"
 
 

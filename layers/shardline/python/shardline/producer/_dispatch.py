@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from shardline.protocols import KinesisClient
 
 NEVER = float("inf")
+#: New records placed per step: a large backlog starts sending after its first slice, and the
+#: rest is placed while those requests are in flight.
+PLACE_PER_STEP = 10_000
 #: A shard held back by its token buckets is looked at again no sooner than this: it then
 #: sends a batch's worth rather than one record per refill (and the loop does not spin).
 LIMITER_TICK = 0.05
@@ -110,7 +113,7 @@ class Dispatcher:
             park=self._park,
         )
         self._lanes = config.max_concurrency
-        self._incoming: list[BufferedRecord] = []
+        self._incoming: deque[BufferedRecord] = deque()
         self._queues: dict[Target, ShardQueue] = {}
         self._retries: list[tuple[float, int, BufferedRecord]] = []  # heap: (ready at, sequence, record)
         self._in_flight: dict[Future[SendOutcome], _Request] = {}
@@ -188,9 +191,9 @@ class Dispatcher:
             due: list[BufferedRecord] = []
             while self._retries and self._retries[0][0] <= now:
                 due.append(heapq.heappop(self._retries)[2])
-            incoming, self._incoming = self._incoming, []
+            incoming = self._incoming
             self._place(due)
-            self._place(incoming)
+            self._place([incoming.popleft() for _ in range(min(len(incoming), PLACE_PER_STEP))])
         now = self._clock()
         for queue in self._queues.values():
             while (head := queue.peek()) is not None and head.expires <= now:
@@ -198,6 +201,8 @@ class Dispatcher:
         wake_at = self._assemble_and_send(now, stop) if now < stop else NEVER
         if self._retries:
             wake_at = min(wake_at, self._retries[0][0])
+        if self._incoming and (self._refresh is None or self._shard_map.ready):
+            wake_at = now  # more new records to place: step again at once
         return wake_at
 
     def expire_owner(self, owner: int) -> None:

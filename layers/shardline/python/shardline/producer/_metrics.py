@@ -30,6 +30,17 @@ class Summary:
         self.count += 1
         self.total += value
 
+    def observe_many(self, values: list[float]) -> None:
+        if not values:
+            return
+        low, high = min(values), max(values)
+        if self.count == 0 or low < self.minimum:
+            self.minimum = low
+        if self.count == 0 or high > self.maximum:
+            self.maximum = high
+        self.count += len(values)
+        self.total += sum(values)
+
     def as_dict(self) -> dict[str, float]:
         average = self.total / self.count if self.count else 0.0
         return {
@@ -78,9 +89,7 @@ class ProducerMetrics:
 
     def observe_many(self, name: str, values: list[float]) -> None:
         with self._lock:
-            observe = self._summaries[name].observe
-            for value in values:
-                observe(value)
+            self._summaries[name].observe_many(values)
 
     def snapshot(self) -> dict[str, Any]:
         """Every metric now: counters as ints, ErrorsByCode as a dict, summaries as dicts.

@@ -40,6 +40,9 @@ from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._result import Attempt, RecordResult
 from shardline.producer._sender import SendOutcome
 
+#: A per-record throttle: the shard's limit, not a failure of the service.
+THROTTLED_RECORD = "ProvisionedThroughputExceededException"
+
 
 class Retrier:
     """Turns outcomes into finished results or scheduled retries.
@@ -162,6 +165,8 @@ class Retrier:
         metrics.observe("UserRecordsPerKinesisRecord", len(kinesis_record.members))
         retries: list[float] = []
         data_put = 0
+        landed = Attempt(outcome.started, outcome.duration, True)  # immutable: one for all members
+        first_try = (landed,)
         for index, member in enumerate(kinesis_record.members):
             if (
                 not trust
@@ -178,17 +183,20 @@ class Retrier:
                 self._metrics.error(WRONG_SHARD)
                 self._schedule_retry(member)
                 continue
-            member.attempts.append(Attempt(outcome.started, outcome.duration, True))
-            retries.append(len(member.attempts) - 1)
+            attempts = member.attempts
+            attempts.append(landed)
+            retries.append(len(attempts) - 1)
             data_put += len(member.record.data)
             self._finish(
                 member,
                 RecordResult(
-                    success=True,
-                    shard_id=actual,
-                    sequence_number=sequence_number,
-                    sub_sequence_number=index if aggregated else None,
-                    attempts=tuple(member.attempts),
+                    True,
+                    actual,
+                    sequence_number,
+                    index if aggregated else None,
+                    None,
+                    None,
+                    first_try if len(attempts) == 1 else tuple(attempts),
                 ),
             )
         metrics.count("UserRecordsPut", len(retries))
@@ -200,8 +208,14 @@ class Retrier:
         if now >= record.expires:
             self.expire(record, f"record TTL of {self._config.record_ttl:g} s passed while retrying")
             return
-        failures = sum(1 for attempt in record.attempts if not attempt.success)
-        ceiling = min(self._config.retry_max_delay, self._config.retry_base_delay * 2 ** (failures - 1))
+        last = record.attempts[-1].error_code
+        if last == THROTTLED_RECORD:
+            # The shard's token bucket already paces what goes next; a growing backoff would only
+            # leave the shard idle when its next second opens (the KPL re-queues at once).
+            ceiling = self._config.retry_base_delay
+        else:
+            failures = sum(1 for attempt in record.attempts if not attempt.success)
+            ceiling = min(self._config.retry_max_delay, self._config.retry_base_delay * 2 ** (failures - 1))
         self._retry(record, now + self._rng.uniform(0.0, ceiling))
 
     def _finish_failed(self, record: BufferedRecord, code: str, message: str) -> None:

@@ -371,3 +371,27 @@ def test_no_request_overtakes_one_in_flight_to_an_overlapping_shard(kinesis_mock
     (_, first_end, _), (second_start, _, _) = sorted(log.requests)
     assert second_start >= first_end, "the request to the new shard waited for the one to its parent"
     assert first.result(0).success and second.result(0).success
+
+
+def test_four_threads_putting_and_flushing_at_once_lose_nothing_and_keep_key_order(stream):
+    client, name = stream
+    producer = Producer(client, name, config=ProducerConfig(max_buffered_records=2_000))
+    outcomes: dict[int, list] = {}
+
+    def work(thread: int) -> None:
+        futures = [producer.put(UserRecord(f"t{thread}-k{i % 7}", b"%d" % i)) for i in range(5_000)]
+        producer.flush(30)
+        outcomes[thread] = [f.result(0) for f in futures]
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert sorted(outcomes) == [0, 1, 2, 3]
+    assert all(r.success for results in outcomes.values() for r in results)
+    for results in outcomes.values():
+        for key in range(7):
+            landed = [(int(r.sequence_number), r.sub_sequence_number or 0) for r in results[key::7]]
+            assert landed == sorted(landed), "one key's records land in put() order"

@@ -41,7 +41,9 @@ class ShardQueue:
         self._fresh: deque[BufferedRecord] = deque()
         self._older: list[tuple[int, BufferedRecord]] = []
         self._front: list[BufferedRecord] = []  # a stack: the next one last
-        self.bytes = 0  # of the records queued, as the buffer bound counts them
+        # Bytes queued, as the buffer bound counts them; an upper bound, since a record resolved
+        # while queued counts until it is reached.
+        self.bytes = 0
 
     def push(self, record: BufferedRecord) -> None:
         """Queue `record` in put() order (cheapest when records come in that order)."""

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -71,22 +72,39 @@ def _client(endpoint: str) -> Any:
 
 
 class _Timed:
-    """Notes when the first request started and the last one ended."""
+    """Notes when the first request started and the last one ended, and the bytes each shard
+    admitted in each one-second window of the wrapper's clock (time.monotonic)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self.first = float("inf")
         self.last = 0.0
+        self.windows: Counter[tuple[int, str]] = Counter()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
     def put_records(self, **kwargs: Any) -> Any:
         self.first = min(self.first, time.perf_counter())
+        window = int(time.monotonic())  # the window ShardLimitedKinesis charged (same clock)
         try:
-            return self._client.put_records(**kwargs)
+            response = self._client.put_records(**kwargs)
         finally:
             self.last = max(self.last, time.perf_counter())
+        for entry, answer in zip(kwargs["Records"], response["Records"], strict=True):
+            if "ShardId" in answer:
+                self.windows[window, answer["ShardId"]] += len(entry["Data"]) + len(
+                    entry["PartitionKey"].encode()
+                )
+        return response
+
+    def steady_share(self, shards: int) -> float | None:
+        """Admitted bytes ÷ the limit in the median whole second (the first and last are partial)."""
+        per_second: Counter[int] = Counter()
+        for (window, _), admitted in self.windows.items():
+            per_second[window] += admitted
+        whole = sorted(per_second[window] for window in sorted(per_second)[1:-1])
+        return statistics.median(whole) / (shards * MiB) if whole else None
 
 
 def _records(count: int, data_size: int) -> list[UserRecord]:
@@ -109,6 +127,7 @@ def _figures(
     return {
         "records_per_shard_per_s": len(records) / send_phase / shards,
         "byte_limit_share": admitted / send_phase / shards / MiB,
+        "steady_byte_limit_share": timed.steady_share(shards),
         "expired": errors.get("Expired", 0),
         "failed": sum(n for code, n in errors.items() if code is not None),
         "throttled_entries": sum(limited.throttled.values()),
@@ -122,7 +141,10 @@ def run_shardline(endpoint: str, shards: int, count: int, data_size: int) -> dic
     limited = ShardLimitedKinesis(client)
     timed = _Timed(limited)
     records = _records(count, data_size)
-    producer = Producer(timed, name, config=ProducerConfig(max_buffered_records=max(count, 100_000)))
+    # A backlog longer than the TTL must expire; give it twice the time the shard limits need.
+    ttl = max(30.0, 2 * count * (data_size + 10) / (shards * MiB))
+    config = ProducerConfig(max_buffered_records=max(count, 100_000), record_ttl=ttl)
+    producer = Producer(timed, name, config=config)
     started = time.perf_counter()
     results = producer.put_many(records)
     figures = _figures(records, Counter(r.error_code for r in results), shards, limited, timed)
@@ -160,7 +182,11 @@ def run_aiokpl(endpoint: str, shards: int, count: int, data_size: int) -> dict:
 
     async def main() -> Counter[str | None]:
         config = Config(
-            region="us-east-1", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test"
+            region="us-east-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            record_ttl_ms=1000 * max(30.0, 2 * count * (data_size + 10) / (shards * MiB)),
         )
         async with AioProducer(config) as producer:
             producer._kinesis_client = _AsyncAdapter(timed)  # the same wrapper shardline talks to

@@ -11,7 +11,9 @@ The pipeline, one private module per stage, each with its contract in its docstr
     per shard) -> _collector (PutRecords requests) -> _limiter (per-shard token buckets)
     -> _sender (one PutRecords call) -> _retrier (classify: done, retry, fail) -> RecordResult
 
-`_producer` drives it; `_buffered` holds the records every stage passes along.
+`_producer` is the public face and the threading, `_dispatch` holds every unresolved record and
+moves them on one step at a time, `_queues` orders each shard's records, `_buffered` holds the
+records every stage passes along.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 from shardline._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from shardline.errors import BufferFull as BufferFull
     from shardline.errors import InvalidRecord as InvalidRecord
     from shardline.kinesis._records import UserRecord as UserRecord
     from shardline.producer._config import ProducerConfig as ProducerConfig
@@ -49,6 +52,7 @@ _EXPORTS = {
     "RandomShard": "_partitioning",
     "UserRecord": "shardline.kinesis._records",
     "InvalidRecord": "shardline.errors",
+    "BufferFull": "shardline.errors",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -187,7 +187,8 @@ class Dispatcher:
         if self._refresh is None and now < stop and self._shard_map.refresh_due:
             self._refresh = self._pool().submit(self._shard_map.refresh)
             self._refresh.add_done_callback(self._notify)
-        if self._refresh is None or self._shard_map.ready:  # a first listing is worth waiting for
+        placing = self._refresh is None or self._shard_map.ready  # a first listing is worth waiting for
+        if placing:
             due: list[BufferedRecord] = []
             while self._retries and self._retries[0][0] <= now:
                 due.append(heapq.heappop(self._retries)[2])
@@ -199,9 +200,9 @@ class Dispatcher:
             while (head := queue.peek()) is not None and head.expires <= now:
                 self.retrier.expire(queue.pop(), self._ttl_message("before the record could be sent"))
         wake_at = self._assemble_and_send(now, stop) if now < stop else NEVER
-        if self._retries:
+        if placing and self._retries:  # (while not placing, the ListShards' end wakes the loop)
             wake_at = min(wake_at, self._retries[0][0])
-        if self._incoming and (self._refresh is None or self._shard_map.ready):
+        if placing and self._incoming:
             wake_at = now  # more new records to place: step again at once
         return wake_at
 

@@ -395,3 +395,20 @@ def test_four_threads_putting_and_flushing_at_once_lose_nothing_and_keep_key_ord
         for key in range(7):
             landed = [(int(r.sequence_number), r.sub_sequence_number or 0) for r in results[key::7]]
             assert landed == sorted(landed), "one key's records land in put() order"
+
+
+def test_the_tokens_of_a_request_that_failed_as_a_whole_are_given_back(stream):
+    from local.faults import FaultyKinesis
+
+    client, name = stream
+    faulty = FaultyKinesis(client)
+    faulty.fail_requests("InternalFailure", times=1)
+    clock = FakeClock()
+    config = ProducerConfig(rate_limit=100, aggregation_enabled=False, retry_base_delay=0.01)
+    producer = Producer(faulty, name, config=config, clock=clock, sleep=clock.sleep)
+    records = [UserRecord("one-shard", b"t" * (100 * 1024)) for _ in range(10)]  # ~1 MiB: the whole bucket
+
+    results = producer.put_many(records)
+
+    assert all(r.success and len(r.attempts) == 2 for r in results)
+    assert clock.now < 0.1, f"resent at {clock.now:.2f} s: the failed request's tokens were not given back"

@@ -7,8 +7,9 @@ environment contract, and metrics as CloudWatch EMF.
     handler = ConsumerFunction(lambda sink_table: my_record_handler).handler  # a consumer group
 
 The HTTP contract is pure Python: `_http_request` (parse and check a request: 404, 415, 413, 400),
-`_http_response` (200/207/503 answers, log fields), `_http_settings` (streams and bounds from the
-environment), `_http_records` (record objects to `UserRecord`s). `_environment` declares every
+`_http_response` (200/207/503 answers, 404 for a missing stream or route, 405, log fields),
+`_http_settings` (streams and bounds from the environment), `_http_records` (record objects to
+`UserRecord`s). `_environment` declares every
 variable the functions read. Only `ProducerFunction`, `ConsumerFunction` and `publish_metrics`
 need Powertools (`pip install "shardline[lambda]"`); it is imported when they are used.
 """

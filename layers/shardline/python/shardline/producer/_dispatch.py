@@ -273,9 +273,11 @@ class Dispatcher:
             request = requests[-1] if requests else None  # several targets may share one request
             taken = False
             while queue.peek() is not None:
+                if self._incoming and queue.bytes < self._config.aggregation_max_size:
+                    break  # more records are being placed: send full aggregates, not a slice's tail
                 # Wait for a full aggregate's tokens (or all that is queued): smaller aggregates
                 # cost more PUT units, and one built now only to be given back is wasted work.
-                wanted = min(self._config.aggregation_max_size, queue.bytes)
+                wanted = self._reducer.size_bound(queue)
                 allowance = self._limiter.allowance(shard)
                 if allowance < wanted:
                     wake_at = min(wake_at, now + max(self._limiter.wait_time(shard, wanted), LIMITER_TICK))

@@ -100,6 +100,10 @@ class ShardQueue:
     def __bool__(self) -> bool:
         return self.peek() is not None
 
+    def __len__(self) -> int:
+        """Records queued; an upper bound, as `bytes` is."""
+        return len(self._front) + len(self._fresh) + len(self._older)
+
 
 def lane_of(hash_key: int, lanes: int) -> int:
     """The lane of an unpredicted record: its slice of the hash-key space."""

@@ -15,6 +15,10 @@ from shardline.producer._buffered import BufferedRecord, KinesisRecord
 from shardline.producer._queues import ShardQueue
 
 AGGREGATE_PARTITION_KEY = "a"
+#: Upper bounds of the KPL format's overhead: per record its tags, lengths, key indexes and a
+#: partition-key table entry's framing; per aggregate the magic, the MD5 and the key "a".
+_FRAMING_PER_RECORD = 24
+_FRAMING_PER_AGGREGATE = 4 + 16 + 1
 
 
 def single(member: BufferedRecord) -> KinesisRecord:
@@ -59,3 +63,9 @@ class Reducer:
         return KinesisRecord(
             members, AGGREGATE_PARTITION_KEY, str(first.hash_key), builder.build(), predicted_shard
         )
+
+    def size_bound(self, queue: ShardQueue) -> int:
+        """At most the size of the next Kinesis record `take` builds from `queue`: its bytes plus
+        the aggregate's framing (a few bytes per record, the magic and the MD5), within the cap."""
+        framing = _FRAMING_PER_RECORD * len(queue) + _FRAMING_PER_AGGREGATE
+        return min(self._max_size, queue.bytes + framing)

@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from shardline.errors import PARTITIONER_ERROR
 from shardline.kinesis._shard_map import HashRange, ShardMap
@@ -46,6 +46,10 @@ from shardline.producer._sender import SendOutcome, send
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    Target = str | int  # a shard id, or the number of a lane of unpredicted records
+    #: A success whose shard the map does not know yet: (Kinesis record, outcome, response entry).
+    Parked = tuple[KinesisRecord, SendOutcome, Mapping[str, Any]]
+
     from shardline.protocols import KinesisClient
 
 NEVER = float("inf")
@@ -56,20 +60,17 @@ PLACE_PER_STEP = 10_000
 #: sends a batch's worth rather than one record per refill (and the loop does not spin).
 LIMITER_TICK = 0.05
 
-Target = str | int  # a shard id, or the number of a lane of unpredicted records
 
+class _Request:
+    """One PutRecords request in the making or in flight, and the targets whose records it carries."""
 
-class _Request(NamedTuple):
-    batch: PutRecordsBatch
-    targets: list[Target]
-    ranges: list[HashRange]
-    kind: tuple[int, bool]  # (shard-map version, lane): ranges of one kind never overlap
+    __slots__ = ("batch", "kind", "ranges", "targets")  # plain class: a NamedTuple costs import time
 
-
-class _Parked(NamedTuple):
-    kinesis_record: KinesisRecord
-    outcome: SendOutcome
-    entry: Mapping[str, Any]
+    def __init__(self, batch: PutRecordsBatch, kind: tuple[int, bool]) -> None:
+        self.batch = batch
+        self.targets: list[Target] = []
+        self.ranges: list[HashRange] = []
+        self.kind = kind  # (shard-map version, lane): ranges of one kind never overlap
 
 
 class Dispatcher:
@@ -119,7 +120,7 @@ class Dispatcher:
         self._in_flight: dict[Future[SendOutcome], _Request] = {}
         self._completed: list[Future[SendOutcome]] = []
         self._refresh: Future[bool] | None = None
-        self._parked: list[_Parked] = []
+        self._parked: list[Parked] = []
         self._map_version = -1
         self._outstanding: deque[BufferedRecord] = deque()  # every unresolved record, in put() order
         self._owned: dict[int, set[BufferedRecord]] = {}
@@ -211,10 +212,10 @@ class Dispatcher:
         for record in list(self._owned.get(owner, ())):
             if not record.in_flight:
                 self.retrier.expire(record, "the flush deadline passed before the record could be sent")
-        for parked in [p for p in self._parked if any(m.owner == owner for m in p.kinesis_record.members)]:
+        for parked in [p for p in self._parked if any(m.owner == owner for m in p[0].members)]:
             # It landed; only the map refresh that would confirm its shard is late. Trust Kinesis.
             self._parked.remove(parked)
-            for member in parked.kinesis_record.members:
+            for member in parked[0].members:
                 member.in_flight = False
             self.retrier.handle_landed(*parked, trust=True)
 
@@ -294,7 +295,7 @@ class Dispatcher:
                         break
                     config = self._config
                     batch = PutRecordsBatch(config.collection_max_count, config.collection_max_size)
-                    requests.append(_Request(batch, [], [], kind))
+                    requests.append(_Request(batch, kind))
                     request = requests[-1]
                 if not taken:
                     request.targets.append(target)
@@ -369,7 +370,7 @@ class Dispatcher:
             return
         parked, self._parked = self._parked, []
         for item in parked:
-            for member in item.kinesis_record.members:
+            for member in item[0].members:
                 member.in_flight = False
             self.retrier.handle_landed(*item)
 
@@ -397,7 +398,7 @@ class Dispatcher:
             return False  # the map is current and does not know the shard: a wrong shard
         for member in kinesis_record.members:
             member.in_flight = True  # landed, awaiting the map: not for the deadline to expire
-        self._parked.append(_Parked(kinesis_record, outcome, entry))
+        self._parked.append((kinesis_record, outcome, entry))
         return True
 
     def _ttl_message(self, when: str) -> str:

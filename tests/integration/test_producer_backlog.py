@@ -412,3 +412,17 @@ def test_the_tokens_of_a_request_that_failed_as_a_whole_are_given_back(stream):
 
     assert all(r.success and len(r.attempts) == 2 for r in results)
     assert clock.now < 0.1, f"resent at {clock.now:.2f} s: the failed request's tokens were not given back"
+
+
+def test_aggregates_larger_than_a_shard_bucket_do_not_stall_the_producer(stream):
+    from shardline.kinesis import Limits
+
+    client, name = stream
+    config = ProducerConfig(
+        limits=Limits.for_max_record_size(4 * 2**20), aggregation_max_size=4 * 2**20, rate_limit=100
+    )
+    producer = Producer(client, name, config=config)
+
+    results = producer.put_many([UserRecord(f"k{i % 10}", b"b" * 100) for i in range(20_000)], deadline=30)
+
+    assert all(r.success for r in results), Counter(r.error_code for r in results)

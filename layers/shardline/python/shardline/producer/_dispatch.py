@@ -278,7 +278,7 @@ class Dispatcher:
                     break  # more records are being placed: send full aggregates, not a slice's tail
                 # Wait for a full aggregate's tokens (or all that is queued): smaller aggregates
                 # cost more PUT units, and one built now only to be given back is wasted work.
-                wanted = self._reducer.size_bound(queue)
+                wanted = min(self._reducer.size_bound(queue), self._limiter.bytes_capacity)
                 allowance = self._limiter.allowance(shard)
                 if allowance < wanted:
                     wake_at = min(wake_at, now + max(self._limiter.wait_time(shard, wanted), LIMITER_TICK))

@@ -86,6 +86,11 @@ class ShardLimiter:
         records, data = self._buckets_of(shard_id, now)
         return max(records.wait_time(1, now), data.wait_time(size, now))
 
+    @property
+    def bytes_capacity(self) -> float:
+        """The most bytes a shard's bucket ever holds: one second of its limit."""
+        return self._bytes_limit
+
     def allowance(self, shard_id: str | None) -> float:
         """Bytes one Kinesis record to `shard_id` may hold now (0 when its buckets are empty)."""
         if shard_id is None:

@@ -104,6 +104,20 @@ def test_a_200000_record_backlog_on_2_limited_shards_flushes_with_no_expired_rec
     assert producer.pending == 0 and producer.buffered_bytes == 0
 
 
+def test_a_backlog_through_the_shard_limits_on_kinesis_mock(kinesis_mock):
+    client = kinesis_client(kinesis_mock)
+    name = unique_stream_name("backlog")
+    create_stream(client, name, shard_count=2)
+    limited = ShardLimitedKinesis(client)
+    records = [UserRecord(f"k{i % 1000}", b"x" * 100) for i in range(20_000)]  # kinesis-mock is slow
+
+    results = Producer(limited, name).put_many(records)
+
+    assert Counter(r.error_code for r in results) == {None: 20_000}
+    landed = sum(len(entries) for entries in read_stream(client, name).values())
+    assert landed == 20_000, "each record once: throttled entries were never written, then resent"
+
+
 class LosesOneLargeResponse(Wrapped):
     """The first request over 4 MiB lands, then its answer is lost (a read timeout)."""
 

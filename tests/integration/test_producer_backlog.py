@@ -391,11 +391,15 @@ def test_four_threads_putting_and_flushing_at_once_lose_nothing_and_keep_key_ord
     client, name = stream
     producer = Producer(client, name, config=ProducerConfig(max_buffered_records=2_000))
     outcomes: dict[int, list] = {}
+    errors: list[BaseException] = []
 
     def work(thread: int) -> None:
-        futures = [producer.put(UserRecord(f"t{thread}-k{i % 7}", b"%d" % i)) for i in range(5_000)]
-        producer.flush(30)
-        outcomes[thread] = [f.result(0) for f in futures]
+        try:
+            futures = [producer.put(UserRecord(f"t{thread}-k{i % 7}", b"%d" % i)) for i in range(5_000)]
+            producer.flush(30)
+            outcomes[thread] = [f.result(0) for f in futures]  # set by the time flush returns
+        except BaseException as exc:
+            errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for thread in threads:
@@ -403,7 +407,7 @@ def test_four_threads_putting_and_flushing_at_once_lose_nothing_and_keep_key_ord
     for thread in threads:
         thread.join(60)
 
-    assert sorted(outcomes) == [0, 1, 2, 3]
+    assert not errors and sorted(outcomes) == [0, 1, 2, 3], errors
     assert all(r.success for results in outcomes.values() for r in results)
     for results in outcomes.values():
         for key in range(7):

@@ -78,7 +78,7 @@ class ShardLimiter:
             )
         return buckets
 
-    def wait_time(self, shard_id: str | None, size: int) -> float:
+    def wait_time(self, shard_id: str | None, size: float) -> float:
         """Seconds before one Kinesis record of `size` bytes may go to `shard_id` (0: now)."""
         if shard_id is None:
             return 0.0

@@ -25,6 +25,7 @@ import contextlib
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING
@@ -93,6 +94,9 @@ class Producer:
         )
         self._next_sequence = 0
         self._driver: int | None = None  # the thread driving the pipeline
+        # Threads setting futures outside the lock right now: a flush whose records are resolved
+        # returns only once their futures are set too (another thread may be setting them).
+        self._resolving: Counter[int] = Counter()
 
     # -- public API ------------------------------------------------------------------------
 
@@ -253,14 +257,21 @@ class Producer:
                         dispatch.expire_owner(me)
                     resolved = dispatch.take_resolved()
                     finished = satisfied() or (now >= stop and not dispatch.owns_unresolved(me))
+                    finished = finished and not any(n for t, n in self._resolving.items() if t != me)
                     if resolved:
-                        self._changed.notify_all()
+                        self._resolving[me] += 1
                     elif not finished:
                         sleep_for = self._wait(driving, wake_at, stop, now)
-                _resolve(resolved)
+                if resolved:
+                    try:
+                        _resolve(resolved)  # outside the lock: a callback may put or flush
+                    finally:
+                        with self._lock:
+                            self._resolving[me] -= 1
+                            self._changed.notify_all()
                 if finished:
                     return
-                if sleep_for > 0:
+                if sleep_for > 0:  # (a fake clock's sleep, outside the lock)
                     self._sleep(sleep_for)  # type: ignore[misc]  # only with an injected sleep
         finally:
             with self._lock:

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+#: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
+#: wraps the body in headers and a requestContext: a body above this bound would be answered by the
+#: gateway with a 5xx instead of by shardline with its 413.
+LAMBDA_SYNC_PAYLOAD = 6 * 1024 * 1024
+EVENT_ENVELOPE = 128 * 1024
+MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
+DEFAULT_MAX_BODY_BYTES = 6_000_000
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 SINKS = ("events", "counter")
 
@@ -36,6 +43,12 @@ class ApiConfig:
     throttle_burst: int
     max_records_per_request: int
     max_body_bytes: int
+
+
+@dataclass(frozen=True)
+class AlarmsConfig:
+    emails: tuple[str, ...] = ()  # subscribed to the alarm topic (each confirms by email)
+    topic_arns: tuple[str, ...] = ()  # existing topics (a pager, chat) that get every alarm and OK
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class PipelineConfig:
     streams: tuple[StreamConfig, ...]
     api: ApiConfig
     consumer_groups: tuple[ConsumerGroupConfig, ...]
+    alarms: AlarmsConfig = AlarmsConfig()
 
     def stream(self, name: str) -> StreamConfig:
         return next(stream for stream in self.streams if stream.name == name)
@@ -183,6 +197,23 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
     )
 
 
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
+
+
+def _alarms(data: Any) -> AlarmsConfig:
+    read = _Reader(data, "shardline.alarms")
+    emails = read.list("emails")
+    for index, email in enumerate(emails):
+        if not isinstance(email, str) or not EMAIL.match(email):
+            raise ConfigError(f"shardline.alarms.emails[{index}]: not an email address: {email!r}")
+    arns = read.list("topicArns")
+    for index, arn in enumerate(arns):
+        if not isinstance(arn, str) or not SNS_TOPIC_ARN.match(arn):
+            raise ConfigError(f"shardline.alarms.topicArns[{index}]: not an SNS topic ARN: {arn!r}")
+    return AlarmsConfig(emails=tuple(emails), topic_arns=tuple(arns))
+
+
 def load(context: Any) -> PipelineConfig:
     """Validate the `shardline` context value and return the pipeline configuration."""
     read = _Reader(context, "shardline")
@@ -211,7 +242,8 @@ def load(context: Any) -> PipelineConfig:
             throttle_rate=api.number("throttleRate", 100.0, low=1, high=10000),
             throttle_burst=api.int("throttleBurst", 200, low=1, high=5000),
             max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
-            max_body_bytes=api.int("maxBodyBytes", 6 * 1024 * 1024, low=1024, high=10 * 1024 * 1024),
+            max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
         ),
         consumer_groups=tuple(groups),
+        alarms=_alarms(read.data.get("alarms", {})),
     )

@@ -33,7 +33,7 @@ def python_function(
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        retention=_retention(log_retention_days),
+        retention=log_retention(log_retention_days),
         removal_policy=RemovalPolicy.DESTROY,
     )
     return lambda_.Function(
@@ -52,6 +52,6 @@ def python_function(
     )
 
 
-def _retention(days: int) -> logs.RetentionDays:
+def log_retention(days: int) -> logs.RetentionDays:
     """The shortest allowed retention of at least `days` days."""
     return _RETENTION[min(allowed for allowed in _RETENTION if allowed >= days)]

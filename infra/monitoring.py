@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from infra.config import AlarmsConfig
 from infra.consumer_group import ConsumerGroup
 from infra.producer_api import ProducerApi
 from infra.stream import Stream
 
 NAMESPACE = "shardline"
+_ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 FIVE_MINUTES = Duration.minutes(5)
 
 
@@ -49,7 +53,8 @@ def _shardline(metric: str, dimensions: dict[str, str], statistic: str = "Sum") 
 
 
 class Monitoring(Construct):
-    """`topic` gets every alarm; `dashboard` shows the pipeline."""
+    """`topic` gets every alarm and its return to OK (and so do the configured existing topics);
+    `dashboard` shows the pipeline."""
 
     def __init__(
         self,
@@ -60,10 +65,31 @@ class Monitoring(Construct):
         api: ProducerApi,
         groups: list[ConsumerGroup],
         key: kms.IKey,
-        name: str,
+        dashboard_name: str,
+        alarms: AlarmsConfig,
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
+        # enforce_ssl writes a topic policy holding only a Deny, which replaces SNS's default one:
+        # without this statement CloudWatch may not publish and no alarm reaches anyone.
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsOfThisAccountPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": _ALARM_ARNS},
+                },
+            )
+        )
+        for email in alarms.emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        self._targets = [actions.SnsAction(self.topic)] + [
+            actions.SnsAction(sns.Topic.from_topic_arn(self, f"Existing{index}", arn))
+            for index, arn in enumerate(alarms.topic_arns)
+        ]
         self.alarms: list[cw.Alarm] = []
         for stream in streams:
             name = stream.config.name
@@ -143,7 +169,7 @@ class Monitoring(Construct):
                 0,
                 f"{name}: lease lost (two invocations on one shard)",
             )
-        self.dashboard = self._dashboard(name, streams, api, groups, api_dimensions)
+        self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
 
     def _alarm(self, construct_id: str, metric: cw.Metric, threshold: float, description: str) -> None:
         alarm = metric.create_alarm(
@@ -155,7 +181,8 @@ class Monitoring(Construct):
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             alarm_description=description,
         )
-        alarm.add_alarm_action(actions.SnsAction(self.topic))
+        alarm.add_alarm_action(*self._targets)
+        alarm.add_ok_action(*self._targets)  # the page that says it is over
         self.alarms.append(alarm)
 
     def _dashboard(self, name, streams, api, groups, api_dimensions) -> cw.Dashboard:

@@ -55,5 +55,6 @@ class PipelineStack(Stack):
             api=self.api,
             groups=self.groups,
             key=self.key,
-            name=config.stack_name,
+            dashboard_name=config.stack_name,
+            alarms=config.alarms,
         )

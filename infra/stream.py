@@ -37,3 +37,7 @@ class Stream(Construct):
             encryption=kinesis.StreamEncryption.KMS if self.key else kinesis.StreamEncryption.MANAGED,
             encryption_key=self.key,
         )
+        # The L2 construct has no property for it yet: the producer's limits and the stream's agree.
+        cfn = self.stream.node.default_child
+        assert isinstance(cfn, kinesis.CfnStream)
+        cfn.max_record_size_in_kib = config.max_record_size_kib

@@ -368,3 +368,100 @@ def test_every_function_environment_is_exactly_the_shardline_contract(template):
         unknown = set(environ) - set(contract.VARIABLES) - POWERTOOLS_VARIABLES
         assert not unknown, f"variables outside the contract (renamed?): {sorted(unknown)}"
     assert (producers, consumers) == (1, 2)
+
+
+# -- issue 10 ------------------------------------------------------------------------------------
+
+
+def synth(change) -> Template:
+    context = default_context()
+    change(context["shardline"])
+    app, stack = build(context)
+    app.synth()  # cdk-nag: raises on an unacknowledged finding
+    return Template.from_stack(stack)
+
+
+def test_cloudwatch_may_publish_to_the_alarm_topic_from_this_account_only(template):
+    allow = Match.object_like(
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "sns:Publish",
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+                "ArnLike": {"aws:SourceArn": Match.any_value()},
+            },
+        }
+    )
+    deny_plain_http = Match.object_like(
+        {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+    )
+    template.has_resource_properties(
+        "AWS::SNS::TopicPolicy", {"PolicyDocument": {"Statement": Match.array_with([deny_plain_http, allow])}}
+    )
+
+
+def test_alarms_notify_subscribed_emails_and_existing_topics_on_alarm_and_on_ok():
+    pager = "arn:aws:sns:us-east-1:123456789012:pager"
+    template = synth(lambda c: c.update(alarms={"emails": ["oncall@example.com"], "topicArns": [pager]}))
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@example.com"}
+    )
+    for alarm in resources(template, "AWS::CloudWatch::Alarm").values():
+        properties = alarm["Properties"]
+        assert pager in properties["AlarmActions"] and pager in properties["OKActions"]
+        assert len(properties["AlarmActions"]) == 2 and properties["OKActions"] == properties["AlarmActions"]
+
+
+@pytest.mark.parametrize(
+    ("alarms", "key"),
+    [
+        ({"emails": ["not-an-address"]}, "shardline.alarms.emails[0]"),
+        ({"topicArns": ["arn:aws:sqs:us-east-1:123456789012:q"]}, "shardline.alarms.topicArns[0]"),
+    ],
+)
+def test_alarm_destinations_that_are_not_addresses_or_topics_fail_synth(alarms, key):
+    context = default_context()["shardline"]
+    context["alarms"] = alarms
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        load(context)
+
+
+def test_the_dashboard_is_named_after_the_stack_not_the_last_consumer_group(template):
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "shardline"})
+
+
+def test_the_stream_takes_the_configured_maximum_record_size():
+    template = synth(lambda c: c["streams"][0].update(maxRecordSizeKiB=4096))
+    template.has_resource_properties("AWS::Kinesis::Stream", {"MaxRecordSizeInKiB": 4096})
+
+
+def test_the_body_bound_leaves_room_for_the_proxy_event_in_lambdas_6_mb_payload(template):
+    from infra.config import LAMBDA_SYNC_PAYLOAD, MAX_BODY_BYTES
+
+    producer = next(
+        f["Properties"]["Environment"]["Variables"]
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if "MAX_BODY_BYTES" in f["Properties"].get("Environment", {}).get("Variables", {})
+    )
+    body = int(producer["MAX_BODY_BYTES"])
+    assert body <= MAX_BODY_BYTES == LAMBDA_SYNC_PAYLOAD - 128 * 1024
+    context = default_context()["shardline"]
+    context["api"]["maxBodyBytes"] = LAMBDA_SYNC_PAYLOAD
+    with pytest.raises(ConfigError, match=r"shardline\.api\.maxBodyBytes"):
+        load(context)
+
+
+def test_api_key_auth_synthesizes_with_a_scoped_acknowledgement():
+    template = synth(lambda c: c["api"].update(auth="api-key"))
+    template.has_resource_properties(
+        "AWS::ApiGateway::Method", {"ApiKeyRequired": True, "AuthorizationType": "NONE"}
+    )
+    template.resource_count_is("AWS::ApiGateway::UsagePlan", 1)
+
+
+def test_access_and_execution_logs_follow_log_retention_days():
+    template = synth(lambda c: c.update(logRetentionDays=7))
+    groups = [g["Properties"] for g in resources(template, "AWS::Logs::LogGroup").values()]
+    assert groups and all(g.get("RetentionInDays") == 7 for g in groups), groups
+    assert any("API-Gateway-Execution-Logs_" in json.dumps(g.get("LogGroupName")) for g in groups)

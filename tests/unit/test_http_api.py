@@ -607,7 +607,7 @@ def test_settings_default_when_only_streams_are_set():
         max_records_per_request=DEFAULT_MAX_RECORDS_PER_REQUEST,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES,
     )
-    assert (DEFAULT_MAX_RECORDS_PER_REQUEST, DEFAULT_MAX_BODY_BYTES) == (500, 6291456)
+    assert (DEFAULT_MAX_RECORDS_PER_REQUEST, DEFAULT_MAX_BODY_BYTES) == (500, 6_000_000)
 
 
 def test_settings_read_every_variable():

@@ -52,4 +52,4 @@ def test_both_contracts_round_trip_through_the_environment() -> None:
     producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024)
     assert ProducerEnvironment.from_environ(producer.to_environ()) == producer
     assert set(producer.to_environ()) == set(ProducerEnvironment.VARIABLES)
-    assert ProducerEnvironment.from_environ({}) == ProducerEnvironment("{}", 500, 6_291_456)
+    assert ProducerEnvironment.from_environ({}) == ProducerEnvironment("{}", 500, 6_000_000)

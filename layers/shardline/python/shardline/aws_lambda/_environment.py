@@ -8,7 +8,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 |---|---|---|---|
 | producer | `SHARDLINE_STREAMS` | JSON `{"<route>": {"streamName", "maxRecordSize"?}}` | `{}` |
 | producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
-| producer | `MAX_BODY_BYTES` | int >= 1 | 6291456 |
+| producer | `MAX_BODY_BYTES` | int >= 1 | 6000000 |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from shardline.errors import ConfigurationError
 
 DEFAULT_MAX_RECORDS_PER_REQUEST = 500
-DEFAULT_MAX_BODY_BYTES = 6_291_456
+#: Lambda takes 6 MB (6,291,456 bytes) synchronously, proxy event included: leave room for it.
+DEFAULT_MAX_BODY_BYTES = 6_000_000
 
 #: Variables Powertools reads; a function may set them beside the contract's own.
 POWERTOOLS_VARIABLES = frozenset(

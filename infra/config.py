@@ -72,7 +72,6 @@ class ConsumerGroupConfig:
 @dataclass(frozen=True)
 class PipelineConfig:
     stack_name: str
-    powertools_layer_version: int
     log_retention_days: int
     streams: tuple[StreamConfig, ...]
     api: ApiConfig
@@ -231,10 +230,14 @@ def load(context: Any) -> PipelineConfig:
         if any(existing.name == group.name for existing in groups):
             raise ConfigError(f"shardline.consumerGroups[{index}].name: duplicate group {group.name!r}")
         groups.append(group)
+    if "powertoolsLayerVersion" in read.data:
+        raise ConfigError(
+            "shardline.powertoolsLayerVersion: no longer read: the Powertools layer deployed is the version "
+            "pinned in requirements-dev.txt, resolved from its public SSM parameter; remove the key"
+        )
     api = _Reader(read.data.get("api", {}), "shardline.api")
     return PipelineConfig(
         stack_name=read.name("stackName") if "stackName" in read.data else "shardline",
-        powertools_layer_version=read.int("powertoolsLayerVersion", 27, low=1, high=10000),
         log_retention_days=read.int("logRetentionDays", 30, low=1, high=3653),
         streams=tuple(streams.values()),
         api=ApiConfig(

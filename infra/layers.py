@@ -1,23 +1,45 @@
-"""The Lambda layers: shardline's own (a plain folder, no Docker) and the public Powertools one."""
+"""The Lambda layers: shardline's own (a plain folder, no Docker) and the public Powertools one.
+
+The Powertools layer is the version the tests ran against: its version is read from the pin in
+requirements-dev.txt, and its ARN from the SSM parameter AWS publishes for that version, runtime
+and architecture (`/aws/service/powertools/python/<arch>/<runtime>/<version>`), resolved by
+CloudFormation at deploy time — synth stays offline and no region or partition is spelled here.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from aws_cdk import Aws
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 ROOT = Path(__file__).resolve().parent.parent
-POWERTOOLS_ACCOUNT = "017000801446"  # where AWS publishes the Powertools layers
+PINS = ROOT / "requirements-dev.txt"
+
+
+def pinned_powertools_version(pins: Path = PINS) -> str:
+    """The aws-lambda-powertools version the tests run (`==` in requirements-dev.txt)."""
+    found = re.search(
+        r"^aws-lambda-powertools(?:\[[^\]]*\])?==([0-9][0-9A-Za-z.]*)\s*$", pins.read_text(), re.M
+    )
+    if found is None:
+        raise ValueError(f"{pins.name}: no 'aws-lambda-powertools==<version>' pin to deploy the same layer")
+    return found.group(1)
+
+
+def powertools_parameter(version: str) -> str:
+    """The public SSM parameter holding the layer ARN of Powertools `version` for our runtime."""
+    return f"/aws/service/powertools/python/{ARCHITECTURE.name}/{RUNTIME.name}/{version}"
 
 
 class Layers(Construct):
-    """`shardline` (layers/shardline) and `powertools` (by ARN, matching runtime and architecture)."""
+    """`shardline` (layers/shardline) and `powertools` (the pinned version, by its SSM parameter)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, powertools_version: int) -> None:
+    def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
         self.shardline = lambda_.LayerVersion(
             self,
@@ -27,9 +49,8 @@ class Layers(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="shardline: KPL aggregation, producer and consumer groups",
         )
-        python = RUNTIME.name.replace(".", "")  # python3.13 -> python313
-        arn = (
-            f"arn:aws:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
-            f"AWSLambdaPowertoolsPythonV3-{python}-arm64:{powertools_version}"
+        self.powertools_version = pinned_powertools_version()
+        arn = ssm.StringParameter.value_for_string_parameter(
+            self, powertools_parameter(self.powertools_version)
         )
         self.powertools = lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)

@@ -16,8 +16,9 @@ ACKNOWLEDGED = {
     "customer-managed key (one key resource), to send to encrypted queues and write encrypted streams.",
     "AwsSolutions::AwsSolutions-IAM5[Action::kms:ReEncrypt*]": "CDK's grant on our own customer-managed key "
     "(one key resource), paired with GenerateDataKey for encrypted queues.",
-    "AwsSolutions::AwsSolutions-L1": "Python 3.13 is the newest runtime for which the "
-    "pinned public Powertools layer (arm64) is published; move both together.",
+    "AwsSolutions::AwsSolutions-L1": "python3.13, one below the newest (3.14, for which Powertools also "
+    "publishes layers): a runtime move changes the layer's SSM parameter and the Python the library runs "
+    "on, so it is made on purpose (infra/layers.py RUNTIME), never by a synth.",
     "AwsSolutions::AwsSolutions-COG4": "The API uses IAM (SigV4) authorization, or API keys when configured: "
     "callers are services, not Cognito users.",
     "AwsSolutions::AwsSolutions-KDS3": "Streams use a customer-managed KMS key with rotation, stronger than "

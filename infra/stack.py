@@ -26,7 +26,7 @@ class PipelineStack(Stack):
             removal_policy=RemovalPolicy.RETAIN,
         )  # fmt: skip
         self.key.grant_encrypt_decrypt(iam.ServicePrincipal("cloudwatch.amazonaws.com"))
-        self.layers = Layers(self, "Layers", powertools_version=config.powertools_layer_version)
+        self.layers = Layers(self, "Layers")
         self.streams = {s.name: Stream(self, f"Stream-{s.name}", s) for s in config.streams}
         self.api = ProducerApi(
             self,

@@ -78,13 +78,14 @@ def test_functions_are_arm64_python313_traced_with_both_layers_and_explicit_logs
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert len(props["Layers"]) == 2
         assert "LogGroup" in props["LoggingConfig"]
-    powertools = [
-        layer
+    parameters = template.to_json()["Parameters"]
+    powertools = {
+        json.dumps(layer)
         for f in functions.values()
         for layer in f["Properties"]["Layers"]
-        if "AWSLambdaPowertoolsPythonV3-python313-arm64" in json.dumps(layer)
-    ]
-    assert len(powertools) == 3
+        if "Ref" in layer and layer["Ref"] in parameters
+    }
+    assert len(powertools) == 1, "every function has the one Powertools layer, from the SSM parameter"
     for group in resources(template, "AWS::Logs::LogGroup").values():
         assert group["Properties"].get("RetentionInDays") == 30
 
@@ -458,6 +459,23 @@ def test_api_key_auth_synthesizes_with_a_scoped_acknowledgement():
         "AWS::ApiGateway::Method", {"ApiKeyRequired": True, "AuthorizationType": "NONE"}
     )
     template.resource_count_is("AWS::ApiGateway::UsagePlan", 1)
+
+
+def test_the_deployed_powertools_layer_is_the_version_the_tests_ran(template):
+    from importlib.metadata import version
+
+    parameters = template.to_json()["Parameters"]
+    wanted = f"/aws/service/powertools/python/arm64/python3.13/{version('aws-lambda-powertools')}"
+    ssm = [p for p in parameters.values() if p["Type"] == "AWS::SSM::Parameter::Value<String>"]
+    assert [p["Default"] for p in ssm if "powertools" in p["Default"]] == [wanted]
+    assert "arn:aws:" not in json.dumps(template.to_json()), "no partition spelled in the template"
+
+
+def test_the_removed_powertools_layer_version_key_fails_with_a_reason():
+    context = default_context()["shardline"]
+    context["powertoolsLayerVersion"] = 27
+    with pytest.raises(ConfigError, match=r"shardline\.powertoolsLayerVersion: no longer read"):
+        load(context)
 
 
 def test_access_and_execution_logs_follow_log_retention_days():

@@ -6,6 +6,7 @@ Synthesizes offline: no lookups, no credentials (the environment stays account/r
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,8 +30,16 @@ def build(context: dict | None = None, outdir: str | None = None) -> tuple[cdk.A
     app = cdk.App(context=context, outdir=outdir)
     if context is None and app.node.try_get_context("shardline") is None:
         app = cdk.App(context=json.loads(CDK_JSON.read_text())["context"], outdir=outdir)
-    config = load(app.node.try_get_context("shardline"))
-    stack = PipelineStack(app, config.stack_name, config=config)
+    config = load(app.node.try_get_context("shardline"), stage=app.node.try_get_context("stage"))
+    stack = PipelineStack(
+        app,
+        config.prefix,
+        config=config,
+        # Account and region of the credentials `cdk deploy` runs with; synth needs none.
+        env=cdk.Environment(
+            account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")
+        ),
+    )
     acknowledge(stack)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+STAGE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
+#: Stages whose data outlives the stack unless `retainData` says otherwise.
+PRODUCTION_STAGES = ("prod", "production")
 #: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
 #: wraps the body in headers and a requestContext: a body above this bound would be answered by the
 #: gateway with a 5xx instead of by shardline with its 413.
@@ -71,12 +74,26 @@ class ConsumerGroupConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """The whole pipeline. `stage` (e.g. dev, prod) names everything physical, so stages live side by
+    side in one account and region: the stack, streams, API, dashboard and metrics namespace."""
+
     stack_name: str
+    stage: str
+    retain_data: bool  # keep streams and tables (with deletion protection) when the stack goes
     log_retention_days: int
     streams: tuple[StreamConfig, ...]
     api: ApiConfig
     consumer_groups: tuple[ConsumerGroupConfig, ...]
     alarms: AlarmsConfig = AlarmsConfig()
+
+    @property
+    def prefix(self) -> str:
+        """`<stackName>-<stage>`: the stack's name and the start of every physical name."""
+        return f"{self.stack_name}-{self.stage}"
+
+    @property
+    def metrics_namespace(self) -> str:
+        return f"{self.stack_name}/{self.stage}"
 
     def stream(self, name: str) -> StreamConfig:
         return next(stream for stream in self.streams if stream.name == name)
@@ -213,9 +230,16 @@ def _alarms(data: Any) -> AlarmsConfig:
     return AlarmsConfig(emails=tuple(emails), topic_arns=tuple(arns))
 
 
-def load(context: Any) -> PipelineConfig:
-    """Validate the `shardline` context value and return the pipeline configuration."""
+def load(context: Any, stage: str | None = None) -> PipelineConfig:
+    """Validate the `shardline` context value and return the pipeline configuration; `stage` (from
+    `cdk deploy -c stage=...`) overrides the configured one."""
     read = _Reader(context, "shardline")
+    stage = read.str("stage", "dev") if stage is None else stage
+    if not STAGE.match(stage):
+        raise ConfigError(f"shardline.stage: must be 1-16 lowercase letters, digits or '-', got {stage!r}")
+    retain_data = read.data.get("retainData", stage in PRODUCTION_STAGES)
+    if not isinstance(retain_data, bool):
+        raise ConfigError(f"shardline.retainData: must be true or false, got {retain_data!r}")
     streams: dict[str, StreamConfig] = {}
     for index, data in enumerate(read.list("streams")):
         stream = _stream(data, f"shardline.streams[{index}]")
@@ -238,6 +262,8 @@ def load(context: Any) -> PipelineConfig:
     api = _Reader(read.data.get("api", {}), "shardline.api")
     return PipelineConfig(
         stack_name=read.name("stackName") if "stackName" in read.data else "shardline",
+        stage=stage,
+        retain_data=retain_data,
         log_retention_days=read.int("logRetentionDays", 30, low=1, high=3653),
         streams=tuple(streams.values()),
         api=ApiConfig(

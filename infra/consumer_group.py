@@ -11,7 +11,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.config import ConsumerGroupConfig
+from infra.config import ConsumerGroupConfig, PipelineConfig
 from infra.function import python_function
 from infra.layers import Layers
 from infra.stream import Stream
@@ -40,12 +40,12 @@ class ConsumerGroup(Construct):
         stream: Stream,
         layers: Layers,
         key: kms.IKey,
-        log_retention_days: int,
+        pipeline: PipelineConfig,
     ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
-        self.leases = lease_table(self, "Leases")
-        self.sink = sink_table(self, "Sink", config.sink)
+        self.leases = lease_table(self, "Leases", retain=pipeline.retain_data)
+        self.sink = sink_table(self, "Sink", config.sink, retain=pipeline.retain_data)
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
         self.dead_letters = self._queue("DeadLetters", key)
         self.failures = self._queue("MappingFailures", key)
@@ -57,7 +57,7 @@ class ConsumerGroup(Construct):
             layers=layers,
             memory_mb=config.memory_mb,
             timeout_seconds=config.timeout_seconds,
-            log_retention_days=log_retention_days,
+            pipeline=pipeline,
             environment={
                 "POWERTOOLS_SERVICE_NAME": f"shardline-{config.name}",
                 **ConsumerEnvironment(

@@ -7,6 +7,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra.config import PipelineConfig
 from infra.layers import ARCHITECTURE, ROOT, RUNTIME, Layers
 
 _R = logs.RetentionDays
@@ -27,13 +28,13 @@ def python_function(
     environment: dict[str, str],
     memory_mb: int,
     timeout_seconds: int,
-    log_retention_days: int,
+    pipeline: PipelineConfig,
 ) -> lambda_.Function:
     """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        retention=log_retention(log_retention_days),
+        retention=log_retention(pipeline.log_retention_days),
         removal_policy=RemovalPolicy.DESTROY,
     )
     return lambda_.Function(
@@ -48,7 +49,7 @@ def python_function(
         timeout=Duration.seconds(timeout_seconds),
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
-        environment={"POWERTOOLS_METRICS_NAMESPACE": "shardline", **environment},
+        environment={"POWERTOOLS_METRICS_NAMESPACE": pipeline.metrics_namespace, **environment},
     )
 
 

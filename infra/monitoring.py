@@ -17,7 +17,6 @@ from infra.consumer_group import ConsumerGroup
 from infra.producer_api import ProducerApi
 from infra.stream import Stream
 
-NAMESPACE = "shardline"
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 FIVE_MINUTES = Duration.minutes(5)
 
@@ -26,7 +25,7 @@ def _kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
     return cw.Metric(
         namespace="AWS/Kinesis",
         metric_name=metric,
-        dimensions_map={"StreamName": stream.config.name},
+        dimensions_map={"StreamName": stream.name},
         statistic=statistic,
         period=FIVE_MINUTES,
     )
@@ -42,9 +41,9 @@ def _lambda(metric: str, function_name: str, statistic: str = "Sum") -> cw.Metri
     )
 
 
-def _shardline(metric: str, dimensions: dict[str, str], statistic: str = "Sum") -> cw.Metric:
+def _shardline(namespace: str, metric: str, dimensions: dict[str, str], statistic: str = "Sum") -> cw.Metric:
     return cw.Metric(
-        namespace=NAMESPACE,
+        namespace=namespace,
         metric_name=metric,
         dimensions_map=dimensions,
         statistic=statistic,
@@ -66,9 +65,11 @@ class Monitoring(Construct):
         groups: list[ConsumerGroup],
         key: kms.IKey,
         dashboard_name: str,
+        namespace: str,
         alarms: AlarmsConfig,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.namespace = namespace  # the functions' EMF namespace: one per stage
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
         # enforce_ssl writes a topic policy holding only a Deny, which replaces SNS's default one:
         # without this statement CloudWatch may not publish and no alarm reaches anyone.
@@ -165,7 +166,7 @@ class Monitoring(Construct):
             )
             self._alarm(
                 f"{name}LeaseLosses",
-                _shardline("LeaseLosses", dimensions),
+                _shardline(self.namespace, "LeaseLosses", dimensions),
                 0,
                 f"{name}: lease lost (two invocations on one shard)",
             )
@@ -189,7 +190,7 @@ class Monitoring(Construct):
         dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=name)
         graph = cw.GraphWidget
         # The producer function publishes per stream (dimensions service and StreamName).
-        producer = [{"service": "shardline-producer", "StreamName": s.config.name} for s in streams]
+        producer = [{"service": "shardline-producer", "StreamName": s.name} for s in streams]
         dashboard.add_widgets(
             cw.TextWidget(markdown="# shardline", width=24, height=1),
             graph(
@@ -212,17 +213,23 @@ class Monitoring(Construct):
             ),
             graph(
                 title="Producer: user records per Kinesis record",
-                left=[_shardline("UserRecordsPerKinesisRecord", p, "Average") for p in producer],
+                left=[
+                    _shardline(self.namespace, "UserRecordsPerKinesisRecord", p, "Average") for p in producer
+                ],
                 width=8,
             ),
             graph(
                 title="Producer: retries per record",
-                left=[_shardline("RetriesPerRecord", p, "Average") for p in producer],
+                left=[_shardline(self.namespace, "RetriesPerRecord", p, "Average") for p in producer],
                 width=8,
             ),
             graph(
                 title="Producer: errors and expired",
-                left=[_shardline(m, p) for p in producer for m in ("AllErrors", "UserRecordExpired")],
+                left=[
+                    _shardline(self.namespace, m, p)
+                    for p in producer
+                    for m in ("AllErrors", "UserRecordExpired")
+                ],
                 width=8,
             ),
             graph(
@@ -250,7 +257,7 @@ class Monitoring(Construct):
                 graph(
                     title=f"{name}: processed, duplicates skipped, DLQ",
                     left=[
-                        _shardline(m, dimensions)
+                        _shardline(self.namespace, m, dimensions)
                         for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
                     ],
                     width=8,
@@ -258,7 +265,7 @@ class Monitoring(Construct):
                 graph(
                     title=f"{name}: lag",
                     left=[
-                        _shardline("MillisBehindLatest", dimensions, "Maximum"),
+                        _shardline(self.namespace, "MillisBehindLatest", dimensions, "Maximum"),
                         _lambda("IteratorAge", group.function.function_name, "Maximum"),
                     ],
                     width=8,

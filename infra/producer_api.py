@@ -10,7 +10,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.config import ApiConfig
+from infra.config import ApiConfig, PipelineConfig
 from infra.function import log_retention, python_function
 from infra.layers import Layers
 from infra.stream import Stream
@@ -52,7 +52,7 @@ class ProducerApi(Construct):
         config: ApiConfig,
         streams: list[Stream],
         layers: Layers,
-        log_retention_days: int,
+        pipeline: PipelineConfig,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = python_function(
@@ -62,14 +62,14 @@ class ProducerApi(Construct):
             layers=layers,
             memory_mb=512,
             timeout_seconds=29,  # API Gateway's integration limit
-            log_retention_days=log_retention_days,
+            pipeline=pipeline,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
                 **ProducerEnvironment(
                     streams_json=json.dumps(
                         {
                             s.config.name: {
-                                "streamName": s.config.name,
+                                "streamName": s.name,
                                 "maxRecordSize": s.config.max_record_size_kib * 1024,
                             }
                             for s in streams
@@ -94,11 +94,12 @@ class ProducerApi(Construct):
             self,
             "AccessLogs",
             removal_policy=RemovalPolicy.DESTROY,
-            retention=log_retention(log_retention_days),
+            retention=log_retention(pipeline.log_retention_days),
         )
         self.api = apigw.RestApi(
             self,
             "Api",
+            rest_api_name=f"{pipeline.prefix}-producer",
             description="shardline producer: POST /streams/{stream}/records",
             cloud_watch_role=True,
             deploy_options=apigw.StageOptions(
@@ -129,7 +130,7 @@ class ProducerApi(Construct):
             "ExecutionLogs",
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{self.api.deployment_stage.stage_name}",
             removal_policy=RemovalPolicy.DESTROY,
-            retention=log_retention(log_retention_days),
+            retention=log_retention(pipeline.log_retention_days),
         )
         validator = self.api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True

@@ -27,14 +27,19 @@ class PipelineStack(Stack):
         )  # fmt: skip
         self.key.grant_encrypt_decrypt(iam.ServicePrincipal("cloudwatch.amazonaws.com"))
         self.layers = Layers(self, "Layers")
-        self.streams = {s.name: Stream(self, f"Stream-{s.name}", s) for s in config.streams}
+        self.streams = {
+            s.name: Stream(
+                self, f"Stream-{s.name}", s, name=f"{config.prefix}-{s.name}", retain=config.retain_data
+            )
+            for s in config.streams
+        }
         self.api = ProducerApi(
             self,
             "Producer",
             config=config.api,
             streams=list(self.streams.values()),
             layers=self.layers,
-            log_retention_days=config.log_retention_days,
+            pipeline=config,
         )
         self.groups = [
             ConsumerGroup(
@@ -44,7 +49,7 @@ class PipelineStack(Stack):
                 stream=self.streams[group.stream],
                 layers=self.layers,
                 key=self.key,
-                log_retention_days=config.log_retention_days,
+                pipeline=config,
             )
             for group in config.consumer_groups
         ]
@@ -55,6 +60,7 @@ class PipelineStack(Stack):
             api=self.api,
             groups=self.groups,
             key=self.key,
-            dashboard_name=config.stack_name,
+            dashboard_name=config.prefix,
+            namespace=config.metrics_namespace,
             alarms=config.alarms,
         )

@@ -11,11 +11,14 @@ from infra.config import StreamConfig
 
 
 class Stream(Construct):
-    """`stream` (and its customer-managed `key`, or None when AWS manages it)."""
+    """`stream` (and its customer-managed `key`, or None when AWS manages it), named `name`."""
 
-    def __init__(self, scope: Construct, construct_id: str, config: StreamConfig) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, config: StreamConfig, *, name: str, retain: bool
+    ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
+        self.name = name
         self.key: kms.Key | None = None
         if config.encryption == "customer-managed":
             self.key = kms.Key(
@@ -28,7 +31,8 @@ class Stream(Construct):
         self.stream = kinesis.Stream(
             self,
             "Stream",
-            stream_name=config.name,
+            stream_name=name,
+            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
             shard_count=config.shards,
             stream_mode=kinesis.StreamMode.ON_DEMAND
             if config.shards is None

@@ -12,7 +12,9 @@ _SINK_KEYS = {
 }
 
 
-def _table(scope: Construct, construct_id: str, partition, sort=None) -> dynamodb.Table:
+def _table(scope: Construct, construct_id: str, partition, sort=None, *, retain: bool) -> dynamodb.Table:
+    # A stage that keeps its data (prod by default) keeps its tables, and guards them against deletion;
+    # the others go with their stack.
     return dynamodb.Table(
         scope,
         construct_id,
@@ -23,16 +25,17 @@ def _table(scope: Construct, construct_id: str, partition, sort=None) -> dynamod
             point_in_time_recovery_enabled=True
         ),
         encryption=dynamodb.TableEncryption.AWS_MANAGED,
-        removal_policy=RemovalPolicy.RETAIN,
+        removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+        deletion_protection=retain,
     )
 
 
-def lease_table(scope: Construct, construct_id: str) -> dynamodb.Table:
+def lease_table(scope: Construct, construct_id: str, *, retain: bool) -> dynamodb.Table:
     """Hash key `leaseKey`, as the KCL's lease table (shardline.consumer._leases.LeaseTable)."""
-    return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING))
+    return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING), retain=retain)
 
 
-def sink_table(scope: Construct, construct_id: str, sink: str) -> dynamodb.Table:
+def sink_table(scope: Construct, construct_id: str, sink: str, *, retain: bool) -> dynamodb.Table:
     """`events`: one item per user record (pk, sk); `counter`: one item per partition key."""
     partition, sort = _SINK_KEYS[sink]
-    return _table(scope, construct_id, partition, sort)
+    return _table(scope, construct_id, partition, sort, retain=retain)

@@ -48,7 +48,7 @@ def test_the_stream_is_encrypted_with_its_own_key_and_configured_capacity(templa
     template.has_resource_properties(
         "AWS::Kinesis::Stream",
         {
-            "Name": "events",
+            "Name": "shardline-dev-events",
             "ShardCount": 4,
             "RetentionPeriodHours": 24,
             "StreamEncryption": {"EncryptionType": "KMS", "KeyId": Match.any_value()},
@@ -206,7 +206,7 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
         ("AWS/Lambda", "Throttles"): "FunctionName",
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): "QueueName",
         ("AWS/ApiGateway", "5XXError"): "ApiName",
-        ("shardline", "LeaseLosses"): "ConsumerGroup",
+        ("shardline/dev", "LeaseLosses"): "ConsumerGroup",
     }
     for key, dimension in expected.items():
         assert key in by_metric, key
@@ -339,7 +339,7 @@ def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (out / "shardline.template.json").exists()
+    assert (out / "shardline-dev.template.json").exists()
 
 
 def _placeholders(value: object) -> object:
@@ -429,7 +429,7 @@ def test_alarm_destinations_that_are_not_addresses_or_topics_fail_synth(alarms, 
 
 
 def test_the_dashboard_is_named_after_the_stack_not_the_last_consumer_group(template):
-    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "shardline"})
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "shardline-dev"})
 
 
 def test_the_stream_takes_the_configured_maximum_record_size():
@@ -483,3 +483,52 @@ def test_access_and_execution_logs_follow_log_retention_days():
     groups = [g["Properties"] for g in resources(template, "AWS::Logs::LogGroup").values()]
     assert groups and all(g.get("RetentionInDays") == 7 for g in groups), groups
     assert any("API-Gateway-Execution-Logs_" in json.dumps(g.get("LogGroupName")) for g in groups)
+
+
+PHYSICAL_NAMES = {
+    "AWS::Kinesis::Stream": "Name",
+    "AWS::ApiGateway::RestApi": "Name",
+    "AWS::CloudWatch::Dashboard": "DashboardName",
+}
+
+
+def _stage(stage: str) -> tuple[str, Template]:
+    app, stack = build({**default_context(), "stage": stage})
+    app.synth()
+    return stack.stack_name, Template.from_stack(stack)
+
+
+def test_two_stages_synthesize_side_by_side_with_no_shared_physical_name():
+    (dev_stack, dev), (prod_stack, prod) = _stage("dev"), _stage("prod")
+    assert (dev_stack, prod_stack) == ("shardline-dev", "shardline-prod")
+
+    def names(template: Template) -> set[str]:
+        found = {
+            json.dumps(r["Properties"][key])
+            for kind, key in PHYSICAL_NAMES.items()
+            for r in resources(template, kind).values()
+        }
+        functions = resources(template, "AWS::Lambda::Function").values()
+        found |= {
+            f["Properties"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] for f in functions
+        }
+        return found
+
+    assert len(names(dev)) == 4 and not names(dev) & names(prod), (names(dev), names(prod))
+    assert {'"shardline-prod-events"', '"shardline-prod-producer"', "shardline/prod"} < names(prod)
+
+
+def test_prod_keeps_its_data_and_other_stages_go_with_their_stack():
+    _, dev = _stage("dev")
+    _, prod = _stage("prod")
+    for template, kept in ((dev, False), (prod, True)):
+        for table in resources(template, "AWS::DynamoDB::Table").values():
+            assert table["DeletionPolicy"] == ("Retain" if kept else "Delete")
+            assert table["Properties"].get("DeletionProtectionEnabled", False) is kept
+        for stream in resources(template, "AWS::Kinesis::Stream").values():
+            assert stream["DeletionPolicy"] == ("Retain" if kept else "Delete")
+
+
+def test_a_stage_that_is_not_a_short_lowercase_name_fails_synth():
+    with pytest.raises(ConfigError, match=r"shardline\.stage"):
+        load(default_context()["shardline"], stage="Prod_1")

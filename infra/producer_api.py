@@ -101,7 +101,11 @@ class ProducerApi(Construct):
             "Api",
             rest_api_name=f"{pipeline.prefix}-producer",
             description="shardline producer: POST /streams/{stream}/records",
+            endpoint_types=[apigw.EndpointType.REGIONAL],  # service callers: no edge distribution
+            # Execution logs need the account-level API Gateway role. It is one per account and region,
+            # shared by every API there: created here if absent, and kept when a stage is deleted.
             cloud_watch_role=True,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
             deploy_options=apigw.StageOptions(
                 stage_name="v1",
                 throttling_rate_limit=config.throttle_rate,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, Stack
+import re
+
+from aws_cdk import Aws, CfnOutput, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
@@ -25,7 +27,16 @@ class PipelineStack(Stack):
             self, "Key", description="shardline queues and alarms", enable_key_rotation=True,
             removal_policy=RemovalPolicy.RETAIN,
         )  # fmt: skip
-        self.key.grant_encrypt_decrypt(iam.ServicePrincipal("cloudwatch.amazonaws.com"))
+        # CloudWatch encrypts what it publishes to the alarm topic: only for this account's alarms.
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsOfThisAccount",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+            )
+        )
         self.layers = Layers(self, "Layers")
         self.streams = {
             s.name: Stream(
@@ -64,3 +75,39 @@ class PipelineStack(Stack):
             namespace=config.metrics_namespace,
             alarms=config.alarms,
         )
+        # Cost allocation: activate these tags in Billing to see each stage's bill.
+        Tags.of(self).add("project", config.stack_name)
+        Tags.of(self).add("stage", config.stage)
+        self._outputs()
+
+    def _outputs(self) -> None:
+        """What an operator needs after `cdk deploy`: where to call, what to watch, where failures go."""
+        CfnOutput(
+            self,
+            "ApiUrl",
+            value=self.api.api.url_for_path("/streams"),
+            description="POST {url}/{stream}/records",
+        )
+        CfnOutput(
+            self, "AlarmTopic", value=self.monitoring.topic.topic_arn, description="subscribe to be paged"
+        )
+        for name, stream in self.streams.items():
+            CfnOutput(
+                self, f"Stream{_id(name)}", value=stream.stream.stream_name, description=f"stream '{name}'"
+            )
+        for group in self.groups:
+            name = _id(group.config.name)
+            CfnOutput(self, f"{name}LeaseTable", value=group.leases.table_name)
+            CfnOutput(self, f"{name}SinkTable", value=group.sink.table_name)
+            CfnOutput(
+                self,
+                f"{name}DeadLetters",
+                value=group.dead_letters.queue_url,
+                description="whole poison records",
+            )
+            CfnOutput(self, f"{name}MappingFailures", value=group.failures.queue_url)
+
+
+def _id(name: str) -> str:
+    """A name as a CloudFormation logical id part (letters and digits only)."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))

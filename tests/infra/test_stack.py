@@ -532,3 +532,40 @@ def test_prod_keeps_its_data_and_other_stages_go_with_their_stack():
 def test_a_stage_that_is_not_a_short_lowercase_name_fails_synth():
     with pytest.raises(ConfigError, match=r"shardline\.stage"):
         load(default_context()["shardline"], stage="Prod_1")
+
+
+def test_the_api_is_regional_and_keeps_the_account_wide_logging_role(template):
+    template.has_resource_properties(
+        "AWS::ApiGateway::RestApi", {"EndpointConfiguration": {"Types": ["REGIONAL"]}}
+    )
+    template.has_resource("AWS::ApiGateway::Account", {"DeletionPolicy": "Retain"})
+
+
+def test_cloudwatch_may_use_the_key_only_for_this_accounts_alarms(template):
+    statements = [
+        statement
+        for key in resources(template, "AWS::KMS::Key").values()
+        for statement in key["Properties"]["KeyPolicy"]["Statement"]
+        if statement.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert statements and all(
+        s["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+        for s in statements
+    )
+
+
+def test_every_resource_carries_the_cost_allocation_tags_of_its_stage(template):
+    tagged = [r for r in resources(template, "AWS::Kinesis::Stream").values()] + list(
+        resources(template, "AWS::DynamoDB::Table").values()
+    )
+    for resource in tagged:
+        tags = {t["Key"]: t["Value"] for t in resource["Properties"]["Tags"]}
+        assert tags["project"] == "shardline" and tags["stage"] == "dev"
+
+
+def test_outputs_name_the_api_url_streams_tables_queues_and_the_alarm_topic(template):
+    outputs = template.to_json()["Outputs"]
+    assert {"ApiUrl", "AlarmTopic", "StreamEvents"} <= set(outputs)
+    for group in ("EventSink", "KeyCounter"):
+        for what in ("LeaseTable", "SinkTable", "DeadLetters", "MappingFailures"):
+            assert f"{group}{what}" in outputs, f"{group}{what}"

@@ -44,6 +44,7 @@ class ConsumerGroup(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
+        self.stream = stream
         self.leases = lease_table(self, "Leases", retain=pipeline.retain_data)
         self.sink = sink_table(self, "Sink", config.sink, retain=pipeline.retain_data)
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.

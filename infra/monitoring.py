@@ -19,6 +19,9 @@ from infra.stream import Stream
 
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 FIVE_MINUTES = Duration.minutes(5)
+EVALUATION_PERIODS = 3
+DATAPOINTS_TO_ALARM = 2
+API_LATENCY_P99_MS = 20_000
 
 
 def _kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
@@ -92,6 +95,8 @@ class Monitoring(Construct):
             for index, arn in enumerate(alarms.topic_arns)
         ]
         self.alarms: list[cw.Alarm] = []
+        # Alarms only on what loses or delays data, each over several periods and with its runbook
+        # line. Throttling that shardline retries anyway is on the dashboard, not a page.
         for stream in streams:
             name = stream.config.name
             half_retention_ms = stream.config.retention_hours * 3600 * 1000 / 2
@@ -99,54 +104,79 @@ class Monitoring(Construct):
                 f"{name}IteratorAge",
                 _kinesis("GetRecords.IteratorAgeMilliseconds", stream, "Maximum"),
                 half_retention_ms,
-                f"{name}: consumers are half a retention period behind",
+                f"{name}: the slowest reader is half a retention period behind; records start to be trimmed "
+                "unread at the full period. Runbook: find the lagging group on the dashboard (lag widgets), "
+                "check its function errors and duration; add shards or raise the retention.",
             )
+            producer = {"service": "shardline-producer", "StreamName": stream.name}
             self._alarm(
-                f"{name}ReadThrottled",
-                _kinesis("ReadProvisionedThroughputExceeded", stream),
+                f"{name}ProducerExpired",
+                _shardline(self.namespace, "UserRecordExpired", producer),
                 0,
-                f"{name}: reads throttled",
+                f"{name}: records failed as Expired (TTL or deadline) and were answered as failed to their "
+                "callers. Runbook: the stream is saturated (dashboard: throttled, PutRecords) or the "
+                "function's time is short; add shards, or check callers retry the failed entries.",
             )
-            self._alarm(
-                f"{name}WriteThrottled",
-                _kinesis("WriteProvisionedThroughputExceeded", stream),
-                0,
-                f"{name}: writes throttled",
-            )
-            self._alarm(
-                f"{name}PutRecordsFailed",
-                _kinesis("PutRecords.FailedRecords", stream),
-                0,
-                f"{name}: PutRecords records failed",
-            )
-            self._alarm(
-                f"{name}PutRecordsThrottled",
-                _kinesis("PutRecords.ThrottledRecords", stream),
-                0,
-                f"{name}: PutRecords records throttled",
-            )
-        api_dimensions = {"ApiName": api.api.rest_api_name, "Stage": api.api.deployment_stage.stage_name}
-        api_5xx = cw.Metric(
-            namespace="AWS/ApiGateway",
-            metric_name="5XXError",
-            dimensions_map=api_dimensions,
-            statistic="Average",
-            period=FIVE_MINUTES,
+        self._alarm(
+            "ProducerErrors",
+            _lambda("Errors", api.function.function_name),
+            0,
+            "producer function errors: requests answered 5XX. Runbook: the 'Recent errors' widget and the "
+            "function's logs (Powertools, correlation id = API request id).",
         )
-        self._alarm("Api5xxRate", api_5xx, 0.01, "producer API: more than 1% of requests answered 5XX")
+        api_dimensions = {"ApiName": api.api.rest_api_name, "Stage": api.api.deployment_stage.stage_name}
+        self._alarm(
+            "Api5xxRate",
+            cw.Metric(
+                namespace="AWS/ApiGateway",
+                metric_name="5XXError",
+                dimensions_map=api_dimensions,
+                statistic="Average",
+                period=FIVE_MINUTES,
+            ),
+            0.01,
+            "producer API: more than 1% of requests answered 5XX, so their records were not written. "
+            "Runbook: ProducerErrors and the function's logs; a 503 means every record was throttled.",
+        )
+        self._alarm(
+            "ApiLatencyP99",
+            cw.Metric(
+                namespace="AWS/ApiGateway",
+                metric_name="Latency",
+                dimensions_map=api_dimensions,
+                statistic="p99",
+                period=FIVE_MINUTES,
+            ),
+            API_LATENCY_P99_MS,
+            "producer API: p99 latency above 20 s, near API Gateway's 29 s limit. Runbook: the stream is "
+            "throttling (dashboard) or Kinesis is slow; add shards or lower maxRecordsPerRequest.",
+        )
         for group in groups:
             name = group.config.name
             function_name = group.function.function_name
             dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+            retention_ms = group.stream.config.retention_hours * 3600 * 1000
             self._alarm(
                 f"{name}IteratorAge",
                 _lambda("IteratorAge", function_name, "Maximum"),
-                60_000 * 10,
-                f"{name}: more than 10 minutes behind",
+                retention_ms / 2,
+                f"{name}: half a retention period behind; at the full period records are trimmed before "
+                "this group reads them. Runbook: function errors and duration on the dashboard; a poison "
+                "record is dead-lettered after maxAttempts, a slow sink needs capacity.",
             )
-            self._alarm(f"{name}Errors", _lambda("Errors", function_name), 0, f"{name}: function errors")
             self._alarm(
-                f"{name}Throttles", _lambda("Throttles", function_name), 0, f"{name}: function throttled"
+                f"{name}Errors",
+                _lambda("Errors", function_name),
+                0,
+                f"{name}: invocations failed as a whole (timeouts, crashes): their batches are retried and "
+                "the shard waits. Runbook: 'Recent errors'; CrashesDetected in the group's metrics.",
+            )
+            self._alarm(
+                f"{name}RecordsFailed",
+                _shardline(self.namespace, "RecordsFailed", dimensions),
+                0,
+                f"{name}: the handler failed on records (each is retried, then dead-lettered). Runbook: "
+                "the function's logs name the record; a fix followed by a DLQ redrive restores them.",
             )
             self._alarm(
                 f"{name}DeadLetters",
@@ -154,7 +184,8 @@ class Monitoring(Construct):
                     period=FIVE_MINUTES, statistic="Maximum"
                 ),
                 0,
-                f"{name}: poison records in the DLQ",
+                f"{name}: poison records wait whole in the DLQ (large ones point at the dead-letter bucket). "
+                "Runbook: read one, fix the handler, send them back through the producer API.",
             )
             self._alarm(
                 f"{name}MappingFailures",
@@ -162,13 +193,15 @@ class Monitoring(Construct):
                     period=FIVE_MINUTES, statistic="Maximum"
                 ),
                 0,
-                f"{name}: batches the mapping gave up on",
+                f"{name}: the event-source mapping gave up on batches (record age): the queue holds their "
+                "shard and sequence ranges only. Runbook: re-read those ranges from the stream if retained.",
             )
             self._alarm(
                 f"{name}LeaseLosses",
                 _shardline(self.namespace, "LeaseLosses", dimensions),
                 0,
-                f"{name}: lease lost (two invocations on one shard)",
+                f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
+                "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
             )
         self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
 
@@ -177,7 +210,9 @@ class Monitoring(Construct):
             self,
             construct_id,
             threshold=threshold,
-            evaluation_periods=1,
+            # Two bad periods of three: one burst shardline absorbs by retrying pages nobody.
+            evaluation_periods=EVALUATION_PERIODS,
+            datapoints_to_alarm=DATAPOINTS_TO_ALARM,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             alarm_description=description,
@@ -245,6 +280,8 @@ class Monitoring(Construct):
                     for m in (
                         _kinesis("WriteProvisionedThroughputExceeded", s),
                         _kinesis("ReadProvisionedThroughputExceeded", s),
+                        _kinesis("PutRecords.ThrottledRecords", s),
+                        _kinesis("PutRecords.FailedRecords", s),
                     )
                 ],
                 width=12,

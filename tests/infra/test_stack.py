@@ -197,15 +197,13 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
     }
     expected = {
         ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds"): "StreamName",
-        ("AWS/Kinesis", "ReadProvisionedThroughputExceeded"): "StreamName",
-        ("AWS/Kinesis", "WriteProvisionedThroughputExceeded"): "StreamName",
-        ("AWS/Kinesis", "PutRecords.FailedRecords"): "StreamName",
-        ("AWS/Kinesis", "PutRecords.ThrottledRecords"): "StreamName",
+        ("shardline/dev", "UserRecordExpired"): "StreamName",
         ("AWS/Lambda", "IteratorAge"): "FunctionName",
         ("AWS/Lambda", "Errors"): "FunctionName",
-        ("AWS/Lambda", "Throttles"): "FunctionName",
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): "QueueName",
         ("AWS/ApiGateway", "5XXError"): "ApiName",
+        ("AWS/ApiGateway", "Latency"): "ApiName",
+        ("shardline/dev", "RecordsFailed"): "ConsumerGroup",
         ("shardline/dev", "LeaseLosses"): "ConsumerGroup",
     }
     for key, dimension in expected.items():
@@ -217,6 +215,26 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
     assert len(topics) == 1 and "KmsMasterKeyId" in next(iter(topics.values()))["Properties"]
     topic = next(iter(topics))
     assert all(json.dumps(a["Properties"]["AlarmActions"]) == json.dumps([{"Ref": topic}]) for a in alarms)
+
+
+def test_alarms_page_on_loss_and_delay_only_over_several_periods_with_a_runbook(template):
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    metrics = {a["MetricName"] for a in alarms}
+    retried_anyway = {
+        "WriteProvisionedThroughputExceeded",
+        "ReadProvisionedThroughputExceeded",
+        "PutRecords.FailedRecords",
+        "PutRecords.ThrottledRecords",
+        "Throttles",
+    }
+    assert not metrics & retried_anyway, "throttling shardline retries is a dashboard widget, not a page"
+    for alarm in alarms:
+        assert alarm["EvaluationPeriods"] == 3 and alarm["DatapointsToAlarm"] == 2, alarm["MetricName"]
+        assert "Runbook:" in alarm["AlarmDescription"], alarm["MetricName"]
+    consumer_age = [a for a in alarms if a["MetricName"] == "IteratorAge"]
+    assert consumer_age and all(a["Threshold"] == 24 * 3600 * 1000 / 2 for a in consumer_age)
+    latency = next(a for a in alarms if a["MetricName"] == "Latency")
+    assert latency["ExtendedStatistic"] == "p99"
 
 
 def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(template):

@@ -17,7 +17,7 @@ help:
 	@echo "make bench   run the benchmarks (python -m bench)"
 	@echo "make local   run the whole pipeline on loopback (not in this release yet: prints what it will do)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
-	@echo "make deploy  deploy the CDK app to the account of your AWS credentials"
+	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage)"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
 
 setup: $(VENV)/.stamp node_modules/.stamp
@@ -53,7 +53,7 @@ synth: setup
 	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
 
 deploy: setup
-	node_modules/.bin/cdk deploy --no-notices
+	node_modules/.bin/cdk deploy --no-notices $(if $(STAGE),-c stage=$(STAGE))
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache .hypothesis

@@ -1,34 +1,75 @@
-"""cdk-nag acknowledgements: each finding we accept, with the reason, in code."""
+"""cdk-nag acknowledgements: each finding we accept, on the resources it concerns, with the reason.
+
+Nothing is acknowledged stack-wide: every acknowledgement is attached to the construct whose
+resources raise the finding, so the same rule on a resource added later is reported again.
+(Acknowledgements that belong to one construct's own choices live beside it: the dead-letter
+bucket's in `consumer_group.py`, api-key auth's in `producer_api.py`.)
+"""
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Validations
+from typing import TYPE_CHECKING
+
+from aws_cdk import Acknowledgment, Validations
+from constructs import IConstruct
+
+if TYPE_CHECKING:
+    from infra.stack import PipelineStack
 
 _MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
 
-ACKNOWLEDGED = {
-    _MANAGED.format("AWSLambdaBasicExecutionRole"): "AWS's minimal managed policy for a function's own logs.",
-    _MANAGED.format("AmazonAPIGatewayPushToCloudWatchLogs"): "AWS's managed policy for API Gateway's "
-    "account-level logging role, which execution and access logs need.",
-    "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "Only X-Ray's PutTraceSegments/PutTelemetryRecords, "
-    "which support no resource-level permissions (tracing is on for every function).",
-    "AwsSolutions::AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": "CDK's grant on our own "
-    "customer-managed key (one key resource), to send to encrypted queues and write encrypted streams.",
-    "AwsSolutions::AwsSolutions-IAM5[Action::kms:ReEncrypt*]": "CDK's grant on our own customer-managed key "
-    "(one key resource), paired with GenerateDataKey for encrypted queues.",
+#: Every function: its role, policy and runtime.
+FUNCTION = {
+    _MANAGED.format("AWSLambdaBasicExecutionRole"): "AWS's minimal managed policy for a function's own "
+    "log group (CreateLogStream/PutLogEvents).",
+    "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray's PutTraceSegments/PutTelemetryRecords, which "
+    "support no resource-level permissions (tracing is on for every function).",
     "AwsSolutions::AwsSolutions-L1": "python3.13, one below the newest (3.14, for which Powertools also "
     "publishes layers): a runtime move changes the layer's SSM parameter and the Python the library runs "
     "on, so it is made on purpose (infra/layers.py RUNTIME), never by a synth.",
-    "AwsSolutions::AwsSolutions-COG4": "The API uses IAM (SigV4) authorization, or API keys when configured: "
-    "callers are services, not Cognito users.",
-    "AwsSolutions::AwsSolutions-KDS3": "Streams use a customer-managed KMS key with rotation, stronger than "
-    "the aws/kinesis key this rule asks for.",
+}
+#: Consumer functions send to queues encrypted with the stack's key.
+CONSUMER_FUNCTION = {
+    "AwsSolutions::AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": "CDK's grant for sending to the "
+    "group's KMS-encrypted queues: GenerateDataKey* on the one customer-managed key of the stack.",
+    "AwsSolutions::AwsSolutions-IAM5[Action::kms:ReEncrypt*]": "CDK's grant for sending to the group's "
+    "KMS-encrypted queues: ReEncrypt* on the one customer-managed key of the stack.",
+}
+#: The REST API, its stage, methods and the account-level logging role it creates.
+API = {
+    _MANAGED.format("AmazonAPIGatewayPushToCloudWatchLogs"): "AWS's managed policy for API Gateway's "
+    "account-level logging role, which the stage's execution logs need.",
+    "AwsSolutions::AwsSolutions-COG4": "Callers are services, authorized by IAM (SigV4) — or by API "
+    "keys when configured — not Cognito users.",
     "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; the API requires IAM "
     "authorization and has stage throttling.",
-    "AwsSolutions::AwsSolutions-SQS3": "These queues are dead-letter queues themselves.",
+}
+#: A stream encrypted with a key of ours.
+CUSTOMER_KEY_STREAM = {
+    "AwsSolutions::AwsSolutions-KDS3": "The stream uses a customer-managed KMS key with rotation, which "
+    "this rule (asking for the aws/kinesis key) does not recognise.",
+}
+#: shardline's DLQ and the mapping's on-failure queue.
+DEAD_LETTER_QUEUE = {
+    "AwsSolutions::AwsSolutions-SQS3": "This queue is a dead-letter queue itself (poison records, or the "
+    "mapping's on-failure messages).",
 }
 
 
-def acknowledge(stack: Stack) -> None:
-    for rule, reason in ACKNOWLEDGED.items():
-        Validations.of(stack).acknowledge(Acknowledgment(id=rule, reason=reason))
+def acknowledge(stack: PipelineStack) -> None:
+    """Attach each acknowledgement to the constructs whose resources it is about."""
+    for function in [stack.api.function] + [group.function for group in stack.groups]:
+        _acknowledge(function, FUNCTION)
+    for group in stack.groups:
+        _acknowledge(group.function, CONSUMER_FUNCTION)
+        _acknowledge(group.dead_letters, DEAD_LETTER_QUEUE)
+        _acknowledge(group.failures, DEAD_LETTER_QUEUE)
+    _acknowledge(stack.api.api, API)
+    for stream in stack.streams.values():
+        if stream.key is not None:
+            _acknowledge(stream, CUSTOMER_KEY_STREAM)
+
+
+def _acknowledge(construct: IConstruct, rules: dict[str, str]) -> None:
+    for rule, reason in rules.items():
+        Validations.of(construct).acknowledge(Acknowledgment(id=rule, reason=reason))

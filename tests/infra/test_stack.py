@@ -587,3 +587,14 @@ def test_outputs_name_the_api_url_streams_tables_queues_and_the_alarm_topic(temp
     for group in ("EventSink", "KeyCounter"):
         for what in ("LeaseTable", "SinkTable", "DeadLetters", "MappingFailures"):
             assert f"{group}{what}" in outputs, f"{group}{what}"
+
+
+def test_acknowledgements_are_scoped_to_their_resources_not_the_stack():
+    from aws_cdk import aws_sqs as sqs
+
+    app, stack = build(default_context())
+    # A queue of the same kind as the acknowledged DLQs, but not one of them: SQS3 must be reported.
+    sqs.Queue(stack, "NewQueue", encryption=sqs.QueueEncryption.KMS_MANAGED, enforce_ssl=True)
+    with pytest.raises(Exception, match=r"AwsSolutions-SQS3") as failure:
+        app.synth()
+    assert "NewQueue" in str(failure.value)

@@ -255,15 +255,25 @@ def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(t
         assert title in body, title
 
 
-def test_cfn_lint_finds_no_errors(synthesized):
+#: cfn-lint warnings the template keeps, each with why it is harmless.
+EXPLAINED_WARNINGS = {
+    "W3005": "CDK adds DependsOn on a function's role (and its policy) that a GetAtt already implies: "
+    "redundant, and it makes CloudFormation attach the policy before the function is created",
+}
+
+
+def test_cfn_lint_finds_no_errors_and_only_explained_warnings(synthesized):
     _, template_file = synthesized
     result = subprocess.run(
-        [sys.executable, "-m", "cfnlint", "--format", "parseable", str(template_file)],
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template_file)],
         capture_output=True,
         text=True,
     )
-    errors = [line for line in result.stdout.splitlines() if ":E" in line]
-    assert errors == [], result.stdout
+    # Exit status: a bit mask, 2 errors, 4 warnings, 8 informational; anything on stderr is a crash.
+    assert result.stderr == "" and not result.returncode & 2, result.stdout + result.stderr
+    findings = [line.split(":")[5] for line in result.stdout.splitlines()]
+    unexplained = {code for code in findings if code not in EXPLAINED_WARNINGS}
+    assert not unexplained, result.stdout
 
 
 def test_parallelization_above_one_is_rejected_at_synth():

@@ -608,3 +608,28 @@ def test_acknowledgements_are_scoped_to_their_resources_not_the_stack():
     with pytest.raises(Exception, match=r"AwsSolutions-SQS3") as failure:
         app.synth()
     assert "NewQueue" in str(failure.value)
+
+
+#: Recommended feature flags cdk.json leaves unset, and why.
+UNSET_FLAGS = {
+    "@aws-cdk/core:defaultCrossStackReferences": "one stack: no cross-stack references to shape",
+    "@aws-cdk/core:target-partitions": "a list, not a switch; the template spells no partition",
+}
+
+
+def test_cdk_json_sets_every_recommended_feature_flag():
+    env = {
+        **os.environ,
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    result = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "flags", "--unstable=flags"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    unset = {line.split()[1] for line in (result.stdout + result.stderr).splitlines() if "<unset>" in line}
+    assert result.returncode == 0 and unset == set(UNSET_FLAGS), result.stdout + result.stderr

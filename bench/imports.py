@@ -13,6 +13,11 @@ Two ways the library can be loaded:
   Lambda's /opt is read-only, so nothing is ever cached there).
 Both run from private copies of the package in a temporary folder, so the source tree gets no
 `__pycache__` and a stray one there cannot skew the result. Peers load from site-packages (cached).
+
+The deployed layer is also timed as Lambda loads it: the folder `infra.layers.build_layer` makes
+(unchecked-hash `.pyc` for the runtime's Python), imported by an interpreter of that version, with
+and without its bytecode. boto3 and botocore come from this environment's site-packages (pure
+Python, as the runtime's own copies are). Skipped when no interpreter of that version is found.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +58,8 @@ class Case:
 
     name: str
     statement: str  # the import statement timed after boto3
-    library_path: Path | None  # prepended to PYTHONPATH; None: site-packages only
+    library_path: Path | str | None  # prepended to PYTHONPATH; None: site-packages only
+    python: str = sys.executable
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,7 @@ def _child_env(library_path: Path | None) -> dict[str, str]:
 
 def _run_child(case: Case) -> tuple[float, float]:
     completed = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(statement=case.statement)],
+        [case.python, "-c", _CHILD.format(statement=case.statement)],
         env=_child_env(case.library_path),
         capture_output=True,
         text=True,
@@ -149,6 +156,33 @@ def importtime_breakdown(
     return entries[:top]
 
 
+def _deployed_layer_cases(tmp: Path) -> list[Case]:
+    """The layer as deployed (and the same without its bytecode), for the runtime's interpreter."""
+    from infra.layers import RUNTIME, build_layer, runtime_python
+
+    python = runtime_python()
+    if python is None:
+        return []
+    folder, _ = build_layer()
+    bare = tmp / "layer-without-pyc"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    site = sysconfig.get_paths()["purelib"]
+    return [
+        Case(
+            f"deployed layer ({RUNTIME.name}, .pyc)",
+            SHARDLINE_PRODUCER,
+            f"{folder / 'python'}:{site}",
+            python,
+        ),
+        Case(
+            f"deployed layer ({RUNTIME.name}, no .pyc)",
+            SHARDLINE_PRODUCER,
+            f"{bare / 'python'}:{site}",
+            python,
+        ),
+    ]
+
+
 def measure(runs: int) -> tuple[list[Row], dict[str, Any]]:
     """Import cost rows: shardline with and without bytecode against the 20 ms target, peers for context."""
     with tempfile.TemporaryDirectory(prefix="shardline-bench-") as tmp:
@@ -159,7 +193,8 @@ def measure(runs: int) -> tuple[list[Row], dict[str, Any]]:
             Case("aiokpl", "import aiokpl.producer", None),
             Case("aws-kinesis-agg", "import aws_kinesis_agg.aggregator, aws_kinesis_agg.deaggregator", None),
         ]
-        timings = measure_cases(cases, runs)
+        deployed = _deployed_layer_cases(Path(tmp))
+        timings = measure_cases(cases + deployed, runs)
         breakdown = importtime_breakdown(cached)
     shardline_cached = timings["shardline (cached .pyc)"].library_ms
     shardline_source = timings["shardline (source, no .pyc)"].library_ms
@@ -186,6 +221,16 @@ def measure(runs: int) -> tuple[list[Row], dict[str, Any]]:
             timings["aws-kinesis-agg"].library_ms,
         ),
     ]
+    for case in deployed:
+        with_pyc = ".pyc)" in case.name and "no .pyc" not in case.name
+        rows.append(
+            Row(
+                f"Import beyond boto3, {case.name}",
+                "ms",
+                timings[case.name].library_ms,
+                target=SOURCE_TARGET if with_pyc else None,
+            )
+        )
     details = {
         "runs": runs,
         "timings_ms": {

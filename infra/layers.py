@@ -1,5 +1,12 @@
 """The Lambda layers: shardline's own (a plain folder, no Docker) and the public Powertools one.
 
+shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
+without `.pyc` files compiles every module on every cold start. The layer folder is copied to
+build/layer and compiled there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`,
+`python3.12` on the PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses
+without comparing timestamps that the zip does not keep. Without such an interpreter the layer
+ships sources only, and synth says so.
+
 The Powertools layer is the version the tests ran against: its version is read from the pin in
 requirements-dev.txt, and its ARN from the SSM parameter AWS publishes for that version, runtime
 and architecture (`/aws/service/powertools/python/<arch>/<runtime>/<version>`), resolved by
@@ -8,17 +15,65 @@ CloudFormation at deploy time — synth stays offline and no region or partition
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+from aws_cdk import Annotations
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-RUNTIME = lambda_.Runtime.PYTHON_3_13
+RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 ROOT = Path(__file__).resolve().parent.parent
 PINS = ROOT / "requirements-dev.txt"
+LAYER_SOURCE = ROOT / "layers" / "shardline"
+LAYER_BUILD = ROOT / "build" / "layer"
+
+
+def runtime_python() -> str | None:
+    """An interpreter of the runtime's Python version on this machine, or None."""
+    version = RUNTIME.name.removeprefix("python")
+    candidates = [os.environ.get("SHARDLINE_LAYER_PYTHON"), shutil.which(f"python{version}")]
+    candidates += sorted(str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for candidate in filter(None, candidates):
+        try:
+            found = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if found == version:
+            return candidate
+    return None
+
+
+def build_layer() -> tuple[Path, bool]:
+    """The layer folder to upload, compiled for the runtime if possible; and whether it was."""
+    shutil.rmtree(LAYER_BUILD, ignore_errors=True)
+    shutil.copytree(LAYER_SOURCE, LAYER_BUILD, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    python = runtime_python()
+    if python is None:
+        return LAYER_BUILD, False
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "compileall",
+            "-q",
+            "--invalidation-mode",
+            "unchecked-hash",
+            str(LAYER_BUILD / "python"),
+        ],
+        check=True,
+    )
+    return LAYER_BUILD, True
 
 
 def pinned_powertools_version(pins: Path = PINS) -> str:
@@ -41,10 +96,17 @@ class Layers(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
+        folder, compiled = build_layer()
+        if not compiled:
+            Annotations.of(self).add_warning_v2(
+                "shardline:layer-without-bytecode",
+                f"no {RUNTIME.name} interpreter found (set SHARDLINE_LAYER_PYTHON): the layer ships sources "
+                "only and compiles them on every cold start",
+            )
         self.shardline = lambda_.LayerVersion(
             self,
             "Shardline",
-            code=lambda_.Code.from_asset(str(ROOT / "layers" / "shardline"), exclude=["**/__pycache__"]),
+            code=lambda_.Code.from_asset(str(folder)),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description="shardline: KPL aggregation, producer and consumer groups",

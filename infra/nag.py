@@ -24,9 +24,10 @@ FUNCTION = {
     "log group (CreateLogStream/PutLogEvents).",
     "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray's PutTraceSegments/PutTelemetryRecords, which "
     "support no resource-level permissions (tracing is on for every function).",
-    "AwsSolutions::AwsSolutions-L1": "python3.13, one below the newest (3.14, for which Powertools also "
-    "publishes layers): a runtime move changes the layer's SSM parameter and the Python the library runs "
-    "on, so it is made on purpose (infra/layers.py RUNTIME), never by a synth.",
+    "AwsSolutions::AwsSolutions-L1": "python3.12, not the newest (3.14): it is the newest Python the "
+    "build compiles the layer's bytecode for (a layer without .pyc compiles the library on every cold "
+    "start from read-only /opt). Move RUNTIME in infra/layers.py with an interpreter of the new version "
+    "at hand; the Powertools layer follows it through its SSM parameter.",
 }
 #: Consumer functions send to queues encrypted with the stack's key.
 CONSUMER_FUNCTION = {

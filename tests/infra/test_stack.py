@@ -69,12 +69,12 @@ def test_each_group_has_a_kcl_lease_table_and_a_sink_pay_per_request_with_pitr(t
     assert keys == [("leaseKey",), ("leaseKey",), ("partitionKey",), ("pk", "sk")]
 
 
-def test_functions_are_arm64_python313_traced_with_both_layers_and_explicit_logs(template):
+def test_functions_are_arm64_python312_traced_with_both_layers_and_explicit_logs(template):
     functions = resources(template, "AWS::Lambda::Function")
     assert len(functions) == 3
     for function in functions.values():
         props = function["Properties"]
-        assert props["Runtime"] == "python3.13" and props["Architectures"] == ["arm64"]
+        assert props["Runtime"] == "python3.12" and props["Architectures"] == ["arm64"]
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert len(props["Layers"]) == 2
         assert "LogGroup" in props["LoggingConfig"]
@@ -493,7 +493,7 @@ def test_the_deployed_powertools_layer_is_the_version_the_tests_ran(template):
     from importlib.metadata import version
 
     parameters = template.to_json()["Parameters"]
-    wanted = f"/aws/service/powertools/python/arm64/python3.13/{version('aws-lambda-powertools')}"
+    wanted = f"/aws/service/powertools/python/arm64/python3.12/{version('aws-lambda-powertools')}"
     ssm = [p for p in parameters.values() if p["Type"] == "AWS::SSM::Parameter::Value<String>"]
     assert [p["Default"] for p in ssm if "powertools" in p["Default"]] == [wanted]
     assert "arn:aws:" not in json.dumps(template.to_json()), "no partition spelled in the template"
@@ -633,3 +633,29 @@ def test_cdk_json_sets_every_recommended_feature_flag():
     )
     unset = {line.split()[1] for line in (result.stdout + result.stderr).splitlines() if "<unset>" in line}
     assert result.returncode == 0 and unset == set(UNSET_FLAGS), result.stdout + result.stderr
+
+
+def test_the_layer_ships_unchecked_hash_bytecode_for_the_runtimes_python(synthesized):
+    from infra.layers import RUNTIME, runtime_python
+
+    if runtime_python() is None:
+        pytest.skip(f"no {RUNTIME.name} interpreter here: the layer ships sources (synth warns)")
+    template_file = synthesized[1]
+    layer = next(
+        r
+        for r in json.loads(template_file.read_text())["Resources"].values()
+        if r["Type"] == "AWS::Lambda::LayerVersion"
+    )
+    asset_hash = layer["Properties"]["Content"]["S3Key"].removesuffix(".zip")
+    assets = json.loads(
+        template_file.with_name(template_file.name.replace(".template.", ".assets.")).read_text()
+    )
+    folder = template_file.parent / assets["files"][asset_hash]["source"]["path"]
+    sources = sorted((folder / "python" / "shardline").rglob("*.py"))
+    tag = f"cpython-{RUNTIME.name.removeprefix('python').replace('.', '')}"
+    for source in sources:
+        compiled = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        assert compiled.exists(), compiled
+        flags = int.from_bytes(compiled.read_bytes()[4:8], "little")
+        assert flags == 0b01, f"{compiled.name}: hash-based and unchecked, as a read-only /opt needs"
+    assert len(sources) > 40

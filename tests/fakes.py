@@ -1,4 +1,4 @@
-"""In-process fakes shared by the unit tests: a clock, and ListShards over a list of shards."""
+"""In-process fakes shared by the tests: clocks, and ListShards over a list of shards."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class FakeClock:
+    """A clock that moves only when slept on: pass it as a producer's `clock` and `sleep`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def shard(shard_id: str, start: int, end: int, closed: bool = False) -> dict:

@@ -18,6 +18,7 @@ from local.faults import ShardLimitedKinesis, client_error
 from shardline.errors import EXPIRED, MALFORMED_RESPONSE, BufferFull
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import Producer, ProducerConfig
+from tests.fakes import FakeClock
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,
@@ -70,17 +71,6 @@ class RequestLog(Wrapped):
                 self.running -= 1
                 ended = self.clock.now if self.clock else time.monotonic()
                 self.requests.append((started, ended, len(kwargs["Records"])))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

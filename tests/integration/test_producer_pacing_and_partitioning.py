@@ -12,6 +12,7 @@ import pytest
 
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import ByExplicitHashKey, Producer, ProducerConfig, RandomShard, RoundRobin
+from tests.fakes import FakeClock
 from tests.integration.helpers import (
     create_stream,
     kinesis_client,
@@ -19,17 +20,6 @@ from tests.integration.helpers import (
     shard_ranges,
     unique_stream_name,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class SendLog:

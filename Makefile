@@ -8,14 +8,16 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint bench local synth deploy clean
+.PHONY: help setup test lint bench local status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
 	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
 	@echo "make lint    ruff and mypy only"
 	@echo "make bench   run the benchmarks (python -m bench)"
-	@echo "make local   run the whole pipeline on loopback (not in this release yet: prints what it will do)"
+	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
+	@echo "make status  what the running app holds: shards, consumer groups, DLQs, functions"
+	@echo "make send    POST records to the local API and check every consumer group (SEND_ARGS=--count 20000)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
 	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage)"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
@@ -43,11 +45,21 @@ lint: $(VENV)/.stamp
 bench: setup
 	$(PY) -m bench
 
-local:
-	@echo "make local: the local runtime is not in this release yet. It will run the whole pipeline on" >&2
-	@echo "this machine (REST API on 127.0.0.1:3000, an AWS endpoint on 127.0.0.1:4566, the consumer" >&2
-	@echo "groups and the dashboard) from the synthesized CDK app. Until then: make test, make synth." >&2
-	@exit 1
+# The synthesized app is rebuilt only when a source it is made of changed.
+APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
+
+cdk.out/manifest.json: $(APP_SOURCES) | setup
+	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
+	touch $@
+
+local: setup cdk.out/manifest.json
+	$(PY) -m local up $(LOCAL_ARGS)
+
+status: $(VENV)/.stamp
+	$(PY) -m local status
+
+send: $(VENV)/.stamp
+	$(PY) -m local send $(SEND_ARGS)
 
 synth: setup
 	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
@@ -56,5 +68,5 @@ deploy: setup
 	node_modules/.bin/cdk deploy --no-notices $(if $(STAGE),-c stage=$(STAGE))
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules cdk.out .local .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -268,10 +268,29 @@ class _Reader:
         )
 
     def asset_dir(self, logical_id: str) -> Path:
+        """The folder a function's or layer's code was packaged from: the asset's metadata (cdk
+        CLI), else the asset manifest entry of its S3 key (an in-process synth)."""
         asset = self.resources[logical_id].get("Metadata", {}).get("aws:asset:path")
         if asset is None:
-            raise TemplateError(f"{logical_id}: no aws:asset:path metadata (only asset code runs locally)")
+            properties = self.resources[logical_id]["Properties"]
+            key = (properties.get("Code") or properties.get("Content") or {}).get("S3Key", "")
+            asset = self.asset_paths().get(key)
+        if asset is None:
+            raise TemplateError(
+                f"{logical_id}: its code is not an asset of {self.cdk_out} (only asset code runs)"
+            )
         return (self.cdk_out / asset).resolve()
+
+    def asset_paths(self) -> dict[str, str]:
+        """S3 object key -> asset folder, from `<stack>.assets.json`."""
+        manifest = self.cdk_out / f"{self.stack}.assets.json"
+        if not manifest.exists():
+            return {}
+        paths = {}
+        for entry in json.loads(manifest.read_text()).get("files", {}).values():
+            for destination in entry.get("destinations", {}).values():
+                paths[destination["objectKey"]] = entry["source"]["path"]
+        return paths
 
     def function(self, logical_id: str) -> model.Function:
         properties = self.properties(logical_id)

@@ -148,3 +148,17 @@ def kinesis_mock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("kinesis-mock") / "server.log"
     with _server("kinesis-mock", ["node", str(main_js)], env, log, lambda: _kinesis_answers(endpoint)):
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default app synthesized (in process, offline) into a cloud assembly, as `make synth` does."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    import json
+
+    from app import CDK_JSON, build
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app, _ = build(json.loads(CDK_JSON.read_text())["context"], outdir=str(outdir))
+    app.synth()
+    return outdir

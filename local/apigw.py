@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import logging
 import secrets
 import socket
 import threading
@@ -37,6 +38,8 @@ import jsonschema
 
 from local import _sigv4
 from local.model import ACCESS_KEY, ACCOUNT, SECRET_KEY, Invoker, Method, RestApi
+
+log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload quota
 MAX_EVENT_BYTES = 6 * 1024 * 1024  # Lambda's synchronous invocation payload quota
@@ -69,6 +72,7 @@ TOO_LARGE = GatewayError(413, "BadRequestException", "Request Too Long")
 THROTTLED = GatewayError(429, "TooManyRequestsException", "Too Many Requests")
 BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
 MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
+INTERNAL = GatewayError(500, "InternalServerErrorException", "Internal server error")
 TIMED_OUT = GatewayError(504, "InternalServerErrorException", "Endpoint request timed out")
 
 
@@ -348,12 +352,15 @@ class ApiServer:
         if len(body) > MAX_EVENT_BYTES - (1 << 18) and len(json.dumps(event)) > MAX_EVENT_BYTES:
             raise Refused(TOO_LARGE)  # Lambda refuses the invocation; API Gateway answers 413
         if method.function_name is None:
-            raise Refused(GatewayError(500, "InternalServerErrorException", "Internal server error"))
+            raise Refused(INTERNAL)  # an integration other than AWS_PROXY: not supported locally
         future = self._pool.submit(self.invoker.invoke, method.function_name, event)
         try:
             result = future.result(timeout=self.integration_timeout)
         except FutureTimeout:
             raise Refused(TIMED_OUT) from None
+        except Exception:  # no such function (KeyError), or the invoker failed: Lambda's 5XX
+            log.exception("invoking %s failed", method.function_name)
+            raise Refused(INTERNAL) from None
         if result.function_error:
             raise Refused(MALFORMED)
         return _proxy_response(result.payload)
@@ -525,7 +532,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_REQUEST_BYTES:
-            self.close_connection = True  # refused unread: the connection closes rather than drain it
+            self._discard(length)  # refused unread, but drained so the client gets to read the 413
             body = b""
         elif "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             body = self._read_chunked()
@@ -538,6 +545,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.command, urlsplit(path).path or "/", query, headers, body, self.client_address[0]
         )
         self._write(self.server.app.dispatch(request, content_length=length))
+
+    def _discard(self, length: int) -> None:
+        if length > 8 * MAX_REQUEST_BYTES:
+            self.close_connection = True  # not worth draining: the connection ends instead
+            return
+        while length > 0 and (chunk := self.rfile.read(min(length, 1 << 20))):
+            length -= len(chunk)
 
     def _read_chunked(self) -> bytes:
         chunks, total = [], 0

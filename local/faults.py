@@ -8,7 +8,8 @@ some PutRecords entries, fails whole requests, returns a response with the wrong
 or denies ListShards.
 
 `ShardLimitedKinesis` enforces Kinesis's per-shard write limits (1,000 records and 1 MiB per
-second per open shard), which neither moto nor kinesis-mock enforces.
+second per open shard) on the client side, counting with `local.limits` (which the local endpoint
+also uses, server side, for every client); neither moto nor kinesis-mock enforces them.
 
     client = boto3.client("kinesis", endpoint_url=...)
     kinesis = FaultyKinesis(client, rng=random.Random(7))
@@ -29,9 +30,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from local.limits import THROTTLED, Rates, ShardLimits, rate_exceeded_message
 from shardline.kinesis._limits import DEFAULT_LIMITS
 
-THROTTLED = "ProvisionedThroughputExceededException"
 THROTTLED_MESSAGE = "Rate exceeded for shard (injected)"
 
 
@@ -135,9 +136,9 @@ class ShardLimitedKinesis:
     """A Kinesis client that enforces the per-shard write limits; every other call goes to the wrapped client.
 
     Each open shard admits `records_per_second` records and `bytes_per_second` bytes (data + UTF-8
-    partition key, as Kinesis meters) per whole second of `clock`. A PutRecords entry over budget is
-    answered in place with ProvisionedThroughputExceededException and not sent; a PutRecord raises it.
-    The cached ListShards is dropped by a reshard through this wrapper (or `refresh_shards()`) and
+    partition key, as Kinesis meters) a second of `clock`, as one-second token buckets. A PutRecords
+    entry over budget is answered in place with ProvisionedThroughputExceededException and not sent;
+    a PutRecord raises it. The cached ListShards is dropped by a reshard through this wrapper (or `refresh_shards()`) and
     re-read once a second until the stream is ACTIVE again (a reshard lands a while after the call),
     or once a second for a hash key no cached shard holds. `throttled`, `admitted_*` count by shard id.
     """
@@ -160,7 +161,8 @@ class ShardLimitedKinesis:
         self._shards: dict[str, tuple[int, list[_Shard]]] = {}  # stream -> (second listed, open shards)
         self._settling: set[str] = set()  # resharded, and not yet seen ACTIVE since
         self._missed: dict[str, int] = {}  # stream -> second of its last re-read for an unknown hash key
-        self._usage: dict[tuple[str, str], tuple[int, int, int]] = {}  # -> (second, records, bytes)
+        rates = Rates(write_records_per_second=records_per_second, write_bytes_per_second=bytes_per_second)
+        self._limits = ShardLimits(rates, clock=clock)
         self.throttled: Counter[str] = Counter()
         self.admitted_records: Counter[str] = Counter()
         self.admitted_bytes: Counter[str] = Counter()
@@ -186,14 +188,14 @@ class ShardLimitedKinesis:
 
     def put_records(self, **kwargs: Any) -> dict[str, Any]:
         stream = _stream_name(kwargs)
-        second, charges, admitted = self._charge(stream, kwargs["Records"])
+        charges, admitted = self._charge(stream, kwargs["Records"])
         sent = [entry for entry, ok in zip(kwargs["Records"], admitted, strict=True) if ok]
         landed: list[dict[str, Any]] = []
         if sent:
             try:
                 landed = list(self._client.put_records(**{**kwargs, "Records": sent})["Records"])
             except BaseException:
-                self._release(stream, second, [c for c, ok in zip(charges, admitted, strict=True) if ok])
+                self._release(stream, [c for c, ok in zip(charges, admitted, strict=True) if ok])
                 raise
         results: list[dict[str, Any]] = []
         landed_iter = iter(landed)
@@ -204,23 +206,23 @@ class ShardLimitedKinesis:
                 results.append({"ErrorCode": THROTTLED, "ErrorMessage": self._message(stream, charge[0])})
         # An entry the server refused wrote nothing, so it used no budget either.
         answered = zip(charges, admitted, results, strict=True)
-        self._release(stream, second, [c for c, ok, result in answered if ok and "ErrorCode" in result])
+        self._release(stream, [c for c, ok, result in answered if ok and "ErrorCode" in result])
         failed = sum(1 for result in results if "ErrorCode" in result)
         return {"FailedRecordCount": failed, "Records": results}
 
     def put_record(self, **kwargs: Any) -> Any:
         stream = _stream_name(kwargs)
-        second, charges, admitted = self._charge(stream, [kwargs])
+        charges, admitted = self._charge(stream, [kwargs])
         if not admitted[0]:
             raise client_error(THROTTLED, self._message(stream, charges[0][0]), "PutRecord")
         try:
             return self._client.put_record(**kwargs)
         except BaseException:
-            self._release(stream, second, charges)
+            self._release(stream, charges)
             raise
 
-    def _charge(self, stream: str, entries: list[Mapping[str, Any]]) -> tuple[int, list[_Charge], list[bool]]:
-        """The second, each entry's charge, and whether its shard's budget admitted it (now spent)."""
+    def _charge(self, stream: str, entries: list[Mapping[str, Any]]) -> tuple[list[_Charge], list[bool]]:
+        """Each entry's charge, and whether its shard's budget admitted it (now spent)."""
         shards = self._open_shards(stream)
         charges: list[_Charge] = []
         for entry in entries:
@@ -229,39 +231,31 @@ class ShardLimitedKinesis:
                 shards = self._open_shards(stream, reload=True)
                 shard = _find(shards, key)
             charges.append((shard, _size(entry)))
+        admitted = self._limits.admit_writes(
+            [((stream, shard) if shard is not None else None, size) for shard, size in charges]
+        )
         with self._lock:
-            second = int(self._clock())
-            return second, charges, [self._admit(stream, charge, second) for charge in charges]
-
-    def _admit(self, stream: str, charge: _Charge, second: int) -> bool:
-        shard, size = charge
-        if shard is None:
-            return True  # no open shard holds its hash key: let the server answer for it
-        used_second, records, used_bytes = self._usage.get((stream, shard), (second, 0, 0))
-        if used_second != second:
-            records = used_bytes = 0
-        if records + 1 > self.records_per_second or used_bytes + size > self.bytes_per_second:
-            self.throttled[shard] += 1
-            return False
-        self._usage[stream, shard] = (second, records + 1, used_bytes + size)
-        self.admitted_records[shard] += 1
-        self.admitted_bytes[shard] += size
-        return True
-
-    def _release(self, stream: str, second: int, charges: list[_Charge]) -> None:
-        """Give back the budget of admitted entries that did not land."""
-        with self._lock:
-            for shard, size in charges:
+            for (shard, size), ok in zip(charges, admitted, strict=True):
                 if shard is None:
                     continue
-                self.admitted_records[shard] -= 1
-                self.admitted_bytes[shard] -= size
-                used_second, records, used_bytes = self._usage[stream, shard]
-                if used_second == second:  # else a new second has started afresh: nothing to give back
-                    self._usage[stream, shard] = (second, records - 1, used_bytes - size)
+                if ok:
+                    self.admitted_records[shard] += 1
+                    self.admitted_bytes[shard] += size
+                else:
+                    self.throttled[shard] += 1
+        return charges, admitted
+
+    def _release(self, stream: str, charges: list[_Charge]) -> None:
+        """Give back the budget of admitted entries that did not land."""
+        self._limits.release_writes([((stream, shard), size) for shard, size in charges if shard is not None])
+        with self._lock:
+            for shard, size in charges:
+                if shard is not None:
+                    self.admitted_records[shard] -= 1
+                    self.admitted_bytes[shard] -= size
 
     def _message(self, stream: str, shard: str | None) -> str:
-        return f"Rate exceeded for shard {shard} in stream {stream} under account {self.account}."
+        return rate_exceeded_message(shard, stream, self.account)
 
     def _reshard(self, call: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         response = call(**kwargs)

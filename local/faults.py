@@ -136,11 +136,12 @@ class ShardLimitedKinesis:
     """A Kinesis client that enforces the per-shard write limits; every other call goes to the wrapped client.
 
     Each open shard admits `records_per_second` records and `bytes_per_second` bytes (data + UTF-8
-    partition key, as Kinesis meters) a second of `clock`, as one-second token buckets. A PutRecords
-    entry over budget is answered in place with ProvisionedThroughputExceededException and not sent;
-    a PutRecord raises it. The cached ListShards is dropped by a reshard through this wrapper (or `refresh_shards()`) and
-    re-read once a second until the stream is ACTIVE again (a reshard lands a while after the call),
-    or once a second for a hash key no cached shard holds. `throttled`, `admitted_*` count by shard id.
+    partition key, as Kinesis meters) a second of `clock`, as one-second token buckets. A
+    PutRecords entry over budget is answered in place with ProvisionedThroughputExceededException
+    and not sent; a PutRecord raises it. The cached ListShards is dropped by a reshard through this
+    wrapper (or `refresh_shards()`) and re-read once a second until the stream is ACTIVE again (a
+    reshard lands a while after the call), or once a second for a hash key no cached shard holds.
+    `throttled`, `admitted_*` count by shard id.
     """
 
     def __init__(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import http.server
 import json
 import logging
@@ -32,60 +31,36 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
-
-import jsonschema
+from urllib.parse import parse_qsl, urlsplit
 
 from local import _sigv4
-from local.model import ACCESS_KEY, ACCOUNT, SECRET_KEY, Invoker, Method, RestApi
+from local._apigw_steps import (
+    DEFAULT_BURST,
+    DEFAULT_RATE,
+    INTEGRATION_TIMEOUT_S,
+    INTERNAL,
+    MALFORMED,
+    MAX_EVENT_BYTES,
+    MAX_REQUEST_BYTES,
+    MISSING_TOKEN,
+    THROTTLED,
+    TIMED_OUT,
+    TOO_LARGE,
+    GatewayError,
+    HttpRequest,
+    Refused,
+    RequestValidator,
+    TokenBucket,
+    build_event,
+    proxy_response,
+    resource_tree,
+    route,
+)
+from local.model import ACCESS_KEY, SECRET_KEY, Invoker, RestApi
+
+__all__ = ["ApiServer", "ApiStats", "HttpRequest", "HttpResponse", "RouteHandler"]
 
 log = logging.getLogger(__name__)
-
-MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload quota
-MAX_EVENT_BYTES = 6 * 1024 * 1024  # Lambda's synchronous invocation payload quota
-INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's default integration timeout
-DEFAULT_RATE, DEFAULT_BURST = 10_000.0, 5_000  # the account-level throttle when the stage sets none
-MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-# Headers API Gateway owns on the way out: a function's values are passed as x-amzn-Remapped-<name>.
-REMAPPED = {"connection", "content-length", "date", "server", "transfer-encoding"}
-
-
-@dataclass(frozen=True)
-class GatewayError:
-    """A gateway response: API Gateway's own answer, before or instead of the integration's."""
-
-    status: int
-    error_type: str
-    message: str
-
-
-class Refused(Exception):
-    """Raised inside the pipeline to answer with a gateway response."""
-
-    def __init__(self, error: GatewayError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-MISSING_TOKEN = GatewayError(403, "MissingAuthenticationTokenException", "Missing Authentication Token")
-TOO_LARGE = GatewayError(413, "BadRequestException", "Request Too Long")
-THROTTLED = GatewayError(429, "TooManyRequestsException", "Too Many Requests")
-BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
-MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
-INTERNAL = GatewayError(500, "InternalServerErrorException", "Internal server error")
-TIMED_OUT = GatewayError(504, "InternalServerErrorException", "Endpoint request timed out")
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """An incoming request, as an extra route (`ApiServer.add_route`) receives it."""
-
-    method: str
-    path: str  # still percent-encoded
-    query: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    client_ip: str
 
 
 @dataclass(frozen=True)
@@ -111,120 +86,6 @@ class ApiStats:
     latency_p99_ms: float
 
 
-class TokenBucket:
-    """API Gateway's throttle: `burst` requests at once, refilled at `rate` per second."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens, self._at = float(burst), clock()
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            if self._tokens < 1:
-                return False
-            self._tokens -= 1
-            return True
-
-
-class _Resource:
-    """A node of the resource tree: literal children first, then `{param}`, then `{param+}`."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.resource_id = hashlib.sha1(path.encode()).hexdigest()[:6]
-        self.literals: dict[str, _Resource] = {}
-        self.param: tuple[str, _Resource] | None = None
-        self.greedy: tuple[str, _Resource] | None = None
-        self.methods: dict[str, Method] = {}
-
-    def child(self, segment: str) -> _Resource:
-        path = f"{self.path.rstrip('/')}/{segment}"
-        if segment.endswith("+}"):
-            self.greedy = self.greedy or (segment[1:-2], _Resource(path))
-            return self.greedy[1]
-        if segment.startswith("{"):
-            self.param = self.param or (segment[1:-1], _Resource(path))
-            return self.param[1]
-        return self.literals.setdefault(segment, _Resource(path))
-
-    def match(self, segments: list[str], params: dict[str, str]) -> _Resource | None:
-        if not segments:
-            return self if self.methods else None
-        head, rest = segments[0], segments[1:]
-        if head in self.literals and (found := self.literals[head].match(rest, params)):
-            return found
-        if self.param and head and (found := self.param[1].match(rest, params)):
-            params[self.param[0]] = head
-            return found
-        if self.greedy and head and self.greedy[1].methods:
-            params[self.greedy[0]] = "/".join(segments)
-            return self.greedy[1]
-        return None
-
-
-def _resource_tree(api: RestApi) -> _Resource:
-    root = _Resource("/")
-    for method in api.methods:
-        node = root
-        for segment in filter(None, method.path.split("/")):
-            node = node.child(segment)
-        node.methods[method.http_method.upper()] = method
-    return root
-
-
-def _request_time(now: float) -> str:
-    t = datetime.fromtimestamp(now, UTC)
-    return f"{t.day:02d}/{MONTHS[t.month - 1]}/{t.year}:{t:%H:%M:%S} +0000"
-
-
-def _multi(pairs: list[tuple[str, str]]) -> tuple[dict[str, str] | None, dict[str, list[str]] | None]:
-    """API Gateway's single-value map (last value wins) and multi-value map, or nulls when empty."""
-    if not pairs:
-        return None, None
-    single: dict[str, str] = {}
-    multi: dict[str, list[str]] = {}
-    for key, value in pairs:
-        single[key] = value
-        multi.setdefault(key, []).append(value)
-    return single, multi
-
-
-def _proxy_response(payload: Any) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it."""
-    if not isinstance(payload, dict):
-        raise Refused(MALFORMED)
-    status, body = payload.get("statusCode"), payload.get("body")
-    headers = payload.get("headers") or {}
-    multi = payload.get("multiValueHeaders") or {}
-    encoded = payload.get("isBase64Encoded", False)
-    if type(status) is not int or not 100 <= status <= 599 or not isinstance(encoded, bool):
-        raise Refused(MALFORMED)
-    if not (body is None or isinstance(body, str)) or not isinstance(headers, dict):
-        raise Refused(MALFORMED)
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        raise Refused(MALFORMED)
-    if not isinstance(multi, dict) or not all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
-        for k, v in multi.items()
-    ):
-        raise Refused(MALFORMED)
-    try:
-        data = base64.b64decode(body or "", validate=True) if encoded else (body or "").encode()
-    except ValueError:
-        raise Refused(MALFORMED) from None
-    # Both maps merge; for a name in both, multiValueHeaders' values win.
-    lines = [(k, v) for k, v in headers.items() if k.lower() not in {m.lower() for m in multi}]
-    lines += [(k, v) for k, values in multi.items() for v in values]
-    lines = [(f"x-amzn-Remapped-{k}" if k.lower() in REMAPPED else k, v) for k, v in lines]
-    if not any(k.lower() == "content-type" for k, _ in lines):
-        lines.append(("Content-Type", "application/json"))
-    return status, lines, data
-
-
 class ApiServer:
     """One `RestApi` stage on `http://host:port`, plus extra local routes (`add_route`)."""
 
@@ -243,13 +104,9 @@ class ApiServer:
         self.integration_timeout = integration_timeout
         self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
         self._clock = clock
-        self._tree = _resource_tree(api)
+        self._tree = resource_tree(api)
         self._bucket = TokenBucket(api.throttle_rate or DEFAULT_RATE, api.throttle_burst or DEFAULT_BURST)
-        self._validators = {
-            (m.path, m.http_method.upper(), ctype.lower()): jsonschema.Draft4Validator(schema)
-            for m in api.methods
-            for ctype, schema in m.request_models.items()
-        }
+        self._validator = RequestValidator(api)
         self._routes: list[tuple[str, RouteHandler]] = []
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="apigw-invoke")
         self._httpd: _Server | None = None
@@ -331,23 +188,27 @@ class ApiServer:
 
     def _gateway(self, request: HttpRequest, request_id: str) -> tuple[int, list[tuple[str, str]], bytes]:
         """API Gateway's steps, in its order; `Refused` at the first that fails."""
-        segments = [unquote(s) for s in request.path.split("/") if s]
-        params: dict[str, str] = {}
-        node = None
-        if segments[:1] == [self.api.stage]:
-            node, relative = self._tree.match(segments[1:], params), segments[1:]
-        if node is None:
-            params = {}
-            node, relative = self._tree.match(segments, params), segments
-        method = node and (node.methods.get(request.method) or node.methods.get("ANY"))
-        if node is None or method is None:
+        node, params, path = route(self._tree, self.api.stage, request.path)
+        method = node.methods.get(request.method) or node.methods.get("ANY")
+        if method is None:
             raise Refused(MISSING_TOKEN)
         if not self._bucket.take():
             raise Refused(THROTTLED)
         caller = self._authorize(request) if method.authorization == "AWS_IAM" else None
         query = parse_qsl(request.query, keep_blank_values=True)
-        self._validate(method, request, params, query)
-        event = self._event(request, request_id, node, params, "/" + "/".join(relative), query, caller)
+        self._validator.check(method, request, params, query)
+        event = build_event(
+            request,
+            request_id,
+            node,
+            params,
+            path,
+            query,
+            caller,
+            api=self.api,
+            port=self.port,
+            now=self._clock(),
+        )
         body = event["body"] or ""
         if len(body) > MAX_EVENT_BYTES - (1 << 18) and len(json.dumps(event)) > MAX_EVENT_BYTES:
             raise Refused(TOO_LARGE)  # Lambda refuses the invocation; API Gateway answers 413
@@ -363,7 +224,7 @@ class ApiServer:
             raise Refused(INTERNAL) from None
         if result.function_error:
             raise Refused(MALFORMED)
-        return _proxy_response(result.payload)
+        return proxy_response(result.payload)
 
     def _authorize(self, request: HttpRequest) -> _sigv4.Caller:
         signed = _sigv4.SignedRequest(
@@ -373,116 +234,6 @@ class ApiServer:
             return _sigv4.verify(signed, self._credentials, datetime.fromtimestamp(self._clock(), UTC))
         except _sigv4.SignatureRejected as rejected:
             raise Refused(GatewayError(403, rejected.error_type, rejected.message)) from None
-
-    def _validate(
-        self, method: Method, request: HttpRequest, params: dict[str, str], query: list[tuple[str, str]]
-    ) -> None:
-        if method.validate_parameters:
-            present = {
-                "path": {k for k, v in params.items() if v},
-                "querystring": {k for k, v in query if v},
-                "header": {k.lower() for k, v in request.headers if v},
-            }
-            missing = []
-            for key, required in method.required_parameters.items():
-                _, _, where, name = key.split(".", 3)  # method.request.path.stream
-                lookup = name.lower() if where == "header" else name
-                if required and lookup not in present.get(where, set()):
-                    missing.append(name)
-            if missing:
-                message = f"Missing required request parameters: [{', '.join(missing)}]"
-                raise Refused(GatewayError(400, "BadRequestException", message))
-        if method.validate_body and method.request_models:
-            ctype = next((v for k, v in request.headers if k.lower() == "content-type"), "")
-            ctype = ctype.split(";")[0].strip().lower() or "application/json"  # none: JSON assumed
-            key = (method.path, method.http_method.upper())
-            validator = self._validators.get((*key, ctype)) or self._validators.get((*key, "$default"))
-            if validator is None:
-                return  # no model for this content type: API Gateway does not validate
-            try:
-                document = json.loads(request.body)
-            except ValueError:
-                raise Refused(BAD_BODY) from None
-            if not validator.is_valid(document):
-                raise Refused(BAD_BODY)
-
-    def _event(
-        self,
-        request: HttpRequest,
-        request_id: str,
-        node: _Resource,
-        params: dict[str, str],
-        path: str,
-        query: list[tuple[str, str]],
-        caller: _sigv4.Caller | None,
-    ) -> dict[str, Any]:
-        now = self._clock()
-        lines = list(request.headers)
-        names = {k.lower() for k, _ in lines}
-        forwarded = next((v for k, v in lines if k.lower() == "x-forwarded-for"), None)
-        lines = [(k, v) for k, v in lines if k.lower() != "x-forwarded-for"]
-        lines.append(
-            ("X-Forwarded-For", f"{forwarded}, {request.client_ip}" if forwarded else request.client_ip)
-        )
-        lines += [("X-Forwarded-Port", str(self.port)), ("X-Forwarded-Proto", "http")]
-        if "x-amzn-trace-id" not in names:
-            lines.append(("X-Amzn-Trace-Id", f"Root=1-{int(now):08x}-{secrets.token_hex(12)}"))
-        headers, multi_headers = _multi(lines)
-        query_single, query_multi = _multi(query)
-        lower = {k.lower(): v for k, v in lines}
-        domain = lower.get("host", self.host).rsplit(":", 1)[0]
-        try:
-            body, encoded = (request.body.decode() if request.body else None), False
-        except UnicodeDecodeError:
-            body, encoded = base64.b64encode(request.body).decode(), True
-        identity = {
-            "cognitoIdentityPoolId": None,
-            "accountId": caller and caller.account_id,
-            "cognitoIdentityId": None,
-            "caller": caller and caller.account_id,
-            "sourceIp": request.client_ip,
-            "principalOrgId": None,
-            "accessKey": caller and caller.access_key,
-            "cognitoAuthenticationType": None,
-            "cognitoAuthenticationProvider": None,
-            "userArn": caller and caller.user_arn,
-            "userAgent": lower.get("user-agent"),
-            "user": caller and caller.account_id,
-            "apiKey": None,
-            "apiKeyId": None,
-        }
-        context = {
-            "resourceId": node.resource_id,
-            "resourcePath": node.path,
-            "httpMethod": request.method,
-            "extendedRequestId": base64.b64encode(secrets.token_bytes(11)).decode(),
-            "requestTime": _request_time(now),
-            "path": request.path,
-            "accountId": ACCOUNT,
-            "protocol": "HTTP/1.1",
-            "stage": self.api.stage,
-            "domainPrefix": domain.split(".")[0],
-            "requestTimeEpoch": int(now * 1000),
-            "requestId": request_id,
-            "identity": identity,
-            "domainName": domain,
-            "deploymentId": hashlib.sha1(self.api.api_id.encode()).hexdigest()[:6],
-            "apiId": self.api.api_id,
-        }
-        return {
-            "resource": node.path,
-            "path": path,
-            "httpMethod": request.method,
-            "headers": headers,
-            "multiValueHeaders": multi_headers,
-            "queryStringParameters": query_single,
-            "multiValueQueryStringParameters": query_multi,
-            "pathParameters": params or None,
-            "stageVariables": None,
-            "requestContext": context,
-            "body": body,
-            "isBase64Encoded": encoded,
-        }
 
 
 class _Server(http.server.ThreadingHTTPServer):

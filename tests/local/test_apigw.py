@@ -73,6 +73,7 @@ OPEN_METHODS = (
     ),
     Method(path="/answer", http_method="POST", function_name="answer"),
     Method(path="/private", http_method="GET", function_name="echo", authorization="AWS_IAM"),
+    Method(path="/private/{name}", http_method="GET", function_name="echo", authorization="AWS_IAM"),
 )
 GOOD_BODY = json.dumps({"records": [{"partitionKey": "k1", "data": "aGVsbG8="}]}).encode()
 
@@ -185,6 +186,29 @@ def test_presigned_url_is_accepted(start):
     event = json.loads(body)
     assert event["queryStringParameters"]["color"] == "blue"
     assert event["requestContext"]["identity"]["accessKey"] == "test"
+
+
+def test_signature_covers_encoded_path_and_query(start):
+    server, _ = start()
+    path = "/v1/private/a%20b%3Ac?q=x%20y&q=z&empty=&%C3%A9=%E2%82%AC"
+    status, _, body = request(server, "GET", path, sign=("test", "test"))
+    assert status == 200, body
+    event = json.loads(body)
+    assert event["pathParameters"] == {"name": "a b:c"}
+    assert event["multiValueQueryStringParameters"] == {"q": ["x y", "z"], "empty": [""], "é": ["€"]}
+
+
+def test_malformed_authorization_header_gets_incomplete_signature(start):
+    server, _ = start()
+    status, headers, body = request(
+        server, "GET", "/v1/private", headers={"Authorization": "AWS4-HMAC-SHA256 Credential=test/x"}
+    )
+    assert status == 403
+    assert message(body) == (
+        "Authorization header requires 'SignedHeaders' parameter. "
+        "Authorization header requires 'Signature' parameter."
+    )
+    assert headers["x-amzn-errortype"] == "IncompleteSignatureException"
 
 
 def test_unsigned_request_gets_missing_authentication_token(start):

@@ -11,22 +11,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
-import json
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from local import model
 from local._esm_batches import MAX_PAYLOAD_BYTES
 from local.esm import MappingRunner
-from local.model import EventSourceMapping
+from local.model import EventSourceMapping, InvokeResult
 from tests.local.esm_functions import (
     CallableInvoker,
     answer_once,
@@ -35,6 +32,20 @@ from tests.local.esm_functions import (
     slow_on_shard,
     succeed,
 )
+from tests.local.esm_functions.aws import (
+    answer_get_records,
+    client,
+    create_stream,
+    iso_ms,
+    parse_iso,
+    put,
+    put_keys,
+    read_back,
+    receive,
+    seqs,
+    split,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,44 +53,6 @@ FUNCTION = "esm-test-function"
 ROLE_ARN = f"arn:aws:iam::{model.ACCOUNT}:role/esm-test-role"
 FAST_RETRIES = {"retry_base_delay": 0.05, "retry_max_delay": 0.2}
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-def client(service: str, endpoint_url: str) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=endpoint_url,
-        region_name=model.REGION,
-        aws_access_key_id=model.ACCESS_KEY,
-        aws_secret_access_key=model.SECRET_KEY,
-    )
-
-
-def create_stream(kinesis: Any, shards: int = 1) -> str:
-    name = f"esm-{uuid.uuid4().hex[:10]}"
-    kinesis.create_stream(StreamName=name, ShardCount=shards)
-    wait_until(
-        lambda: (
-            kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
-            == "ACTIVE"
-        )
-    )
-    return name
-
-
-def put(kinesis: Any, stream: str, *datas: bytes, key: str = "k") -> list[dict[str, Any]]:
-    """Writes each record in order; returns what PutRecord answered (ShardId, SequenceNumber)."""
-    return [kinesis.put_record(StreamName=stream, Data=data, PartitionKey=key) for data in datas]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def mapping(stream: str, **settings: Any) -> EventSourceMapping:
@@ -113,33 +86,6 @@ def queue(moto_server: str) -> tuple[str, str]:
     name = f"esm-dlq-{uuid.uuid4().hex[:8]}"
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     return model.queue_arn(name), url
-
-
-def receive(endpoint: str, url: str, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
-    sqs = client("sqs", endpoint)
-    messages: list[dict[str, Any]] = []
-
-    def got_them() -> bool:
-        for message in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
-            "Messages", []
-        ):
-            messages.append(json.loads(message["Body"]))
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        return len(messages) >= count
-
-    wait_until(got_them, timeout, f"{count} on-failure messages")
-    return messages
-
-
-def read_back(kinesis: Any, stream: str) -> list[dict[str, Any]]:
-    """Every record of a one-shard stream, as GetRecords gives it (to compare with what was sent)."""
-    shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
-    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
-    return kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
-
-
-def seqs(answers: list[dict[str, Any]]) -> list[str]:
-    return [answer["SequenceNumber"] for answer in answers]
 
 
 # -- batching ------------------------------------------------------------------------------------
@@ -458,6 +404,47 @@ def test_infinite_retries_keep_retrying_until_the_function_recovers(moto_server,
     assert sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0).get("Messages", []) == []
 
 
+def test_bisect_with_a_partial_response_splits_at_the_reported_record(moto_server, kinesis):
+    stream = create_stream(kinesis)
+    sent = seqs(put(kinesis, stream, *[b"r%d" % i for i in range(6)]))
+    invoker = CallableInvoker(
+        FUNCTION, answer_once(lambda e: {"batchItemFailures": [{"itemIdentifier": sent[4]}]})
+    )
+    esm = mapping(stream, bisect_on_error=True, report_batch_item_failures=True, maximum_retry_attempts=0)
+    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+        wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="the end")
+        stats = runner.stats()["shardId-000000000000"]
+    assert invoker.batches() == [sent, sent[4:]]  # not halves: the split is at the reported record
+    assert (stats["bisects"], stats["retries"], stats["records_discarded"]) == (1, 0, 0)
+
+
+class FailingBeforeTheFunction(CallableInvoker):
+    """An invoker that cannot reach the function at first (a throttle, no worker): no function error."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__(FUNCTION, succeed)
+        self.refusals = times
+
+    def invoke(self, function_name: str, event: Any) -> InvokeResult:
+        if self.refusals:
+            self.refusals -= 1
+            raise RuntimeError("TooManyRequestsException (the function was not run)")
+        return super().invoke(function_name, event)
+
+
+def test_errors_before_the_function_runs_are_retried_without_counting(moto_server, kinesis, queue):
+    stream = create_stream(kinesis)
+    sent = seqs(put(kinesis, stream, b"a"))
+    invoker = FailingBeforeTheFunction(times=3)
+    esm = mapping(stream, maximum_retry_attempts=0, on_failure_arn=queue[0])
+    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+        wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="the record")
+        stats = runner.stats()["shardId-000000000000"]
+    assert invoker.batches() == [sent]  # 0 retries allowed, yet nothing was discarded
+    assert (stats["retries"], stats["records_discarded"]) == (0, 0)
+    assert "TooManyRequestsException" in stats["last_error"]
+
+
 # -- polling -------------------------------------------------------------------------------------
 
 
@@ -477,6 +464,43 @@ def test_an_idle_shard_is_polled_about_once_a_second(moto_server, kinesis):
     assert 3 <= len(calls) <= 9  # ~6 in 6 s on an idle shard; never back to back
     gaps = [b - a for a, b in itertools.pairwise(calls)]
     assert min(gaps) >= 0.8
+
+
+def test_a_throttled_get_records_is_answered_by_backing_off(moto_server, kinesis):
+    stream = create_stream(kinesis)
+    sent = seqs(put(kinesis, stream, b"a", b"b"))
+    invoker = CallableInvoker(FUNCTION, succeed)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=moto_server, function_role_arn=ROLE_ARN)
+    throttle = "ProvisionedThroughputExceededException"
+    calls = answer_get_records(runner.kinesis, [throttle] * 4)
+    runner.start()
+    try:
+        wait_until(lambda: invoker.invocations, what="the records, once the throttles end")
+        stats = runner.stats()["shardId-000000000000"]
+    finally:
+        runner.stop()
+    assert invoker.batches() == [sent]
+    assert stats["throttles"] == 4
+    waits = [b[0] - a[0] for a, b in itertools.pairwise(calls[:5])]
+    assert all(later > earlier for earlier, later in itertools.pairwise(waits))  # growing backoff
+    assert waits[0] >= 0.15
+
+
+def test_an_expired_iterator_is_renewed_without_losing_or_repeating_records(moto_server, kinesis):
+    stream = create_stream(kinesis)
+    first = seqs(put(kinesis, stream, b"a", b"b"))
+    invoker = CallableInvoker(FUNCTION, succeed)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=moto_server, function_role_arn=ROLE_ARN)
+    answer_get_records(runner.kinesis, [None, "ExpiredIteratorException", "ExpiredIteratorException"])
+    runner.start()
+    try:
+        wait_until(lambda: invoker.invocations, what="the first records")
+        second = seqs(put(kinesis, stream, b"c", b"d"))
+        wait_until(lambda: sum(map(len, invoker.batches())) >= 4, what="the records after the expiry")
+        time.sleep(1.5)
+    finally:
+        runner.stop()
+    assert [s for batch in invoker.batches() for s in batch] == first + second
 
 
 def test_stop_is_prompt_even_during_a_retry_backoff(moto_server, kinesis):
@@ -509,28 +533,6 @@ def test_parallelization_factor_above_one_is_announced_and_runs_as_one():
 
 
 # -- resharding (kinesis-mock: moto keeps writing to a closed parent) ----------------------------
-
-
-def split(kinesis: Any, stream: str) -> list[str]:
-    [parent] = kinesis.list_shards(StreamName=stream)["Shards"]
-    middle = str(int(parent["HashKeyRange"]["EndingHashKey"]) // 2)
-    kinesis.split_shard(StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
-    wait_until(
-        lambda: (
-            kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"]
-            == "ACTIVE"
-        )
-    )
-    return [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"] if s.get("ParentShardId")]
-
-
-def put_keys(kinesis: Any, stream: str, first: int, count: int) -> list[str]:
-    return seqs(
-        [
-            kinesis.put_record(StreamName=stream, Data=b"%d" % i, PartitionKey=f"key-{i}")
-            for i in range(first, first + count)
-        ]
-    )
 
 
 def assert_parent_before_children(
@@ -574,12 +576,3 @@ def test_children_created_while_running_are_found_from_the_parents_last_read(kin
         wait_until(lambda: sum(map(len, invoker.batches())) >= 40, timeout=60, what="40 records")
         assert set(runner.stats()) == {parent, *children}
     assert_parent_before_children(invoker, parent, children, 40)
-
-
-def iso_ms(arrival: datetime) -> str:
-    """An arrival time as Lambda's invocation records write it: UTC, milliseconds, Z."""
-    return arrival.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_iso(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

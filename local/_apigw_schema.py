@@ -53,14 +53,34 @@ def _object_keywords(schema: dict[str, Any]) -> Check | None:
     if not (properties or required or not extra):
         return None
 
+    # Plain loops rather than all()/any() over generators: this runs once per record.
+    property_checks = list(properties.items())
+
     def check(x: Any) -> bool:
-        if not isinstance(x, dict):
+        if type(x) is not dict:
             return True
-        if any(name not in x for name in required):
-            return False
-        if not extra and any(name not in properties for name in x):
-            return False
-        return all(check(x[name]) for name, check in properties.items() if name in x)
+        for name in required:
+            if name not in x:
+                return False
+        if not extra:
+            for name in x:
+                if name not in properties:
+                    return False
+        for name, check in property_checks:  # noqa: SIM110 (a loop is faster than all() here)
+            if name in x and not check(x[name]):
+                return False
+        return True
+
+    return check
+
+
+def _items(item: Check) -> Check:
+    def check(x: Any) -> bool:
+        if type(x) is list:
+            for value in x:
+                if not item(value):
+                    return False
+        return True
 
     return check
 
@@ -78,8 +98,7 @@ def _compile(schema: Any) -> Check:
         if key == "type":
             checks.append(_type(value))
         elif key == "items" and isinstance(value, dict):
-            item = _compile(value)
-            checks.append(lambda x, item=item: not isinstance(x, list) or all(item(v) for v in x))
+            checks.append(_items(_compile(value)))
         elif key in ("minItems", "maxItems", "minLength", "maxLength") and type(value) is int:
             kind = list if key.endswith("Items") else str
             if key.startswith("min"):
@@ -98,7 +117,14 @@ def _compile(schema: Any) -> Check:
             raise _Unsupported
     if len(checks) == 1:
         return checks[0]
-    return lambda x: all(check(x) for check in checks)
+
+    def check_all(x: Any) -> bool:
+        for check in checks:  # noqa: SIM110 (a loop is faster than all() here)
+            if not check(x):
+                return False
+        return True
+
+    return check_all
 
 
 def compile_model(schema: dict[str, Any]) -> Check:

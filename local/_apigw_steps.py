@@ -51,6 +51,7 @@ class Refused(Exception):
 
 MISSING_TOKEN = GatewayError(403, "MissingAuthenticationTokenException", "Missing Authentication Token")
 TOO_LARGE = GatewayError(413, "BadRequestException", "Request Too Long")
+FORBIDDEN = GatewayError(403, "ForbiddenException", "Forbidden")  # no or unknown x-api-key
 THROTTLED = GatewayError(429, "TooManyRequestsException", "Too Many Requests")
 BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
 MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
@@ -252,6 +253,7 @@ def build_event(
     path: str,
     query: list[tuple[str, str]],
     caller: _sigv4.Caller | None,
+    api_key: str | None,
     api: RestApi,
     port: int,
     now: float,
@@ -286,8 +288,8 @@ def build_event(
         "userArn": caller and caller.user_arn,
         "userAgent": lower.get("user-agent"),
         "user": caller and caller.account_id,
-        "apiKey": None,
-        "apiKeyId": None,
+        "apiKey": api_key,
+        "apiKeyId": api_key and hashlib.sha1(api_key.encode()).hexdigest()[:10],
     }
     context = {
         "resourceId": node.resource_id,

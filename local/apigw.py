@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -37,6 +37,7 @@ from local import _sigv4
 from local._apigw_steps import (
     DEFAULT_BURST,
     DEFAULT_RATE,
+    FORBIDDEN,
     INTEGRATION_TIMEOUT_S,
     INTERNAL,
     MALFORMED,
@@ -99,16 +100,18 @@ class ApiServer:
         credentials: Mapping[str, str] | None = None,  # access key -> secret key
         integration_timeout: float = INTEGRATION_TIMEOUT_S,
         clock: Callable[[], float] = time.time,  # the server's wall clock, for SigV4's window
+        api_keys: Collection[str] | None = None,  # for api_key_required methods; None: any key
     ) -> None:
         self.api, self.invoker, self.host, self.port = api, invoker, host, port
         self.integration_timeout = integration_timeout
         self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
         self._clock = clock
+        self._api_keys = None if api_keys is None else frozenset(api_keys)
         self._tree = resource_tree(api)
         self._bucket = TokenBucket(api.throttle_rate or DEFAULT_RATE, api.throttle_burst or DEFAULT_BURST)
         self._validator = RequestValidator(api)
         self._routes: list[tuple[str, RouteHandler]] = []
-        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="apigw-invoke")
+        self._pool: ThreadPoolExecutor | None = None
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -124,6 +127,8 @@ class ApiServer:
         self._routes.append((prefix.rstrip("/"), handler))
 
     def start(self) -> None:
+        # Invocations run beside the connection threads so the integration timeout can cut them off.
+        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="apigw-invoke")
         self._httpd = _Server((self.host, self.port), _Handler)
         self._httpd.app = self
         self.port = self._httpd.server_address[1]  # port 0 asks for a free one
@@ -138,6 +143,7 @@ class ApiServer:
         self._httpd.server_close()  # joins the connection threads
         assert self._thread is not None
         self._thread.join()
+        assert self._pool is not None
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._httpd = None
 
@@ -195,6 +201,7 @@ class ApiServer:
         if not self._bucket.take():
             raise Refused(THROTTLED)
         caller = self._authorize(request) if method.authorization == "AWS_IAM" else None
+        api_key = self._api_key(request) if method.api_key_required else None
         query = parse_qsl(request.query, keep_blank_values=True)
         self._validator.check(method, request, params, query)
         event = build_event(
@@ -205,6 +212,7 @@ class ApiServer:
             path,
             query,
             caller,
+            api_key,
             api=self.api,
             port=self.port,
             now=self._clock(),
@@ -214,6 +222,7 @@ class ApiServer:
             raise Refused(TOO_LARGE)  # Lambda refuses the invocation; API Gateway answers 413
         if method.function_name is None:
             raise Refused(INTERNAL)  # an integration other than AWS_PROXY: not supported locally
+        assert self._pool is not None, "start() first"
         future = self._pool.submit(self.invoker.invoke, method.function_name, event)
         try:
             result = future.result(timeout=self.integration_timeout)
@@ -225,6 +234,12 @@ class ApiServer:
         if result.function_error:
             raise Refused(MALFORMED)
         return proxy_response(result.payload)
+
+    def _api_key(self, request: HttpRequest) -> str:
+        key = next((v for k, v in request.headers if k.lower() == "x-api-key"), "")
+        if not key or (self._api_keys is not None and key not in self._api_keys):
+            raise Refused(FORBIDDEN)
+        return key
 
     def _authorize(self, request: HttpRequest) -> _sigv4.Caller:
         signed = _sigv4.SignedRequest(

@@ -211,6 +211,21 @@ def test_malformed_authorization_header_gets_incomplete_signature(start):
     assert headers["x-amzn-errortype"] == "IncompleteSignatureException"
 
 
+def test_api_key_required_methods_want_a_known_key(start):
+    keyed = (Method(path="/keyed", http_method="GET", function_name="echo", api_key_required=True),)
+    server, invoker = start(methods=keyed, api_keys={"key-1"})
+    for headers in ({}, {"x-api-key": "other"}):
+        status, answer_headers, body = request(server, "GET", "/v1/keyed", headers=headers)
+        assert (status, message(body), answer_headers["x-amzn-errortype"]) == (
+            403,
+            "Forbidden",
+            "ForbiddenException",
+        )
+    assert invoker.events == []
+    status, _, body = request(server, "GET", "/v1/keyed", headers={"x-api-key": "key-1"})
+    assert (status, json.loads(body)["requestContext"]["identity"]["apiKey"]) == (200, "key-1")
+
+
 def test_unsigned_request_gets_missing_authentication_token(start):
     server, invoker = start()
     status, headers, body = request(server, "POST", "/v1/streams/events/records", GOOD_BODY)

@@ -247,7 +247,7 @@ class RequestValidator:
 
 def build_event(
     request: HttpRequest,
-    request_id: str,
+    ids: tuple[str, str],  # requestId, extendedRequestId
     node: Resource,
     params: dict[str, str],
     path: str,
@@ -295,7 +295,7 @@ def build_event(
         "resourceId": node.resource_id,
         "resourcePath": node.path,
         "httpMethod": request.method,
-        "extendedRequestId": base64.b64encode(secrets.token_bytes(11)).decode(),
+        "extendedRequestId": ids[1],
         "requestTime": request_time(now),
         "path": request.path,
         "accountId": ACCOUNT,
@@ -303,7 +303,7 @@ def build_event(
         "stage": api.stage,
         "domainPrefix": domain.split(".")[0],
         "requestTimeEpoch": int(now * 1000),
-        "requestId": request_id,
+        "requestId": ids[0],
         "identity": identity,
         "domainName": domain,
         "deploymentId": hashlib.sha1(api.api_id.encode()).hexdigest()[:6],

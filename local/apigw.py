@@ -168,20 +168,25 @@ class ApiServer:
         """Answer one request: an extra route's, or API Gateway's (`content_length` as declared)."""
         for prefix, handler in self._routes:
             if request.path == prefix or request.path.startswith(prefix + "/"):
-                return handler(request)
+                try:
+                    return handler(request)
+                except Exception:
+                    log.exception("route %s failed", prefix)
+                    return HttpResponse(500, (("Content-Type", "text/plain"),), b"Internal server error")
         started = time.perf_counter()
-        request_id = str(uuid.uuid4())
+        # API Gateway's two ids: x-amzn-RequestId (requestId) and x-amz-apigw-id (extendedRequestId).
+        ids = (str(uuid.uuid4()), base64.b64encode(secrets.token_bytes(11)).decode())
         try:
             if (len(request.body) if content_length is None else content_length) > MAX_REQUEST_BYTES:
                 raise Refused(TOO_LARGE)
-            status, headers, body = self._gateway(request, request_id)
+            status, headers, body = self._gateway(request, ids)
         except Refused as refused:
             error = refused.error
             status, body = error.status, json.dumps({"message": error.message}).encode()
             headers = [("Content-Type", "application/json"), ("x-amzn-ErrorType", error.error_type)]
         headers += [
-            ("x-amzn-RequestId", request_id),
-            ("x-amz-apigw-id", base64.b64encode(secrets.token_bytes(11)).decode()),
+            ("x-amzn-RequestId", ids[0]),
+            ("x-amz-apigw-id", ids[1]),
             ("X-Amzn-Trace-Id", f"Root=1-{int(time.time()):08x}-{secrets.token_hex(12)}"),
         ]
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -192,7 +197,9 @@ class ApiServer:
             self._latencies.append(elapsed_ms)
         return HttpResponse(status, tuple(headers), body)
 
-    def _gateway(self, request: HttpRequest, request_id: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _gateway(
+        self, request: HttpRequest, ids: tuple[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """API Gateway's steps, in its order; `Refused` at the first that fails."""
         node, params, path = route(self._tree, self.api.stage, request.path)
         method = node.methods.get(request.method) or node.methods.get("ANY")
@@ -206,7 +213,7 @@ class ApiServer:
         self._validator.check(method, request, params, query)
         event = build_event(
             request,
-            request_id,
+            ids,
             node,
             params,
             path,

@@ -330,6 +330,7 @@ def test_event_has_every_rest_v1_key(start):
     assert (context["resourcePath"], context["httpMethod"], context["path"]) == ("/echo", "POST", "/v1/echo")
     assert re.fullmatch(r"[0-9a-f]{6}", context["resourceId"])
     assert context["requestId"] == headers["x-amzn-requestid"]
+    assert context["extendedRequestId"] == headers["x-amz-apigw-id"]
     assert context["protocol"] == "HTTP/1.1"
     assert re.fullmatch(r"\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} \+0000", context["requestTime"])
     assert before_ms - 1000 <= context["requestTimeEpoch"] <= time.time() * 1000 + 1000
@@ -576,6 +577,13 @@ def test_extra_route_is_served_beside_the_api(start):
     assert (seen[0].path, seen[0].query) == ("/_dashboard/metrics", "x=1")
     assert invoker.events == []
     assert server.stats().requests == 0  # the dashboard is not the API's traffic
+
+    def broken(req: HttpRequest) -> HttpResponse:
+        raise RuntimeError("bug in a route")
+
+    server.add_route("/_broken", broken)
+    assert request(server, "GET", "/_broken")[0] == 500
+    assert request(server, "GET", "/_dashboard")[0] == 200  # the server goes on
 
 
 def test_stats_count_statuses_and_latency(start):

@@ -171,9 +171,14 @@ class ShardPoller(threading.Thread):
         return self.runner.kinesis.get_shard_iterator(**args)["ShardIterator"]
 
     def _poll(self) -> float:
-        """One GetRecords into the buffer; returns how long to wait before the next one."""
+        """One GetRecords into the buffer; returns how long to wait before the next one.
+
+        It asks for as much as GetRecords gives (not one batch): the shard's 5 calls a second are
+        shared with every other consumer, and batches are cut from the buffer. It is only called
+        while the buffer holds less than a batch.
+        """
         started = time.monotonic()
-        limit = min(GET_RECORDS_MAX, self.mapping.batch_size - len(self._buffer))
+        limit = GET_RECORDS_MAX - len(self._buffer)
         try:
             if self._iterator is None:
                 self._iterator = self._new_iterator()

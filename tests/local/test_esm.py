@@ -75,14 +75,26 @@ def running(
 
 
 @pytest.fixture
-def kinesis(moto_server: str) -> Any:
-    return client("kinesis", moto_server)
+def endpoint(moto_server: str) -> str:
+    """The Kinesis and SQS endpoint every test but the resharding ones runs against."""
+    return moto_server
 
 
 @pytest.fixture
-def queue(moto_server: str) -> tuple[str, str]:
+def resharding_endpoint(kinesis_mock: str) -> str:
+    """A Kinesis endpoint right about SplitShard (moto keeps writing to the closed parent)."""
+    return kinesis_mock
+
+
+@pytest.fixture
+def kinesis(endpoint: str) -> Any:
+    return client("kinesis", endpoint)
+
+
+@pytest.fixture
+def queue(endpoint: str) -> tuple[str, str]:
     """An SQS on-failure queue: (ARN as a template names it, URL)."""
-    sqs = client("sqs", moto_server)
+    sqs = client("sqs", endpoint)
     name = f"esm-dlq-{uuid.uuid4().hex[:8]}"
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     return model.queue_arn(name), url
@@ -91,21 +103,21 @@ def queue(moto_server: str) -> tuple[str, str]:
 # -- batching ------------------------------------------------------------------------------------
 
 
-def test_batch_size_caps_each_invocation_and_keeps_order(moto_server, kinesis):
+def test_batch_size_caps_each_invocation_and_keeps_order(endpoint, kinesis):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, *[b"r%d" % i for i in range(10)]))
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream, batch_size=4), invoker) as runner:
+    with running(endpoint, mapping(stream, batch_size=4), invoker) as runner:
         wait_until(lambda: sum(map(len, invoker.batches())) >= 10, what="10 records")
         assert invoker.batches() == [sent[:4], sent[4:8], sent[8:]]
         assert runner.stats()["shardId-000000000000"]["position"] == sent[-1]
 
 
-def test_batching_window_holds_a_partial_batch_until_the_window_ends(moto_server, kinesis):
+def test_batching_window_holds_a_partial_batch_until_the_window_ends(endpoint, kinesis):
     stream = create_stream(kinesis)
     invoker = CallableInvoker(FUNCTION, succeed)
     window = 3
-    with running(moto_server, mapping(stream, batch_size=100, batching_window_seconds=window), invoker):
+    with running(endpoint, mapping(stream, batch_size=100, batching_window_seconds=window), invoker):
         first_put = time.monotonic()
         sent = seqs(put(kinesis, stream, b"a", b"b"))
         time.sleep(1.0)
@@ -117,10 +129,10 @@ def test_batching_window_holds_a_partial_batch_until_the_window_ends(moto_server
     assert invocation.at - first_put >= window - 0.1  # the window starts when its first record is read
 
 
-def test_a_full_batch_does_not_wait_for_the_window(moto_server, kinesis):
+def test_a_full_batch_does_not_wait_for_the_window(endpoint, kinesis):
     stream = create_stream(kinesis)
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream, batch_size=3, batching_window_seconds=60), invoker):
+    with running(endpoint, mapping(stream, batch_size=3, batching_window_seconds=60), invoker):
         started = time.monotonic()
         sent = seqs(put(kinesis, stream, b"a", b"b", b"c"))
         wait_until(lambda: invoker.invocations, timeout=30, what="the full batch")
@@ -128,12 +140,12 @@ def test_a_full_batch_does_not_wait_for_the_window(moto_server, kinesis):
     assert invoker.invocations[0].at - started < 30  # far inside the 60 s window
 
 
-def test_the_event_is_cut_at_six_megabytes(moto_server, kinesis):
+def test_the_event_is_cut_at_six_megabytes(endpoint, kinesis):
     stream = create_stream(kinesis)
     megabyte = b"x" * (1024 * 1024 - 16)  # a record near Kinesis's 1 MiB; base64 makes it ~1.4 MB
     sent = seqs(put(kinesis, stream, *[megabyte] * 5))
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream, batch_size=100), invoker):
+    with running(endpoint, mapping(stream, batch_size=100), invoker):
         wait_until(lambda: sum(map(len, invoker.batches())) >= 5, timeout=60, what="5 records")
     assert invoker.batches() == [sent[:4], sent[4:]]
     assert all(invocation.event_bytes <= MAX_PAYLOAD_BYTES for invocation in invoker.invocations)
@@ -143,28 +155,28 @@ def test_the_event_is_cut_at_six_megabytes(moto_server, kinesis):
 # -- starting positions --------------------------------------------------------------------------
 
 
-def test_latest_skips_records_written_before_the_mapping_started(moto_server, kinesis):
+def test_latest_skips_records_written_before_the_mapping_started(endpoint, kinesis):
     stream = create_stream(kinesis)
     put(kinesis, stream, b"old-1", b"old-2")
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream, starting_position="LATEST"), invoker):
+    with running(endpoint, mapping(stream, starting_position="LATEST"), invoker):
         new = seqs(put(kinesis, stream, b"new"))
         wait_until(lambda: invoker.invocations, what="the new record")
         time.sleep(1.5)
     assert invoker.batches() == [new]
 
 
-def test_trim_horizon_reads_records_written_before_the_mapping_started(moto_server, kinesis):
+def test_trim_horizon_reads_records_written_before_the_mapping_started(endpoint, kinesis):
     stream = create_stream(kinesis)
     old = seqs(put(kinesis, stream, b"old-1", b"old-2"))
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream, starting_position="TRIM_HORIZON"), invoker):
+    with running(endpoint, mapping(stream, starting_position="TRIM_HORIZON"), invoker):
         new = seqs(put(kinesis, stream, b"new"))
         wait_until(lambda: sum(map(len, invoker.batches())) >= 3, what="3 records")
     assert [s for batch in invoker.batches() for s in batch] == old + new
 
 
-def test_at_timestamp_starts_at_the_first_record_arriving_at_or_after_it(moto_server, kinesis):
+def test_at_timestamp_starts_at_the_first_record_arriving_at_or_after_it(endpoint, kinesis):
     stream = create_stream(kinesis)
     put(kinesis, stream, b"before")
     time.sleep(1.1)
@@ -172,7 +184,7 @@ def test_at_timestamp_starts_at_the_first_record_arriving_at_or_after_it(moto_se
     arrival = read_back(kinesis, stream)[1]["ApproximateArrivalTimestamp"].timestamp()
     esm = mapping(stream, starting_position="AT_TIMESTAMP", starting_position_timestamp=arrival)
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, esm, invoker):
+    with running(endpoint, esm, invoker):
         wait_until(lambda: sum(map(len, invoker.batches())) >= 2, what="2 records")
         time.sleep(1.5)
     assert [s for batch in invoker.batches() for s in batch] == records_after
@@ -181,12 +193,12 @@ def test_at_timestamp_starts_at_the_first_record_arriving_at_or_after_it(moto_se
 # -- the event -----------------------------------------------------------------------------------
 
 
-def test_event_records_have_lambdas_shape(moto_server, kinesis):
+def test_event_records_have_lambdas_shape(endpoint, kinesis):
     stream = create_stream(kinesis)
     [answer] = put(kinesis, stream, b"hello \x00 world", key="pk-7")
     [stored] = read_back(kinesis, stream)
     invoker = CallableInvoker(FUNCTION, succeed)
-    with running(moto_server, mapping(stream), invoker):
+    with running(endpoint, mapping(stream), invoker):
         wait_until(lambda: invoker.invocations, what="an invocation")
     assert list(invoker.invocations[0].event) == ["Records"]
     [record] = invoker.invocations[0].event["Records"]
@@ -214,7 +226,7 @@ def test_event_records_have_lambdas_shape(moto_server, kinesis):
 # -- partial batch responses ---------------------------------------------------------------------
 
 
-def test_partial_batch_response_resumes_from_the_lowest_reported_sequence_number(moto_server, kinesis):
+def test_partial_batch_response_resumes_from_the_lowest_reported_sequence_number(endpoint, kinesis):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, *[b"r%d" % i for i in range(10)]))
     report = answer_once(
@@ -222,7 +234,7 @@ def test_partial_batch_response_resumes_from_the_lowest_reported_sequence_number
     )
     invoker = CallableInvoker(FUNCTION, report)
     esm = mapping(stream, batch_size=10, report_batch_item_failures=True)
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: len(invoker.invocations) >= 2, what="the retry")
         time.sleep(1.0)
         stats = runner.stats()["shardId-000000000000"]
@@ -241,12 +253,12 @@ def test_partial_batch_response_resumes_from_the_lowest_reported_sequence_number
     ],
     ids=["empty", "null", "missing", "not-in-batch"],
 )
-def test_an_unusable_item_identifier_fails_the_whole_batch(moto_server, kinesis, item):
+def test_an_unusable_item_identifier_fails_the_whole_batch(endpoint, kinesis, item):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a", b"b", b"c"))
     invoker = CallableInvoker(FUNCTION, answer_once(lambda event: {"batchItemFailures": [item]}))
     esm = mapping(stream, report_batch_item_failures=True)
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: len(invoker.invocations) >= 2, what="the retry")
         time.sleep(1.0)
         stats = runner.stats()["shardId-000000000000"]
@@ -259,12 +271,12 @@ def test_an_unusable_item_identifier_fails_the_whole_batch(moto_server, kinesis,
     [None, {}, {"batchItemFailures": []}, {"batchItemFailures": None}],
     ids=["null", "empty", "[]", "null-list"],
 )
-def test_an_empty_or_null_partial_response_is_a_success(moto_server, kinesis, answer):
+def test_an_empty_or_null_partial_response_is_a_success(endpoint, kinesis, answer):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a", b"b"))
     invoker = CallableInvoker(FUNCTION, lambda event: answer)
     esm = mapping(stream, report_batch_item_failures=True)
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: invoker.invocations, what="an invocation")
         time.sleep(1.0)
         stats = runner.stats()["shardId-000000000000"]
@@ -275,7 +287,7 @@ def test_an_empty_or_null_partial_response_is_a_success(moto_server, kinesis, an
 # -- errors, retries, bisect, on-failure ---------------------------------------------------------
 
 
-def test_bisect_isolates_a_poison_record(moto_server, kinesis, queue):
+def test_bisect_isolates_a_poison_record(endpoint, kinesis, queue):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, *[b"ok" if i != 5 else b"poison" for i in range(8)]))
     invoker = CallableInvoker(FUNCTION, fail_on(b"poison"))
@@ -283,8 +295,8 @@ def test_bisect_isolates_a_poison_record(moto_server, kinesis, queue):
     esm = mapping(
         stream, batch_size=8, bisect_on_error=True, maximum_retry_attempts=0, on_failure_arn=queue_arn
     )
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
-        [message] = receive(moto_server, queue_url, 1)
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
+        [message] = receive(endpoint, queue_url, 1)
         wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="the end")
         stats = runner.stats()["shardId-000000000000"]
     # Halves, then halves of the failing half, down to the poison record alone (no retry: 0 allowed).
@@ -299,7 +311,7 @@ def test_bisect_isolates_a_poison_record(moto_server, kinesis, queue):
     assert (stats["bisects"], stats["retries"], stats["records_sent_to_on_failure"]) == (3, 0, 1)
 
 
-def test_retry_exhaustion_sends_lambdas_message_to_the_on_failure_queue(moto_server, kinesis, queue):
+def test_retry_exhaustion_sends_lambdas_message_to_the_on_failure_queue(endpoint, kinesis, queue):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"poison", b"x", b"y"))
     stored = read_back(kinesis, stream)
@@ -307,8 +319,8 @@ def test_retry_exhaustion_sends_lambdas_message_to_the_on_failure_queue(moto_ser
     queue_arn, queue_url = queue
     esm = mapping(stream, maximum_retry_attempts=2, on_failure_arn=queue_arn)
     before = time.time()
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
-        [message] = receive(moto_server, queue_url, 1)
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
+        [message] = receive(endpoint, queue_url, 1)
         after = time.time()
         flowing = seqs(put(kinesis, stream, b"next"))
         wait_until(lambda: len(invoker.invocations) >= 4, what="the next record")
@@ -341,7 +353,7 @@ def test_retry_exhaustion_sends_lambdas_message_to_the_on_failure_queue(moto_ser
 
 
 def test_records_older_than_the_maximum_age_are_not_invoked_and_go_to_the_on_failure_queue(
-    moto_server, kinesis, queue
+    endpoint, kinesis, queue
 ):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a", b"b"))
@@ -352,8 +364,8 @@ def test_records_older_than_the_maximum_age_are_not_invoked_and_go_to_the_on_fai
     def an_hour_later() -> float:
         return time.time() + 3600
 
-    with running(moto_server, esm, invoker, clock=an_hour_later) as runner:
-        [message] = receive(moto_server, queue_url, 1)
+    with running(endpoint, esm, invoker, clock=an_hour_later) as runner:
+        [message] = receive(endpoint, queue_url, 1)
         stats = runner.stats()["shardId-000000000000"]
     assert invoker.invocations == []
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
@@ -369,7 +381,7 @@ def test_records_older_than_the_maximum_age_are_not_invoked_and_go_to_the_on_fai
 
 
 def test_records_ageing_out_during_retries_go_to_the_on_failure_queue_as_age_exceeded(
-    moto_server, kinesis, queue
+    endpoint, kinesis, queue
 ):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"poison"))
@@ -377,10 +389,10 @@ def test_records_ageing_out_during_retries_go_to_the_on_failure_queue_as_age_exc
     queue_arn, queue_url = queue
     offset = {"s": 0.0}
     esm = mapping(stream, maximum_record_age_seconds=60, on_failure_arn=queue_arn)
-    with running(moto_server, esm, invoker, clock=lambda: time.time() + offset["s"], **FAST_RETRIES):
+    with running(endpoint, esm, invoker, clock=lambda: time.time() + offset["s"], **FAST_RETRIES):
         wait_until(lambda: len(invoker.invocations) >= 2, what="two failed invocations")
         offset["s"] = 120.0
-        [message] = receive(moto_server, queue_url, 1)
+        [message] = receive(endpoint, queue_url, 1)
     tries = len(invoker.invocations)
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
     assert message["requestContext"]["approximateInvokeCount"] == tries
@@ -388,30 +400,30 @@ def test_records_ageing_out_during_retries_go_to_the_on_failure_queue_as_age_exc
     assert message["KinesisBatchInfo"]["startSequenceNumber"] == sent[0]
 
 
-def test_infinite_retries_keep_retrying_until_the_function_recovers(moto_server, kinesis, queue):
+def test_infinite_retries_keep_retrying_until_the_function_recovers(endpoint, kinesis, queue):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a", b"b"))
     invoker = CallableInvoker(FUNCTION, fail_first(6))
     queue_arn, queue_url = queue
     esm = mapping(stream, maximum_retry_attempts=-1, on_failure_arn=queue_arn)
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="recovery")
         stats = runner.stats()["shardId-000000000000"]
     assert invoker.batches() == [sent] * 7
     assert [i.function_error for i in invoker.invocations] == ["Unhandled"] * 6 + [None]
     assert (stats["retries"], stats["records_discarded"]) == (6, 0)
-    sqs = client("sqs", moto_server)
+    sqs = client("sqs", endpoint)
     assert sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0).get("Messages", []) == []
 
 
-def test_bisect_with_a_partial_response_splits_at_the_reported_record(moto_server, kinesis):
+def test_bisect_with_a_partial_response_splits_at_the_reported_record(endpoint, kinesis):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, *[b"r%d" % i for i in range(6)]))
     invoker = CallableInvoker(
         FUNCTION, answer_once(lambda e: {"batchItemFailures": [{"itemIdentifier": sent[4]}]})
     )
     esm = mapping(stream, bisect_on_error=True, report_batch_item_failures=True, maximum_retry_attempts=0)
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="the end")
         stats = runner.stats()["shardId-000000000000"]
     assert invoker.batches() == [sent, sent[4:]]  # not halves: the split is at the reported record
@@ -432,12 +444,12 @@ class FailingBeforeTheFunction(CallableInvoker):
         return super().invoke(function_name, event)
 
 
-def test_errors_before_the_function_runs_are_retried_without_counting(moto_server, kinesis, queue):
+def test_errors_before_the_function_runs_are_retried_without_counting(endpoint, kinesis, queue):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a"))
     invoker = FailingBeforeTheFunction(times=3)
     esm = mapping(stream, maximum_retry_attempts=0, on_failure_arn=queue[0])
-    with running(moto_server, esm, invoker, **FAST_RETRIES) as runner:
+    with running(endpoint, esm, invoker, **FAST_RETRIES) as runner:
         wait_until(lambda: runner.stats()["shardId-000000000000"]["position"] == sent[-1], what="the record")
         stats = runner.stats()["shardId-000000000000"]
     assert invoker.batches() == [sent]  # 0 retries allowed, yet nothing was discarded
@@ -448,10 +460,10 @@ def test_errors_before_the_function_runs_are_retried_without_counting(moto_serve
 # -- polling -------------------------------------------------------------------------------------
 
 
-def test_an_idle_shard_is_polled_about_once_a_second(moto_server, kinesis):
+def test_an_idle_shard_is_polled_about_once_a_second(endpoint, kinesis):
     stream = create_stream(kinesis)
     invoker = CallableInvoker(FUNCTION, succeed)
-    runner = MappingRunner(mapping(stream), invoker, endpoint_url=moto_server, function_role_arn=ROLE_ARN)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=endpoint, function_role_arn=ROLE_ARN)
     calls: list[float] = []
     runner.kinesis.meta.events.register(
         "before-call.kinesis.GetRecords", lambda **_: calls.append(time.monotonic())
@@ -466,11 +478,11 @@ def test_an_idle_shard_is_polled_about_once_a_second(moto_server, kinesis):
     assert min(gaps) >= 0.8
 
 
-def test_a_throttled_get_records_is_answered_by_backing_off(moto_server, kinesis):
+def test_a_throttled_get_records_is_answered_by_backing_off(endpoint, kinesis):
     stream = create_stream(kinesis)
     sent = seqs(put(kinesis, stream, b"a", b"b"))
     invoker = CallableInvoker(FUNCTION, succeed)
-    runner = MappingRunner(mapping(stream), invoker, endpoint_url=moto_server, function_role_arn=ROLE_ARN)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=endpoint, function_role_arn=ROLE_ARN)
     throttle = "ProvisionedThroughputExceededException"
     calls = answer_get_records(runner.kinesis, [throttle] * 4)
     runner.start()
@@ -486,11 +498,11 @@ def test_a_throttled_get_records_is_answered_by_backing_off(moto_server, kinesis
     assert waits[0] >= 0.15
 
 
-def test_an_expired_iterator_is_renewed_without_losing_or_repeating_records(moto_server, kinesis):
+def test_an_expired_iterator_is_renewed_without_losing_or_repeating_records(endpoint, kinesis):
     stream = create_stream(kinesis)
     first = seqs(put(kinesis, stream, b"a", b"b"))
     invoker = CallableInvoker(FUNCTION, succeed)
-    runner = MappingRunner(mapping(stream), invoker, endpoint_url=moto_server, function_role_arn=ROLE_ARN)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=endpoint, function_role_arn=ROLE_ARN)
     answer_get_records(runner.kinesis, [None, "ExpiredIteratorException", "ExpiredIteratorException"])
     runner.start()
     try:
@@ -503,14 +515,14 @@ def test_an_expired_iterator_is_renewed_without_losing_or_repeating_records(moto
     assert [s for batch in invoker.batches() for s in batch] == first + second
 
 
-def test_stop_is_prompt_even_during_a_retry_backoff(moto_server, kinesis):
+def test_stop_is_prompt_even_during_a_retry_backoff(endpoint, kinesis):
     stream = create_stream(kinesis, shards=2)
     put(kinesis, stream, b"poison")
     invoker = CallableInvoker(FUNCTION, fail_on(b"poison"))
     runner = MappingRunner(
         mapping(stream),
         invoker,
-        endpoint_url=moto_server,
+        endpoint_url=endpoint,
         function_role_arn=ROLE_ARN,
         retry_base_delay=60,
         retry_max_delay=60,
@@ -548,28 +560,30 @@ def assert_parent_before_children(
     assert len(delivered) == len(set(delivered)) == total
 
 
-def test_a_parent_is_drained_before_its_children_are_polled_after_a_split(kinesis_mock):
-    kinesis = client("kinesis", kinesis_mock)
+def test_a_parent_is_drained_before_its_children_are_polled_after_a_split(resharding_endpoint):
+    kinesis = client("kinesis", resharding_endpoint)
     stream = create_stream(kinesis)
     parent = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
     put_keys(kinesis, stream, 0, 20)
     children = split(kinesis, stream)
     put_keys(kinesis, stream, 20, 20)
     invoker = CallableInvoker(FUNCTION, slow_on_shard(parent, 0.2))
-    with running(kinesis_mock, mapping(stream, batch_size=5), invoker) as runner:
+    with running(resharding_endpoint, mapping(stream, batch_size=5), invoker) as runner:
         assert {runner.stats()[child]["state"] for child in children} == {"waiting-for-parent"}
         wait_until(lambda: sum(map(len, invoker.batches())) >= 40, timeout=60, what="40 records")
         assert runner.stats()[parent]["state"] == "done"
     assert_parent_before_children(invoker, parent, children, 40)
 
 
-def test_children_created_while_running_are_found_from_the_parents_last_read(kinesis_mock):
-    kinesis = client("kinesis", kinesis_mock)
+def test_children_created_while_running_are_found_from_the_parents_last_read(resharding_endpoint):
+    kinesis = client("kinesis", resharding_endpoint)
     stream = create_stream(kinesis)
     parent = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
     invoker = CallableInvoker(FUNCTION, slow_on_shard(parent, 0.2))
     # No re-listing during the test: only the parent's ChildShards can lead to the children.
-    with running(kinesis_mock, mapping(stream, batch_size=5), invoker, shard_refresh_interval=600) as runner:
+    with running(
+        resharding_endpoint, mapping(stream, batch_size=5), invoker, shard_refresh_interval=600
+    ) as runner:
         put_keys(kinesis, stream, 0, 20)
         children = split(kinesis, stream)
         put_keys(kinesis, stream, 20, 20)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from local.model import ACCOUNT, REGION, Function
-from local.workers import Functions
+from local.workers import Functions, RequestTooLargeError
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_FUNCTIONS = Path(__file__).resolve().parent / "functions"
@@ -147,6 +147,19 @@ def test_unknown_function_is_a_key_error(make_functions):
     functions = make_functions(function("echo"))
     with pytest.raises(KeyError):
         functions.invoke("no-such-function", {})
+
+
+def test_event_over_6_mb_is_refused_before_any_worker_sees_it(make_functions):
+    functions = make_functions(function("echo"))
+    with pytest.raises(RequestTooLargeError, match="6291456 bytes"):
+        functions.invoke("test-echo", {"data": "x" * 6_291_456})
+    assert functions.stats()["test-echo"]["invocations"] == 0
+
+
+def test_handler_returning_bytes_passes_them_through(make_functions):
+    functions = make_functions(function("failing", "app.raw_bytes"))
+    result = functions.invoke("test-failing", {})
+    assert (result.payload, result.function_error) == (b"\x00not json", None)
 
 
 # -- what the handler sees -------------------------------------------------------------------------
@@ -430,7 +443,7 @@ import sys, os, time
 sys.path[:0] = [{str(REPO)!r}]
 from pathlib import Path
 from local.model import Function
-from local.workers import Functions
+from local.workers import Functions, RequestTooLargeError
 code = Path({str(TEST_FUNCTIONS / "sleepy")!r})
 functions = Functions([Function("S", "s", "app.handler", code)], endpoint_url="http://127.0.0.1:9",
                       log_dir=Path({str(tmp_path)!r}))

@@ -1,4 +1,5 @@
-"""Test function: fails in the ways a handler can (an exception, a result that is not JSON)."""
+"""Test function: fails in the ways a handler can (an exception, a result that is not JSON), and
+returns bytes (which Lambda passes through unmarshalled)."""
 
 import os
 
@@ -17,6 +18,10 @@ def reject(order):
 
 def unserialisable(event, context):
     return {"ids": {1, 2, 3}}
+
+
+def raw_bytes(event, context):
+    return b"\x00not json"
 
 
 def whoami(event, context):

@@ -132,10 +132,10 @@ class Worker:
 
     def peak_memory_mb(self) -> int:
         """The process's peak resident memory (VmHWM), Lambda's `Max Memory Used`."""
-        with contextlib.suppress(OSError), open(f"/proc/{self.pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    self.peak_mb = math.ceil(int(line.split()[1]) / 1024)
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{self.pid}/status", "rb") as status:
+            text = status.read()
+            start = text.index(b"VmHWM:") + 6
+            self.peak_mb = math.ceil(int(text[start : text.index(b"kB", start)]) / 1024)
         return self.peak_mb
 
     def kill(self) -> None:

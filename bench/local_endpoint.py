@@ -1,0 +1,130 @@
+"""The local AWS endpoint's figures: start-up time, and the Kinesis write throughput it carries.
+
+`run(quick)` starts `local.endpoint` child processes and measures:
+- start-up: seconds from spawning the endpoint to its first answer;
+- the emulator's ceiling: MiB/s of PutRecords landed on 4 shards with the limits off (one writer
+  thread per shard, each request 500 entries of ~2 KiB, the size of KPL aggregates: ~1 MiB);
+- the same with the limits on, throttled entries resent: ~4 MiB/s (4 shards x 1 MiB/s) is right,
+  and the ceiling must be above it for the limits, not the emulator, to be the bottleneck.
+
+    python -m bench.local_endpoint [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from typing import Any
+
+import boto3
+import botocore.config
+
+from local.endpoint import Endpoint
+
+MiB = 1024 * 1024
+SHARDS = 4
+ENTRIES = 500
+ENTRY_BYTES = 2 * 1024  # data + partition key: 500 of them make a ~1 MiB request
+
+
+def _client(url: str) -> Any:
+    config = botocore.config.Config(
+        retries={"max_attempts": 0}, max_pool_connections=SHARDS * 2, read_timeout=60
+    )
+    return boto3.client(
+        "kinesis",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=config,
+    )
+
+
+def startup_seconds(repeats: int) -> float:
+    """Median seconds from spawning the endpoint to its first answer."""
+    times = []
+    for _ in range(repeats):
+        endpoint = Endpoint(port=0).start()
+        times.append(endpoint.started_in)
+        endpoint.stop()
+    return statistics.median(times)
+
+
+def write_throughput(url: str, seconds: float) -> dict[str, float]:
+    """MiB/s landed by one writer thread per shard for `seconds`, resending throttled entries."""
+    client = _client(url)
+    name = f"bench-{time.monotonic_ns()}"
+    client.create_stream(StreamName=name, ShardCount=SHARDS)
+    shards = client.list_shards(StreamName=name)["Shards"]
+    landed = [0] * SHARDS
+    throttled = [0] * SHARDS
+    requests = [0] * SHARDS
+    deadline = time.monotonic() + seconds
+
+    def writer(index: int) -> None:
+        own = _client(url)
+        key = shards[index]["HashKeyRange"]["StartingHashKey"]
+        pending = [
+            {
+                "Data": b"%08d" % i + b"a" * (ENTRY_BYTES - 8 - 4),
+                "PartitionKey": "pkey",
+                "ExplicitHashKey": key,
+            }
+            for i in range(ENTRIES)
+        ]
+        while time.monotonic() < deadline:
+            answer = own.put_records(StreamName=name, Records=pending)
+            requests[index] += 1
+            # A producer with a backlog: the refused entries go again, in a full request.
+            refused = answer["FailedRecordCount"]
+            landed[index] += (len(pending) - refused) * ENTRY_BYTES
+            throttled[index] += refused
+            if refused == len(pending):
+                time.sleep(0.05)  # nothing landed: the shard's second is spent
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(SHARDS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - began
+    return {
+        "mib_per_s": sum(landed) / MiB / elapsed,
+        "requests_per_s": sum(requests) / elapsed,
+        "throttled_entries": float(sum(throttled)),
+    }
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    seconds = 4.0 if quick else 10.0
+    rows: list[dict[str, Any]] = []
+    start = startup_seconds(1 if quick else 3)
+    rows.append({"name": "endpoint start-up", "value": round(start, 2), "unit": "s",
+                 "note": "spawn of python -m local.endpoint to its first answer (median)"})  # fmt: skip
+    with Endpoint(port=0, limits=False) as endpoint:
+        ceiling = write_throughput(endpoint.url, seconds)
+    rows.append({"name": "Kinesis writes, 4 shards, limits off", "value": round(ceiling["mib_per_s"], 2),
+                 "unit": "MiB/s", "note": f"the emulator's ceiling; {ceiling['requests_per_s']:.1f} "
+                 "PutRecords/s of 500 x 2 KiB"})  # fmt: skip
+    with Endpoint(port=0, limits=True) as endpoint:
+        limited = write_throughput(endpoint.url, seconds)
+    rows.append({"name": "Kinesis writes, 4 shards, limits on", "value": round(limited["mib_per_s"], 2),
+                 "unit": "MiB/s", "note": f"4 x 1 MiB/s expected; {limited['throttled_entries']:.0f} "
+                 "entries throttled and resent"})  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="the local endpoint's start-up and write throughput")
+    parser.add_argument("--quick", action="store_true", help="shorter runs")
+    args = parser.parse_args(argv)
+    for row in run(args.quick):
+        print(f"{row['name']:<40} {row['value']:>8} {row['unit']:<6} {row['note']}")
+
+
+if __name__ == "__main__":
+    main()

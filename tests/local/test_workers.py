@@ -421,6 +421,19 @@ def test_logs_have_start_end_report_and_emf_lines_verbatim(make_functions):
     assert emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "local-tests"
 
 
+def test_lines_of_concurrent_workers_never_mix_in_the_log(make_functions):
+    functions = make_functions(function("printer", "app.long_lines"), max_workers=2)
+    in_parallel([lambda: functions.invoke("test-printer", {"count": 0, "at": 0})] * 2)  # two warm workers
+    event = {"count": 2000, "size": 3000, "at": time.time() + 1.0}
+
+    results = in_parallel([lambda: functions.invoke("test-printer", event)] * 2)
+
+    assert [result.payload for result in results] == [{"printed": 2000}] * 2
+    lines = [line for line in functions.log_path("test-printer").read_text().splitlines() if '"pad"' in line]
+    parsed = [json.loads(line) for line in lines]  # a line cut by another worker's write would not parse
+    assert len(parsed) == 4000 and len({blob["_aws"]["worker"] for blob in parsed}) == 2
+
+
 # -- stopping --------------------------------------------------------------------------------------
 
 

@@ -80,19 +80,10 @@ def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
     for function in app.functions:
         env = function.environment
         mapped = {m.stream_name for m in app.mappings if m.function_name == function.name}
-        if "SINK_TABLE" not in env or stream_name not in mapped:
-            continue
-        kind = _sink_kind(tables.get(env["SINK_TABLE"]))
-        groups.append(
-            Group(
-                env.get("SHARDLINE_GROUP", function.name),
-                function.name,
-                kind,
-                env["SINK_TABLE"],
-                stream_name,
-                env.get("DLQ_URL", ""),
-            )
-        )
+        if "SINK_TABLE" in env and stream_name in mapped:
+            name, table = env.get("SHARDLINE_GROUP", function.name), env["SINK_TABLE"]
+            kind = _sink_kind(tables.get(table))
+            groups.append(Group(name, function.name, kind, table, stream_name, env.get("DLQ_URL", "")))
     return groups
 
 
@@ -112,9 +103,9 @@ class SinkReader:
         start = from_sequence.zfill(SEQUENCE_DIGITS) if from_sequence else ""  # "0..seq" < "0..seq#000000"
         self.after.setdefault(f"{self._stream}#{shard_id}", start)  # a partition's start is set once
 
-    def poll(self) -> int:
-        """Query every partition for what is new; returns how many of the run's records were found."""
-        found, now = 0, time.time()
+    def poll(self) -> None:
+        """Query every partition for what is new since the last poll."""
+        now = time.time()
         for pk in list(self.after):
             query: dict[str, Any] = {
                 "TableName": self._table,
@@ -133,13 +124,11 @@ class SinkReader:
                     fields = parse_payload(item.get("data", {}).get("B", b""))
                     if fields is None or fields["run"] != self._run:
                         continue
-                    found += 1
                     self.positions.setdefault(fields["seq"], []).append(f"{pk}|{item['sk']['S']}")
                     self.first_seen.setdefault(fields["seq"], now)
                 if "LastEvaluatedKey" not in page:
                     break
                 query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return found
 
 
 def read_counts(dynamodb: Any, table: str, keys: Iterable[str]) -> dict[str, int]:
@@ -236,28 +225,16 @@ class GroupResult:
     def ok(self) -> bool:
         if self.group.kind == "unknown":
             return True
-        problems = (
-            self.lost,
-            self.duplicated,
-            self.wrong_counts,
-            self.dead_lettered,
-            self.poison_altered,
-            self.poison_missing,
-            self.poison_in_sink,
-        )
-        return self.done_at is not None and not any(problems)
+        problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered)
+        poison_problems = (self.poison_altered, self.poison_missing, self.poison_in_sink)
+        return self.done_at is not None and not any(problems + poison_problems)
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "group"}
         out["wrong_counts"] = {k: list(v) for k, v in self.wrong_counts.items()}
         out["duplicated"] = {str(k): v for k, v in self.duplicated.items()}
-        return {
-            "group": self.group.name,
-            "kind": self.group.kind,
-            "sink_table": self.group.sink_table,
-            "ok": self.ok,
-            **out,
-        }
+        group = {"group": self.group.name, "kind": self.group.kind, "sink_table": self.group.sink_table}
+        return {**group, "ok": self.ok, **out}
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -293,19 +270,8 @@ class Verdict:
             title=f"run {self.report.run_id}: {len(self.report.accepted):,} accepted, "
             f"{len(self.report.failed):,} failed to send, {self.report.accepted_per_second:,.0f}/s"
         )
-        for column in (
-            "group",
-            "sink",
-            "processed",
-            "lost",
-            "dup",
-            "counts",
-            "DLQ",
-            "poison in DLQ",
-            "latency p50/p99/max",
-            "drain",
-            "ok",
-        ):
+        columns = "group|sink|processed|lost|dup|counts|DLQ|poison in DLQ|latency p50/p99/max|drain|ok"
+        for column in columns.split("|"):
             table.add_column(column)
         for g in self.groups:
             lat = g.latency_s
@@ -337,17 +303,15 @@ class _Watch:
         self.group, self.report = group, report
         self.dynamodb = client("dynamodb", endpoint_url)
         self.sink = SinkReader(self.dynamodb, group.sink_table, group.stream_name, report.run_id)
-        first: dict[str, str] = {}
-        for record in report.accepted.values():
-            if record.shard_id and record.sequence_number:
-                known = first.get(record.shard_id)
-                if known is None or int(record.sequence_number) < int(known):
-                    first[record.shard_id] = record.sequence_number
-        for shard_id, sequence in sorted(first.items()):
-            self.sink.add_shard(shard_id, sequence)
+        accepted = report.accepted.values()
+        positions = sorted(
+            (r.shard_id, int(r.sequence_number)) for r in accepted if r.shard_id and r.sequence_number
+        )
+        for shard_id, sequence in positions:  # ascending: each shard's partition starts at its lowest
+            self.sink.add_shard(shard_id, str(sequence))
         self.dlq = (
             DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id)
-            if (group.dlq_url)
+            if group.dlq_url
             else None
         )
         self.counts: dict[str, int] = {}

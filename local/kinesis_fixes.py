@@ -15,13 +15,13 @@ nothing else imports this). What it corrects, each covered by tests/local/test_e
   its 10 MiB cap, and reads by bisection (moto scans the shard from its start on every call).
 
 The per-shard limits (`local.limits`) are enforced here too, per record and per call, and
-counted in `State.counters` for `GET /_shardline/kinesis`.
+counted in `State.counters` for `GET /_shardline/kinesis`. ListShards, PutRecords and GetRecords
+are answered by `local.kinesis_responses`, which `apply` installs.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -102,7 +102,7 @@ def _shard_max(self: models.Shard) -> int:
     return self._last
 
 
-def _read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.Record], int, bool]:
+def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.Record], int, bool]:
     """Records after sequence `last`, at most `limit` and 10 MiB (one at least); their bytes; more left?"""
     start = bisect.bisect_right(shard._sequences, last)
     stop = min(len(shard._sequences), start + limit)
@@ -278,18 +278,6 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
     return {"FailedRecordCount": failed, "Records": results}
 
 
-def _put_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
-    # Answered as JSON here: moto's model-driven serializer took most of a 500-entry request's time.
-    answer = self.kinesis_backend.put_records(
-        self._get_param("StreamARN"), self._get_param("StreamName"), self._get_param("Records")
-    )
-    return _json(answer)
-
-
-def _json(answer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return json.dumps(answer), {"status": 200, "Content-Type": "application/x-amz-json-1.1"}
-
-
 def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None,
                                 shard_id: str, shard_iterator_type: str, starting_sequence_number: Any,
                                 at_timestamp: Any) -> str:  # fmt: skip
@@ -305,57 +293,6 @@ def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | N
             stream.stream_name, stream.shards[shard_id], shard_iterator_type, starting_sequence_number,
             at_timestamp,
         )  # fmt: skip
-
-
-def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
-    limit = self._get_param("Limit")
-    if limit is not None and not 1 <= int(limit) <= MAX_GET_RECORDS:
-        raise kinesis_errors.InvalidArgumentError(f"Limit {limit} is not within 1..{MAX_GET_RECORDS}.")
-    stream_name, shard_id, last = utils.decompose_shard_iterator(self._get_param("ShardIterator"))
-    backend = self.kinesis_backend
-    account = backend.account_id
-    with STATE.lock:
-        stream = backend.describe_stream(stream_arn=self._get_param("StreamARN"), stream_name=stream_name)
-        shard = stream.get_shard(shard_id)
-        STATE.count(account, stream.stream_name, shard_id, 4)
-        limits = STATE.limits if STATE.reads_limited else None
-        key = (stream.arn, shard_id)
-        if limits is not None and not limits.admit_read(key):
-            STATE.count(account, stream.stream_name, shard_id, 3)
-            raise ThroughputExceeded(rate_exceeded_message(shard_id, stream.stream_name, account))
-        records, total, more = _read_after(shard, int(last), int(limit or MAX_GET_RECORDS))
-        if limits is not None and total:
-            limits.charge_read(key, total)
-        position = records[-1].sequence_number if records else int(last)
-        behind = 0 if not more else int((time.time() - records[-1].created_at) * 1000)
-        answer: dict[str, Any] = {
-            "Records": [_record(record) for record in records],
-            "MillisBehindLatest": behind,
-        }
-        if not shard.is_open and not more:  # the end of a closed shard: no iterator, its children instead
-            answer["ChildShards"] = [_child(child) for child in stream.shards.values()
-                                     if shard.shard_id in (child.parent, child.adjacent_parent)]  # fmt: skip
-        else:
-            answer["NextShardIterator"] = utils.compose_shard_iterator(stream.stream_name, shard, position)
-    return _json(answer)
-
-
-def _record(record: models.Record) -> dict[str, Any]:
-    """A record as Kinesis's JSON carries it: the data stays the base64 it arrived as."""
-    return {
-        "SequenceNumber": str(record.sequence_number),
-        "ApproximateArrivalTimestamp": record.created_at,
-        "Data": record.data,
-        "PartitionKey": record.partition_key,
-    }
-
-
-def _child(shard: models.Shard) -> dict[str, Any]:
-    return {
-        "ShardId": shard.shard_id,
-        "ParentShards": [parent for parent in (shard.parent, shard.adjacent_parent) if parent],
-        "HashKeyRange": shard.to_json()["HashKeyRange"],
-    }
 
 
 def _delete_stream(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None) -> Any:
@@ -374,7 +311,7 @@ _original_delete_stream = models.KinesisBackend.delete_stream
 
 def apply(state: State = STATE) -> State:
     """Patch moto's Kinesis in this process (idempotent); `state` decides the limits."""
-    from local import kinesis_listing  # ListShards with ShardFilter
+    from local import kinesis_responses  # imports this module: installed last
 
     if getattr(models.Shard, "_shardline_fixed", False):
         return state
@@ -390,7 +327,5 @@ def apply(state: State = STATE) -> State:
     models.KinesisBackend.put_records = _backend_put_records  # type: ignore[method-assign]
     models.KinesisBackend.get_shard_iterator = _backend_get_shard_iterator  # type: ignore[method-assign]
     models.KinesisBackend.delete_stream = _delete_stream  # type: ignore[method-assign]
-    responses.KinesisResponse.get_records = _get_records  # type: ignore[method-assign]
-    responses.KinesisResponse.put_records = _put_records  # type: ignore[method-assign]
-    responses.KinesisResponse.list_shards = kinesis_listing.list_shards  # type: ignore[method-assign]
+    kinesis_responses.install(responses.KinesisResponse)
     return state

@@ -229,6 +229,17 @@ def test_describe_stream_summary_counts_the_open_shards_after_resharding(local_e
     assert (summary["StreamStatus"], summary["OpenShardCount"]) == ("ACTIVE", 2)
 
 
+def test_a_stream_named_by_arn_can_be_read(local_endpoint):
+    client, name = new_stream(local_endpoint)
+    arn = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    client.put_record(StreamARN=arn, Data=b"by arn", PartitionKey="p")
+    request = {"StreamARN": arn, "ShardId": "shardId-000000000000", "ShardIteratorType": "TRIM_HORIZON"}
+    iterator = client.get_shard_iterator(**request)["ShardIterator"]
+    assert [r["Data"] for r in client.get_records(ShardIterator=iterator, StreamARN=arn)["Records"]] == [
+        b"by arn"
+    ]
+
+
 def test_get_records_honours_limit_and_refuses_more_than_10000(local_endpoint):
     client, name = new_stream(local_endpoint)
     client.put_records(StreamName=name, Records=[{"Data": b"x", "PartitionKey": str(i)} for i in range(7)])

@@ -228,20 +228,14 @@ class _Sender:
 
     def _deliver(self, client: _Client, seqs: list[int]) -> None:
         report = self.report
-        post_time = time.time()
-        records = {
-            seq: {
-                "partitionKey": partition_key(report.run_id, seq, report.keys),
-                "data": base64.b64encode(
-                    payload(report.run_id, seq, post_time, report.size, self._poison(seq))
-                ).decode(),
-            }
-            for seq in seqs
-        }
-        pending, attempt = list(seqs), 0
+        records: dict[int, dict[str, str]] = {}
+        post_time, pending, attempt = 0.0, list(seqs), 0
         while pending:
             attempt += 1
             self.pacer.wait(len(pending))
+            if not records:  # built after the pacing wait: `t` is when the records are first POSTed
+                post_time = time.time()
+                records = {seq: self._record(seq, post_time) for seq in seqs}
             body = json.dumps({"records": [records[seq] for seq in pending]}, separators=(",", ":")).encode()
             try:
                 status, headers, answer = client.post(self.path, body)
@@ -294,6 +288,14 @@ class _Sender:
                 with self.lock:
                     report.retried_records += len(pending)
                 time.sleep(pause)
+
+    def _record(self, seq: int, post_time: float) -> dict[str, str]:
+        report = self.report
+        data = payload(report.run_id, seq, post_time, report.size, self._poison(seq))
+        return {
+            "partitionKey": partition_key(report.run_id, seq, report.keys),
+            "data": base64.b64encode(data).decode(),
+        }
 
     def _poison(self, seq: int) -> bool:
         every = self.report.poison_every

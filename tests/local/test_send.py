@@ -224,6 +224,9 @@ def test_send_paces_to_the_rate(stub_api: StubApi) -> None:
     assert len(report.accepted) == 300
     assert report.elapsed >= 1.2
     assert report.elapsed < 30  # generous: a 2-core shared machine
+    # Each record's time is its first POST, after the pacing wait: the batches' times spread as they went.
+    times = sorted({parse_payload(w.data)["t"] for w in stub_api.written})
+    assert len(times) == 6 and times[-1] - times[0] >= 1.2
 
 
 def test_send_uses_run_scoped_partition_keys(stub_api: StubApi) -> None:

@@ -451,24 +451,29 @@ def test_close_leaves_no_child_process(make_functions):
     assert not pids & set(worker_children())
 
 
-def test_workers_exit_when_their_parent_dies(tmp_path):
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_workers_exit_when_their_parent_dies(tmp_path, signal_number):
     script = f"""
-import sys, os, time
+import sys, os, threading, time
 sys.path[:0] = [{str(REPO)!r}]
 from pathlib import Path
 from local.model import Function
 from local.workers import Functions, RequestTooLargeError
 code = Path({str(TEST_FUNCTIONS / "sleepy")!r})
-functions = Functions([Function("S", "s", "app.handler", code)], endpoint_url="http://127.0.0.1:9",
+functions = Functions([Function("S", "s", "app.handler", code, timeout_seconds=120)], endpoint_url="http://127.0.0.1:9",
                       log_dir=Path({str(tmp_path)!r}))
 functions.start()
 print(functions.invoke("s", {{}}).payload["pid"], flush=True)
+threading.Thread(target=functions.invoke, args=("s", {{"seconds": 60}}), daemon=True).start()
+time.sleep(0.5)  # the worker is now busy: only the lifeline can tell it that its parent is gone
+print("busy", flush=True)
 time.sleep(60)
 """
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         worker = int(parent.stdout.readline())
-        parent.send_signal(signal.SIGKILL)
+        assert parent.stdout.readline() == "busy\n"
+        parent.send_signal(signal_number)
         parent.wait(timeout=30)
         assert wait_until(lambda: gone(worker) or "zombie" in worker_state(worker))
     finally:

@@ -451,6 +451,23 @@ def test_close_leaves_no_child_process(make_functions):
     assert not pids & set(worker_children())
 
 
+def test_close_stops_busy_workers_too(make_functions):
+    functions = make_functions(function("sleepy", timeout_seconds=120))
+    pid = functions.invoke("test-sleepy", {}).payload["pid"]
+    results: list[Any] = []
+    busy = threading.Thread(target=lambda: results.append(functions.invoke("test-sleepy", {"seconds": 60})))
+    busy.start()
+    assert wait_until(lambda: functions.stats()["test-sleepy"]["busy"] == 1)
+
+    functions.close()
+
+    busy.join(timeout=30)
+    assert results and results[0].payload["errorType"] == "Runtime.ExitError"
+    assert gone(pid)
+    with pytest.raises(RuntimeError):
+        functions.invoke("test-sleepy", {})
+
+
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_workers_exit_when_their_parent_dies(tmp_path, signal_number):
     script = f"""

@@ -67,7 +67,8 @@ class Endpoint:
 
     def start(self) -> Endpoint:
         began = time.monotonic()
-        command = [sys.executable, "-m", "local.endpoint", "--host", self.host, "--port", str(self.port)]
+        command = [sys.executable, "-m", "local.endpoint", "--host", self.host, "--port", str(self.port),
+                   "--parent-pid", str(os.getpid())]  # fmt: skip
         if not self.limits:
             command.append("--no-limits")
         env = {
@@ -84,7 +85,6 @@ class Endpoint:
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
-            preexec_fn=_die_with_parent,
         )
         try:
             self.port = self._await_ready_line()
@@ -160,16 +160,6 @@ def wait_ready(url: str, timeout: float = 30.0) -> bool:
         time.sleep(0.05)
 
 
-def _die_with_parent() -> None:
-    """In the child: receive SIGTERM when the parent dies (Linux), so a crashed parent leaves no orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 # --- in the child ---------------------------------------------------------------------------------------
 
 
@@ -238,9 +228,14 @@ def _json(start_response: Callable[..., Any], body: Any, status: str = "200 OK")
 
 
 def serve(
-    host: str, port: int, *, limits: bool = True, on_ready: Callable[[int], None] | None = None
+    host: str,
+    port: int,
+    *,
+    limits: bool = True,
+    on_ready: Callable[[int], None] | None = None,
+    parent_pid: int | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; `on_ready(port)` once listening."""
+    """Serve until SIGTERM or SIGINT (or `parent_pid` is gone); `on_ready(port)` once listening."""
     os.environ.setdefault("MOTO_ACCOUNT_ID", ACCOUNT)  # moto reads it on every request
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     from moto.moto_server.werkzeug_app import (
@@ -270,6 +265,8 @@ def serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if parent_pid is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent_pid, server), daemon=True).start()
     if on_ready is not None:
         on_ready(server.server_port)
     # Build the usual services' apps while the first requests come in, not on them.
@@ -278,6 +275,13 @@ def serve(
         server.serve_forever(poll_interval=0.1)
     finally:
         server.server_close()
+
+
+def _exit_with_parent(parent_pid: int, server: Any) -> None:
+    """Stop serving once the parent has died (we are re-parented), so a killed parent leaves no orphan."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    server.shutdown()
 
 
 def _preload(dispatcher: Any) -> None:
@@ -292,12 +296,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4566, help="0: any free port (printed once ready)")
     parser.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    parser.add_argument("--parent-pid", type=int, help="stop when this process is gone")
     args = parser.parse_args(argv)
 
     def announce(port: int) -> None:
         print(f"{READY_LINE} {port}", flush=True)
 
-    serve(args.host, args.port, limits=not args.no_limits, on_ready=announce)
+    serve(args.host, args.port, limits=not args.no_limits, on_ready=announce, parent_pid=args.parent_pid)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -18,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError
 
-from local.endpoint import Endpoint
+from local.endpoint import REPO_ROOT, Endpoint
 from shardline.kinesis import UserRecord
 from shardline.kpl import decode, is_aggregated
 from shardline.producer import Producer
@@ -285,6 +288,7 @@ def test_put_record_over_budget_is_an_http_400_throughput_error(local_endpoint):
     with pytest.raises(ClientError) as refused:
         client.put_record(StreamName=name, **sized("b", MiB // 2))  # needs half a second's refill
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert refused.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amzn-errortype"] == THROTTLED
     assert refused.value.response["Error"] == {"Code": THROTTLED, "Message": rate_exceeded(shard, name)}
     assert [len(d) for d in data_of(client, name, shard)] == [MiB - 1]
 
@@ -486,3 +490,28 @@ def test_stop_leaves_no_process_and_frees_the_port(tmp_path):
         os.kill(pid, 0)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_a_killed_parent_leaves_no_endpoint_behind(tmp_path):
+    script = (
+        "import sys, time; from local.endpoint import REPO_ROOT, Endpoint; "
+        "e = Endpoint(port=0).start(); print(e._process.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+    )
+    try:
+        child = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the endpoint outlived its parent")

@@ -515,3 +515,18 @@ def test_verify_reads_only_new_items_while_the_sink_fills(stub_api: StubApi, pip
     assert verdict.ok, verdict.render()
     assert sink.items_read == 120  # many polls, each item read once
     assert sink.queries > len({w.shard_id for w in stub_api.written})  # it did poll more than once
+
+
+def test_verify_measures_latency_from_post_to_first_seen_and_drain_after_the_last_post(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    report = _send(stub_api, 40)
+    time.sleep(1.0)  # the consumers are a second behind
+    pipeline.write_sink(stub_api.written)
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
+    assert verdict.ok, verdict.render()
+    assert 1.0 <= sink.latency_s["p50"] <= sink.latency_s["p99"] <= sink.latency_s["max"]
+    assert sink.drain_s >= 1.0 and counter.drain_s >= 1.0
+    assert verdict.as_dict()["latency_resolution_s"] == 0.1

@@ -100,17 +100,25 @@ class Endpoint:
         """The port the child bound, from the line it prints once listening."""
         assert self._process is not None and self._process.stdout is not None
         found: list[int] = []
-        stdout = self._process.stdout
+        ready = threading.Event()
+        stdout, log = self._process.stdout, self._log
 
         def read() -> None:
-            for line in stdout:
-                if line.startswith(READY_LINE):
-                    found.append(int(line.split()[1]))
-                    return
+            # Drains stdout for the child's whole life: a full pipe would block anything moto prints.
+            try:
+                for line in stdout:
+                    if not found and line.startswith(READY_LINE):
+                        found.append(int(line.split()[1]))
+                        ready.set()
+                    elif log is not None and not log.closed:
+                        log.write(line)
+            except (OSError, ValueError):
+                pass  # closed by stop()
+            finally:
+                ready.set()
 
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(self.startup_timeout)
+        threading.Thread(target=read, daemon=True, name="endpoint-stdout").start()
+        ready.wait(self.startup_timeout)
         if not found:
             code = self._process.poll()
             raise RuntimeError(

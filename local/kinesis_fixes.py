@@ -178,8 +178,11 @@ def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_me
 
 
 def _hash_key(partition_key: str, explicit_hash_key: str | None) -> int:
-    if not isinstance(partition_key, str) or not 1 <= len(partition_key) <= 256:
-        raise kinesis_errors.InvalidArgumentError("partition_key")
+    # Kinesis (a JVM) counts UTF-16 code units: an emoji counts 2; moto counts characters.
+    if not isinstance(partition_key, str) or not 1 <= len(partition_key.encode("utf-16-le")) // 2 <= 256:
+        raise kinesis_errors.InvalidArgumentError(
+            "Partition key must be 1 to 256 UTF-16 code units long; the whole request is refused."
+        )
     if explicit_hash_key:
         key = int(explicit_hash_key)
         if not 0 <= key < 2**128:

@@ -243,6 +243,24 @@ def test_a_stream_named_by_arn_can_be_read(local_endpoint):
     ]
 
 
+def test_partition_keys_are_measured_in_utf16_units(local_endpoint):
+    client, name = new_stream(local_endpoint)
+    longest, too_long = "😀" * 128, "😀" * 129  # 256 and 258 UTF-16 units; 128 and 129 characters
+    assert (
+        client.put_records(StreamName=name, Records=[{"Data": b"x", "PartitionKey": longest}])[
+            "FailedRecordCount"
+        ]
+        == 0
+    )
+    with pytest.raises(ClientError) as refused:
+        client.put_records(
+            StreamName=name,
+            Records=[{"Data": b"y", "PartitionKey": "ok"}, {"Data": b"x", "PartitionKey": too_long}],
+        )
+    assert refused.value.response["Error"]["Code"] == "InvalidArgumentException"
+    assert data_of(client, name, "shardId-000000000000") == [b"x"], "the whole request was refused"
+
+
 def test_get_records_honours_limit_and_refuses_more_than_10000(local_endpoint):
     client, name = new_stream(local_endpoint)
     client.put_records(StreamName=name, Records=[{"Data": b"x", "PartitionKey": str(i)} for i in range(7)])

@@ -3,7 +3,8 @@
     python -m local.endpoint --host 127.0.0.1 --port 4566 [--no-limits]
 
 runs moto's all-services WSGI app in this process under a threaded server, with moto's Kinesis
-corrected and Kinesis's per-shard limits enforced for every client (`local.kinesis_fixes`), and a
+corrected and Kinesis's per-shard limits enforced for every client (`local.kinesis_fixes`), moto's
+DynamoDB writes made atomic and its transactions cheap (`local.dynamodb_fixes`), and a
 few routes of its own under `/_shardline/`:
 
 - `GET /_shardline/health`: 200 once serving;
@@ -253,12 +254,14 @@ def serve(
     )
     from werkzeug.serving import make_server
 
+    from local import dynamodb_fixes
     from local.kinesis_fixes import STATE, apply
     from local.limits import ShardLimits
 
     STATE.limits = ShardLimits()
     STATE.writes_limited = STATE.reads_limited = limits
     apply(STATE)
+    dynamodb_fixes.apply()
 
     class QuietHandler(MotoRequestHandler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:

@@ -131,7 +131,7 @@ class MappingRunner:
             if thread.ident is None:
                 continue
             thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
+            if thread.is_alive() and timeout > 0:
                 log.warning("%s still running after stop (an invocation in flight?)", thread.name)
 
     def stats(self) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,221 @@
+"""`python -m local up | status | send`: the local runtime's command line (each is also a make verb).
+
+python -m local up                 # the app of cdk.out on loopback, until Ctrl-C
+python -m local status [--json]    # streams and shards, consumer groups, DLQs, functions
+python -m local send --count 20000 # POST records to the API, then prove where they went
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from rich.console import Console
+
+from local import model
+from local.runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
+from local.template import load, unsupported_reason
+
+STATE_DIR = Path(".local")
+PID_FILE = STATE_DIR / "up.pid"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m local", description=__doc__.splitlines()[0])
+    parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"), help="the synthesized app (cdk.out)")
+    parser.add_argument("--stack", help="the stack to run, when cdk.out holds several")
+    parser.add_argument("--endpoint-port", type=int, default=DEFAULT_ENDPOINT_PORT)
+    parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="run the app on loopback until Ctrl-C")
+    up.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    up.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
+    up.add_argument("--max-workers", type=int, default=4, help="warm workers per function, at most")
+
+    status = commands.add_parser("status", help="streams, shards, consumer groups, DLQs, functions")
+    status.add_argument("--json", action="store_true", help="machine-readable")
+
+    send = commands.add_parser("send", help="POST records to the API, then check every consumer group")
+    send.add_argument("--count", type=int, default=10_000)
+    send.add_argument("--size", type=int, default=100, help="bytes of data per record")
+    send.add_argument("--keys", type=int, default=100, help="distinct partition keys")
+    send.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
+    send.add_argument("--batch", type=int, default=500, help="records per request")
+    send.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    send.add_argument("--stream", default=None, help="the API's stream name (default: the first)")
+    send.add_argument("--timeout", type=float, default=600, help="seconds to wait for the sinks")
+    send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
+    send.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+    args = parser.parse_args(argv)
+    return {"up": _up, "status": _status, "send": _send}[args.command](args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    _stop_previous_run(console)
+    settings = Settings(
+        cdk_out=args.cdk_out,
+        stack=args.stack,
+        endpoint_port=args.endpoint_port,
+        api_port=args.api_port,
+        limits=not args.no_limits,
+        log_dir=args.log_dir,
+        max_workers=args.max_workers,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    # Ctrl-C raises KeyboardInterrupt even when started in the background of a script (which starts
+    # a program with SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with console.status("starting the AWS endpoint", spinner="dots") as spinner:
+        labels = {
+            "endpoint": "AWS endpoint",
+            "resources": "resources",
+            "functions": "functions",
+            "api": "REST API",
+            "mappings": "event-source mappings",
+        }
+        following = {
+            "endpoint": "creating the template's resources",
+            "resources": "warming the functions",
+            "functions": "serving the REST API",
+            "api": "starting the event-source mappings",
+        }
+
+        def step(name: str, detail: str) -> None:
+            console.print(f"[green]✓[/] {labels[name]:<22} {detail}")
+            if name in following:
+                spinner.update(following[name])
+
+        runtime = Runtime(settings, on_step=step)
+        try:
+            runtime.start()
+        except KeyboardInterrupt:
+            console.print("interrupted: stopped everything")
+            return 130
+    STATE_DIR.mkdir(exist_ok=True)
+    PID_FILE.write_text(str(os.getpid()))
+    try:
+        _print_ready(console, runtime)
+        try:
+            while not done.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        console.print("stopping ...")
+    finally:
+        runtime.stop()
+        PID_FILE.unlink(missing_ok=True)
+    console.print("stopped: no process left behind")
+    return 0
+
+
+def _print_ready(console: Console, runtime: Runtime) -> None:
+    app = runtime.app
+    assert app is not None
+    by_type: dict[str, list[str]] = {}
+    for logical_id, kind in app.unsupported:
+        by_type.setdefault(kind, []).append(logical_id)
+    if by_type:
+        console.print("[dim]not run locally:[/]")
+        for kind, ids in sorted(by_type.items()):
+            console.print(f"[dim]  {kind} ×{len(ids)}: {unsupported_reason(kind)}[/]")
+    stream = app.streams[0].name if app.streams else "?"
+    route = _route_name(app)
+    console.print(
+        f"\n[bold]shardline is up[/] in {runtime.started_in:.1f} s "
+        f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"
+        f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
+        f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
+        f"\nTry, in another terminal:\n"
+        f"  make send                      # or: .venv/bin/python -m local send --count 20000\n"
+        f"  make status                    # or: .venv/bin/python -m local status\n"
+        f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {runtime.endpoint_url} "
+        f"--region {model.REGION} kinesis list-shards --stream-name {stream}\n"
+        f"\n[dim]{route}. Ctrl-C stops everything.[/]"
+    )
+
+
+def _route_name(app: model.LocalApp) -> str:
+    if not app.apis:
+        return "no REST API in this app"
+    paths = ", ".join(f"{m.http_method} {m.path}" for m in app.apis[0].methods)
+    return f"routes: {paths}"
+
+
+def _stop_previous_run(console: Console) -> None:
+    """A run that was killed without cleaning up leaves its pid: stop it (its children die with it)."""
+    if not PID_FILE.exists():
+        return
+    try:
+        pid = int(PID_FILE.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (ValueError, OSError):
+        PID_FILE.unlink(missing_ok=True)
+        return
+    if b"local" in cmdline and b"up" in cmdline and pid != os.getpid():
+        console.print(f"stopping the previous run (pid {pid})")
+        os.kill(pid, signal.SIGTERM)
+    PID_FILE.unlink(missing_ok=True)
+
+
+def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
+    endpoint_url = f"http://127.0.0.1:{args.endpoint_port}"
+    app = load(args.cdk_out, endpoint_url=endpoint_url, stack=args.stack)
+    api_url = f"http://127.0.0.1:{args.api_port}/{app.apis[0].stage}" if app.apis else ""
+    return app, endpoint_url, api_url
+
+
+def _status(args: argparse.Namespace) -> int:
+    from local.status import collect, render
+
+    app, endpoint_url, _ = _local_app(args)
+    report = collect(app, endpoint_url=endpoint_url, api_base=f"http://127.0.0.1:{args.api_port}")
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        render(report, Console(highlight=False, soft_wrap=True))
+    return 0
+
+
+def _send(args: argparse.Namespace) -> int:
+    from local.send import send, wait_and_verify
+
+    app, endpoint_url, api_url = _local_app(args)
+    stream = args.stream or _first_stream_route(app)
+    report = send(
+        f"{api_url}/streams",
+        stream,
+        count=args.count,
+        size=args.size,
+        keys=args.keys,
+        rate=args.rate,
+        batch=args.batch,
+        concurrency=args.concurrency,
+        progress=sys.stdout.isatty(),
+    )
+    if args.no_wait:
+        return 0
+    verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())
+    print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else verdict.render())
+    return 0 if verdict.ok else 1
+
+
+def _first_stream_route(app: model.LocalApp) -> str:
+    """The producer's name for the first stream (its SHARDLINE_STREAMS key, e.g. "events")."""
+    for function in app.functions:
+        streams = function.environment.get("SHARDLINE_STREAMS")
+        if streams:
+            return next(iter(json.loads(streams)))
+    raise SystemExit("no producer function (SHARDLINE_STREAMS) in this app")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The whole app on loopback: the AWS endpoint, the functions, the REST APIs, the event-source mappings.
+
+    with Runtime(Path("cdk.out")) as runtime:      # starts everything, in that order
+        print(runtime.api_url)                     # http://127.0.0.1:3000/v1/streams ...
+        ...                                        # leaving the block stops every process it started
+
+`python -m local up` is this plus a progress display; the end-to-end tests use it directly.
+Each step reports through `on_step(name, detail)` so the caller can show progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local import model
+from local.apigw import ApiServer, HttpRequest, HttpResponse
+from local.endpoint import Endpoint
+from local.esm import MappingRunner
+from local.provision import provision
+from local.template import load
+from local.workers import Functions
+
+DEFAULT_ENDPOINT_PORT = 4566
+DEFAULT_API_PORT = 3000
+STATUS_ROUTE = "/_shardline/runtime"  # on the API port: what `python -m local status` reads from this process
+
+
+@dataclass
+class Settings:
+    """How `Runtime` starts; the defaults are `make local`'s."""
+
+    cdk_out: Path = Path("cdk.out")
+    stack: str | None = None
+    endpoint_port: int = DEFAULT_ENDPOINT_PORT
+    api_port: int = DEFAULT_API_PORT
+    limits: bool = True
+    log_dir: Path = Path(".local/logs")
+    max_workers: int = 4
+    extra_functions: tuple[model.Function, ...] = field(default_factory=tuple)
+
+
+class Runtime:
+    """Starts the app of a synthesized template on loopback; `stop()` (or leaving `with`) undoes it all."""
+
+    def __init__(self, settings: Settings, *, on_step: Callable[[str, str], None] | None = None) -> None:
+        self.settings = settings
+        self._on_step = on_step or (lambda name, detail: None)
+        self.endpoint: Endpoint | None = None
+        self.app: model.LocalApp | None = None
+        self.functions: Functions | None = None
+        self.api: ApiServer | None = None
+        self.runners: list[MappingRunner] = []
+        self.started_in: float = 0.0
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.endpoint_port}"
+
+    @property
+    def api_url(self) -> str:
+        """The base URL of the first REST API (its stage path included), as the ApiUrl output names it."""
+        assert self.api is not None and self.app is not None
+        return f"{self.api.url}/{self.app.apis[0].stage}"
+
+    def start(self) -> Runtime:
+        began = time.monotonic()
+        settings = self.settings
+        try:
+            self.endpoint = Endpoint(port=settings.endpoint_port, limits=settings.limits).start()
+            self._on_step("endpoint", f"{self.endpoint_url} (limits {'on' if settings.limits else 'off'})")
+            self.app = load(settings.cdk_out, endpoint_url=self.endpoint_url, stack=settings.stack)
+            provision(self.app, self.endpoint_url)
+            self._on_step("resources", _count_resources(self.app))
+            settings.log_dir.mkdir(parents=True, exist_ok=True)
+            self.functions = Functions(
+                self.app.functions + settings.extra_functions,
+                endpoint_url=self.endpoint_url,
+                log_dir=settings.log_dir,
+                max_workers=settings.max_workers,
+            )
+            self.functions.start()
+            self._on_step("functions", f"{len(self.app.functions)} warm, logs in {settings.log_dir}")
+            if self.app.apis:
+                self.api = ApiServer(
+                    self.app.apis[0], self.functions, host="127.0.0.1", port=settings.api_port
+                )
+                self.api.add_route(STATUS_ROUTE, self._status_route)
+                self.api.start()
+                self._on_step("api", self.api_url)
+            for mapping in self.app.mappings:
+                function = self.app.function(mapping.function_name)
+                stream = next(s for s in self.app.streams if s.name == mapping.stream_name)
+                runner = MappingRunner(
+                    mapping,
+                    self.functions,
+                    endpoint_url=self.endpoint_url,
+                    function_role_arn=function.role_arn,
+                    retention_hours=stream.retention_hours,
+                )
+                runner.start()
+                self.runners.append(runner)
+            self._on_step("mappings", f"{len(self.runners)} polling")
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in = time.monotonic() - began
+        return self
+
+    def stop(self) -> None:
+        """Stops everything it started; safe to call twice.
+
+        The pollers are told to stop, then the workers are killed, so an invocation in flight (a
+        mapping's or an API request's) ends at once instead of holding Ctrl-C up to its timeout;
+        then the API, the pollers' threads and the endpoint are joined.
+        """
+        for runner in self.runners:
+            runner.stop(timeout=0)
+        if self.functions is not None:
+            self.functions.close()
+            self.functions = None
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+        for runner in self.runners:
+            runner.stop(timeout=5)
+        self.runners = []
+        if self.endpoint is not None:
+            self.endpoint.stop()
+            self.endpoint = None
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        """What `status` shows from this process: invocations, API traffic, each mapping's shards."""
+        return {
+            "functions": _plain(self.functions.stats()) if self.functions else {},
+            "api": _plain(self.api.stats()) if self.api else {},
+            "mappings": {runner.mapping.function_name: _plain(runner.stats()) for runner in self.runners},
+        }
+
+    def _status_route(self, request: HttpRequest) -> HttpResponse:
+        body = json.dumps(self.stats(), default=str).encode()
+        return HttpResponse(200, (("content-type", "application/json"),), body)
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses (the stats of the runtime's parts) as JSON-able dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {key: _plain(item) for key, item in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _count_resources(app: model.LocalApp) -> str:
+    kinds = {"AWS::DynamoDB::Table": "tables", "AWS::SQS::Queue": "queues", "AWS::S3::Bucket": "buckets"}
+    counts = {label: sum(1 for r in app.resources if r.type == kind) for kind, label in kinds.items()}
+    shards = sum(stream.shard_count for stream in app.streams)
+    parts = [f"{n} {label}" for label, n in counts.items()]
+    return ", ".join([f"{len(app.streams)} stream(s), {shards} shards", *parts])

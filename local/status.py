@@ -1,0 +1,162 @@
+"""`python -m local status`: what the running app holds, read over the wire like any client would.
+
+Streams and shards from the endpoint's Kinesis counters (`GET /_shardline/kinesis`), each consumer
+group's lease rows from its lease table, DLQ and on-failure queue depths from SQS, and the
+functions, API and mappings from the `up` process (`GET /_shardline/runtime` on the API port).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from local import model
+from local.provision import client
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return {"error": f"{url}: {error}"}
+
+
+def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
+    """The consumer functions (those with a LEASE_TABLE) and their tables and queues."""
+    groups = []
+    for function in app.functions:
+        env = function.environment
+        if "LEASE_TABLE" not in env:
+            continue
+        mapping = next((m for m in app.mappings if m.function_name == function.name), None)
+        groups.append(
+            {
+                "group": env.get("SHARDLINE_GROUP", function.name),
+                "function": function.name,
+                "lease_table": env["LEASE_TABLE"],
+                "sink_table": env.get("SINK_TABLE", ""),
+                "dlq_url": env.get("DLQ_URL", ""),
+                "on_failure_arn": (mapping.on_failure_arn or "") if mapping else "",
+            }
+        )
+    return groups
+
+
+def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[str, Any]:
+    """Everything `status` shows, as JSON-able data."""
+    dynamodb = client("dynamodb", endpoint_url, retries={"max_attempts": 2})
+    sqs = client("sqs", endpoint_url, retries={"max_attempts": 2})
+    groups = []
+    for group in consumer_groups(app):
+        leases = []
+        for page in dynamodb.get_paginator("scan").paginate(TableName=group["lease_table"]):
+            for item in page["Items"]:
+                leases.append(
+                    {
+                        "shard": item["leaseKey"]["S"],
+                        "owner": item.get("leaseOwner", {}).get("S", ""),
+                        "checkpoint": item.get("checkpoint", {}).get("S", ""),
+                        "counter": int(item.get("leaseCounter", {}).get("N", "0")),
+                    }
+                )
+        depths = {}
+        for label, url in (
+            ("dlq", group["dlq_url"]),
+            ("on_failure", _queue_url(endpoint_url, group["on_failure_arn"])),
+        ):
+            if url:
+                depth = "ApproximateNumberOfMessages"
+                attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[depth])
+                depths[label] = int(attributes["Attributes"][depth])
+        groups.append({**group, "leases": sorted(leases, key=lambda lease: lease["shard"]), "depths": depths})
+    return {
+        "kinesis": _get_json(f"{endpoint_url}/_shardline/kinesis"),
+        "groups": groups,
+        "runtime": _get_json(f"{api_base}/_shardline/runtime"),
+    }
+
+
+def _queue_url(endpoint_url: str, arn: str) -> str:
+    return model.queue_url(endpoint_url, arn.rsplit(":", 1)[-1]) if arn else ""
+
+
+def render(report: dict[str, Any], console: Console) -> None:
+    """The report as tables."""
+    kinesis = report["kinesis"]
+    if "error" in kinesis:
+        console.print(f"[red]endpoint not answering[/]: {kinesis['error']} (is `make local` running?)")
+    else:
+        for stream, summary in kinesis.get("streams", {}).items():
+            table = Table(title=f"stream {stream} ({summary.get('status', '?')})", title_justify="left")
+            for column in (
+                "shard",
+                "state",
+                "parents",
+                "records",
+                "bytes",
+                "write throttles",
+                "read throttles",
+            ):
+                table.add_column(column, justify="left" if column in ("shard", "parents") else "right")
+            for shard_id, shard in summary.get("shards", {}).items():
+                table.add_row(
+                    shard_id,
+                    "open" if shard.get("open") else "closed",
+                    ", ".join(shard.get("parents", [])),
+                    f"{shard.get('records_written', 0):,}",
+                    f"{shard.get('bytes_written', 0):,}",
+                    f"{shard.get('write_throttles', 0):,}",
+                    f"{shard.get('read_throttles', 0):,}",
+                )
+            console.print(table)
+    mappings = report["runtime"].get("mappings", {}) if "error" not in report["runtime"] else {}
+    for group in report["groups"]:
+        table = Table(title=f"consumer group {group['group']}", title_justify="left")
+        for column in ("lease", "owner", "checkpoint", "mapping", "records", "behind (ms)", "errors"):
+            table.add_column(column)
+        shards = mappings.get(group["function"], {})
+        leases = {lease["shard"]: lease for lease in group["leases"]}
+        for shard_id in sorted(set(leases) | set(shards)):
+            lease, shard = leases.get(shard_id, {}), shards.get(shard_id, {})
+            table.add_row(
+                shard_id,
+                lease.get("owner", ""),
+                lease.get("checkpoint", "")[-24:],
+                shard.get("state", ""),
+                f"{shard.get('records', 0):,}",
+                f"{shard.get('millis_behind_latest') or 0:,}",
+                str(shard.get("function_errors", 0)),
+            )
+        console.print(table)
+        depths = ", ".join(f"{name} {depth}" for name, depth in group["depths"].items())
+        console.print(f"  queues: {depths or 'none'}")
+    runtime = report["runtime"]
+    if "error" in runtime:
+        console.print(f"[yellow]runtime not answering[/]: {runtime['error']}")
+        return
+    table = Table(title="functions", title_justify="left")
+    for column in ("function", "invocations", "errors", "timeouts", "workers", "p50 ms", "p99 ms"):
+        table.add_column(column)
+    for name, stats in runtime.get("functions", {}).items():
+        table.add_row(
+            name,
+            str(stats.get("invocations", 0)),
+            str(stats.get("errors", 0)),
+            str(stats.get("timeouts", 0)),
+            str(stats.get("workers", 0)),
+            f"{stats.get('p50_ms') or 0:.1f}",
+            f"{stats.get('p99_ms') or 0:.1f}",
+        )
+    console.print(table)
+    api = runtime.get("api", {})
+    console.print(
+        f"REST API: {api.get('requests', 0)} requests, {api.get('status_4xx', 0)} 4XX, "
+        f"{api.get('status_5xx', 0)} 5XX, {api.get('throttled', 0)} throttled, "
+        f"p99 {api.get('latency_p99_ms', 0):.0f} ms"
+    )

@@ -1,0 +1,35 @@
+"""The e2e tests drive the local runtime, started from the synthesized app, over HTTP and the endpoint."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from local.runtime import Runtime, Settings
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_runtime(cdk_out: Path, log_dir: Path, **settings: object) -> Runtime:
+    return Runtime(
+        Settings(
+            cdk_out=cdk_out, endpoint_port=free_port(), api_port=free_port(), log_dir=log_dir, **settings
+        )
+    ).start()
+
+
+@pytest.fixture(scope="module")
+def runtime(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    """`make local`'s runtime on free ports, with the shard limits on; stopped after the module."""
+    runtime = start_runtime(cdk_out, tmp_path_factory.mktemp("logs"))
+    try:
+        yield runtime
+    finally:
+        runtime.stop()

@@ -1,0 +1,131 @@
+"""`make local` end to end: HTTP, producer function, Kinesis (limits on), mappings, consumers, DynamoDB."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from local import model
+from local.provision import client
+from local.send import send, wait_and_verify
+from local.status import consumer_groups
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def post(
+    url: str, body: bytes, *, content_type: str = "application/json", sign: bool = True
+) -> tuple[int, dict]:
+    """One POST as a user's client makes it (SigV4 with the local credentials unless `sign=False`)."""
+    request = AWSRequest("POST", url, data=body, headers={"content-type": content_type})
+    if sign:
+        credentials = Credentials(model.ACCESS_KEY, model.SECRET_KEY)
+        SigV4Auth(credentials, "execute-api", model.REGION).add_auth(request)
+    prepared = urllib.request.Request(url, data=body, method="POST", headers=dict(request.headers))
+    try:
+        with urllib.request.urlopen(prepared, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def records_in_stream(runtime, stream: str) -> int:
+    """User-visible Kinesis records written to every shard of `stream` (from the endpoint's counters)."""
+    with urllib.request.urlopen(f"{runtime.endpoint_url}/_shardline/kinesis", timeout=10) as response:
+        shards = json.load(response)["streams"][stream]
+    return sum(shard["records"] for shard in shards.values())
+
+
+def records_url(runtime, stream: str = "events") -> str:
+    return f"{runtime.api_url}/streams/{stream}/records"
+
+
+def test_send_of_20000_records_reaches_both_consumer_groups_exactly_once(runtime):
+    report = send(f"{runtime.api_url}/streams", "events", count=20_000, progress=False)
+    verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
+    print(verdict.render())
+    assert verdict.ok, verdict.render()
+    summary = verdict.as_dict()
+    assert summary["accepted"] == 20_000
+    for group in summary["groups"].values():
+        assert group["lost"] == 0 and group["duplicated"] == 0, group
+        assert group["dlq_depth"] == 0, group
+
+
+def test_a_poison_record_goes_whole_to_its_groups_dlq_and_the_shard_keeps_flowing(runtime):
+    key = f"poison-{time.time_ns()}"
+    poison = b"p" * (450 * 1024)  # over a DynamoDB item: event_sink's handler rejects it
+    records = [{"partitionKey": key, "data": base64.b64encode(b"before-%d" % i).decode()} for i in range(5)]
+    records.append({"partitionKey": key, "data": base64.b64encode(poison).decode()})
+    records += [{"partitionKey": key, "data": base64.b64encode(b"after-%d" % i).decode()} for i in range(5)]
+    status, answer = post(records_url(runtime), json.dumps({"records": records}).encode())
+    assert status == 200, answer
+    shard_id = answer["records"][0]["shardId"]
+    groups = {group["group"]: group for group in consumer_groups(runtime.app)}
+    dynamodb = client("dynamodb", runtime.endpoint_url)
+    sqs = client("sqs", runtime.endpoint_url)
+    sink = groups["event-sink"]["sink_table"]
+    counter = groups["key-counter"]["sink_table"]
+    deadline = time.monotonic() + 300
+    dead_letter = None
+    while time.monotonic() < deadline:
+        if dead_letter is None:
+            received = sqs.receive_message(QueueUrl=groups["event-sink"]["dlq_url"], WaitTimeSeconds=1)
+            for message in received.get("Messages", []):
+                body = json.loads(message["Body"])
+                if body.get("partitionKey") == key:
+                    dead_letter = body
+        stored = dynamodb.query(
+            TableName=sink,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"shardline-dev-events#{shard_id}"}},
+        )["Items"]
+        ours = sorted(item["data"]["B"] for item in stored if item["partitionKey"]["S"] == key)
+        count = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": key}}).get("Item")
+        if dead_letter is not None and len(ours) == 10 and count and count["count"]["N"] == "11":
+            break
+        time.sleep(1)
+    assert dead_letter is not None, "the poison record never reached event-sink's DLQ"
+    assert base64.b64decode(dead_letter["data"]) == poison
+    assert ours == sorted([b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)])
+    assert count is not None and count["count"]["N"] == "11"  # key-counter accepts every record
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "content_type", "sign", "expected"),
+    [
+        ("malformed JSON", b'{"records": [', "application/json", True, 400),
+        ("wrong types", b'{"records": [{"partitionKey": 7, "data": "AA=="}]}', "application/json", True, 400),
+        ("no records", b'{"records": []}', "application/json", True, 400),
+        ("bad base64", b'{"records": [{"partitionKey": "k", "data": "%%%"}]}', "application/json", True, 400),
+        (
+            "oversize",
+            b'{"records": [{"partitionKey": "k", "data": "' + b"A" * 6_100_000 + b'"}]}',
+            "application/json",
+            True,
+            413,
+        ),
+        ("unsigned", b'{"records": [{"partitionKey": "k", "data": "AA=="}]}', "application/json", False, 403),
+    ],
+)
+def test_a_bad_request_gets_its_4xx_and_writes_nothing(runtime, case, body, content_type, sign, expected):
+    before = records_in_stream(runtime, "shardline-dev-events")
+    status, answer = post(records_url(runtime), body, content_type=content_type, sign=sign)
+    assert status == expected, (case, answer)
+    assert records_in_stream(runtime, "shardline-dev-events") == before
+
+
+def test_an_unknown_stream_gets_404_and_writes_nothing(runtime):
+    before = records_in_stream(runtime, "shardline-dev-events")
+    body = json.dumps({"records": [{"partitionKey": "k", "data": "AA=="}]}).encode()
+    status, answer = post(records_url(runtime, "no-such-stream"), body)
+    assert status == 404, answer
+    assert records_in_stream(runtime, "shardline-dev-events") == before

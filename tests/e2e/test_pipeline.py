@@ -53,11 +53,14 @@ def test_send_of_20000_records_reaches_both_consumer_groups_exactly_once(runtime
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
     print(verdict.render())
     assert verdict.ok, verdict.render()
-    summary = verdict.as_dict()
-    assert summary["accepted"] == 20_000
-    for group in summary["groups"].values():
-        assert group["lost"] == 0 and group["duplicated"] == 0, group
-        assert group["dlq_depth"] == 0, group
+    assert len(report.accepted) == 20_000 and not report.failed
+    groups = {result.group.name: result for result in verdict.groups}
+    assert set(groups) == {"event-sink", "key-counter"}
+    assert groups["event-sink"].group.kind == "records" and groups["key-counter"].group.kind == "counter"
+    for result in groups.values():
+        assert result.processed == result.expected == 20_000, result.group.name
+        assert not result.lost and not result.duplicated and not result.wrong_counts, result.group.name
+        assert result.dlq_depth == 0, result.group.name
 
 
 def test_a_poison_record_goes_whole_to_its_groups_dlq_and_the_shard_keeps_flowing(runtime):
@@ -129,3 +132,24 @@ def test_an_unknown_stream_gets_404_and_writes_nothing(runtime):
     status, answer = post(records_url(runtime, "no-such-stream"), body)
     assert status == 404, answer
     assert records_in_stream(runtime, "shardline-dev-events") == before
+
+
+def shard_counters(runtime, stream: str = "shardline-dev-events") -> dict[str, dict]:
+    with urllib.request.urlopen(f"{runtime.endpoint_url}/_shardline/kinesis", timeout=10) as response:
+        return json.load(response)["streams"][stream]["shards"]
+
+
+def test_a_shard_offered_more_than_it_takes_throttles_and_the_producer_still_lands_everything(runtime):
+    before = shard_counters(runtime)
+    # One partition key: every record goes to one shard, offered ~5 MB as fast as the API takes it.
+    report = send(f"{runtime.api_url}/streams", "events", count=5_000, size=1_000, keys=1, progress=False)
+    assert len(report.accepted) == 5_000 and not report.failed
+    after = shard_counters(runtime)
+    throttled = {
+        shard: after[shard]["write_throttles"] - before.get(shard, {}).get("write_throttles", 0)
+        for shard in after
+    }
+    (hot,) = {accepted.shard_id for accepted in report.accepted.values()}
+    assert throttled[hot] > 0, throttled  # the endpoint refused what the shard could not take
+    verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
+    assert verdict.ok, verdict.render()

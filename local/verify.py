@@ -100,7 +100,8 @@ class SinkReader:
 
     def add_shard(self, shard_id: str, from_sequence: str | None = None) -> None:
         """Read `shard_id`'s partition from `from_sequence` (inclusive), or from its start."""
-        start = from_sequence.zfill(SEQUENCE_DIGITS) if from_sequence else ""  # "0..seq" < "0..seq#000000"
+        # "0..seq" sorts just before "0..seq#000000"; " " before every key (DynamoDB refuses "")
+        start = from_sequence.zfill(SEQUENCE_DIGITS) if from_sequence else " "
         self.after.setdefault(f"{self._stream}#{shard_id}", start)  # a partition's start is set once
 
     def poll(self) -> None:

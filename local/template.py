@@ -17,13 +17,15 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from local import model
+from local._template_api import ApiReader, TemplateError
 
 # Types the runtime reads but has nothing to run for: why each is left out.
+__all__ = ["NOT_RUN", "PARTS", "TemplateError", "find_template", "load", "unsupported_reason"]
+
 NOT_RUN = {
     "AWS::IAM::Role": "IAM is not enforced locally (every local call is allowed)",
     "AWS::IAM::Policy": "IAM is not enforced locally (every local call is allowed)",
@@ -63,11 +65,6 @@ NAME_PROPERTY = {
 }
 # The longest name each service takes: a generated name is cut to fit, as CloudFormation does.
 NAME_LIMIT = {"AWS::S3::Bucket": 63, "AWS::SQS::Queue": 80, "AWS::Lambda::Function": 64, "AWS::IAM::Role": 64}
-_INTEGRATION_FUNCTION = re.compile(r"functions/arn:aws:lambda:[^:]+:[^:]+:function:([^/:]+)")
-
-
-class TemplateError(ValueError):
-    """The template asks for something the local runtime cannot resolve."""
 
 
 def find_template(cdk_out: Path, stack: str | None = None) -> Path:
@@ -93,7 +90,7 @@ def load(cdk_out: Path, *, endpoint_url: str, stack: str | None = None) -> model
     ).app()
 
 
-class _Reader:
+class _Reader(ApiReader):
     def __init__(self, template: dict[str, Any], stack: str, cdk_out: Path, endpoint_url: str) -> None:
         self.resources: dict[str, dict[str, Any]] = template.get("Resources", {})
         self.parameters: dict[str, Any] = template.get("Parameters", {})
@@ -349,89 +346,6 @@ class _Reader:
             on_failure_arn=properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"),
             enabled=bool(properties.get("Enabled", True)),
         )
-
-    def rest_api(self, logical_id: str) -> model.RestApi:
-        api_id = self.ref(logical_id)
-        belongs = [
-            other
-            for other, resource in self.resources.items()
-            if resource["Type"].startswith("AWS::ApiGateway::")
-            and _refers_to(resource.get("Properties", {}).get("RestApiId"), logical_id)
-        ]
-        paths = {self.get_att(logical_id, "RootResourceId"): "/"}
-        pending = [other for other in belongs if self.resources[other]["Type"] == "AWS::ApiGateway::Resource"]
-        while pending:  # parents before children, in any template order
-            progressed = False
-            for other in list(pending):
-                properties = self.properties(other)
-                parent = paths.get(properties["ParentId"])
-                if parent is not None:
-                    paths[self.ref(other)] = parent.rstrip("/") + "/" + properties["PathPart"]
-                    pending.remove(other)
-                    progressed = True
-            if not progressed:
-                raise TemplateError(f"{logical_id}: resources {pending} have no parent in the template")
-        stages = [
-            self.properties(other)
-            for other in belongs
-            if self.resources[other]["Type"] == "AWS::ApiGateway::Stage"
-        ]
-        stage = stages[0] if stages else {"StageName": "prod"}
-        throttle = next(
-            (
-                s
-                for s in stage.get("MethodSettings", [])
-                if s.get("ResourcePath") == "/*" and s.get("HttpMethod") == "*"
-            ),
-            {},
-        )
-        methods = tuple(
-            self.method(other, paths)
-            for other in belongs
-            if self.resources[other]["Type"] == "AWS::ApiGateway::Method"
-        )
-        return model.RestApi(
-            logical_id=logical_id,
-            name=self.name(logical_id),
-            api_id=api_id,
-            stage=stage["StageName"],
-            methods=methods,
-            throttle_rate=throttle.get("ThrottlingRateLimit"),
-            throttle_burst=throttle.get("ThrottlingBurstLimit"),
-        )
-
-    def method(self, logical_id: str, paths: Mapping[str, str]) -> model.Method:
-        properties = self.properties(logical_id)
-        integration = properties.get("Integration", {})
-        match = _INTEGRATION_FUNCTION.search(str(integration.get("Uri", "")))
-        proxy = integration.get("Type") == "AWS_PROXY" and match is not None
-        validator = {}
-        validator_id = self.resources[logical_id]["Properties"].get("RequestValidatorId")
-        if isinstance(validator_id, dict) and "Ref" in validator_id:
-            validator = self.properties(validator_id["Ref"])
-        models = {}
-        for content_type, reference in (
-            self.resources[logical_id]["Properties"].get("RequestModels", {}).items()
-        ):
-            if isinstance(reference, dict) and reference.get("Ref") in self.resources:
-                models[content_type] = self.properties(reference["Ref"])["Schema"]
-        return model.Method(
-            path=paths[properties["ResourceId"]],
-            http_method=properties["HttpMethod"],
-            function_name=match.group(1) if proxy and match else None,
-            authorization=properties.get("AuthorizationType", "NONE"),
-            api_key_required=bool(properties.get("ApiKeyRequired", False)),
-            validate_body=bool(validator.get("ValidateRequestBody", False)),
-            validate_parameters=bool(validator.get("ValidateRequestParameters", False)),
-            request_models=models,
-            required_parameters={
-                key: bool(value) for key, value in properties.get("RequestParameters", {}).items()
-            },
-        )
-
-
-def _refers_to(value: Any, logical_id: str) -> bool:
-    return isinstance(value, dict) and value.get("Ref") == logical_id
 
 
 def _stable_uuid(name: str) -> uuid.UUID:

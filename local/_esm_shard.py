@@ -123,7 +123,8 @@ class ShardPoller(threading.Thread):
                     and len(self._buffer) < self.mapping.batch_size
                     and time.monotonic() >= next_poll
                 ):
-                    next_poll = time.monotonic() + self._poll()
+                    wait = self._poll()  # from the answer on (the call itself may have taken a while)
+                    next_poll = time.monotonic() + wait
                 if self._batch_ready():
                     self._invoke_next_batch()
                     continue

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,11 +113,11 @@ def answer_once(first_answer: Callable[[dict[str, Any]], Any]) -> Callable[[dict
     return handler
 
 
-def slow_on_shard(shard_id: str, seconds: float) -> Callable[[dict[str, Any]], None]:
-    """Takes `seconds` over each batch from `shard_id` (so a child polled too early would show)."""
+def slow_on_shards(shard_ids: Collection[str], seconds: float) -> Callable[[dict[str, Any]], None]:
+    """Takes `seconds` over each batch from one of `shard_ids` (so a child polled too early would show)."""
 
     def handler(event: dict[str, Any]) -> None:
-        if event["Records"][0]["eventID"].startswith(shard_id + ":"):
+        if event["Records"][0]["eventID"].split(":")[0] in shard_ids:
             time.sleep(seconds)
 
     return handler

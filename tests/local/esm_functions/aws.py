@@ -1,7 +1,10 @@
-"""The AWS side of the event-source-mapping tests: loopback clients, streams, records, queues.
+"""The AWS side of the event-source-mapping tests: loopback clients, streams, records, queues, reshards.
 
-Also `answer_get_records`, which answers a runner's GetRecords calls in its client (a throttle or an
-expired iterator, as a Kinesis endpoint would) before they reach the server.
+The local endpoint enforces Kinesis's per-shard limits, so the tests' own writes and reads wait out
+its throttles (1 MiB/s of writes per shard: a 1 MiB record waits about a second for the next).
+
+Also `answer_get_records`, which answers a runner's GetRecords calls in its client (an expired
+iterator, which no endpoint gives within a test's time) before they reach the server.
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import boto3
+import botocore.config
+from botocore.exceptions import ClientError
 
 from local import model
+
+THROTTLED = "ProvisionedThroughputExceededException"
 
 
 def client(service: str, endpoint_url: str) -> Any:
@@ -26,7 +33,22 @@ def client(service: str, endpoint_url: str) -> Any:
         region_name=model.REGION,
         aws_access_key_id=model.ACCESS_KEY,
         aws_secret_access_key=model.SECRET_KEY,
+        config=botocore.config.Config(retries={"total_max_attempts": 1}),  # throttles are waited out here
     )
+
+
+def unthrottled(call: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """`call()`'s answer, called again while the shard refuses it for its limits."""
+
+    def attempt() -> Any:
+        try:
+            return call()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != THROTTLED:
+                raise
+            return None
+
+    return wait_until(attempt, timeout, "an answer within the shard's limits")
 
 
 def create_stream(kinesis: Any, shards: int = 1) -> str:
@@ -43,7 +65,10 @@ def create_stream(kinesis: Any, shards: int = 1) -> str:
 
 def put(kinesis: Any, stream: str, *datas: bytes, key: str = "k") -> list[dict[str, Any]]:
     """Writes each record in order; returns what PutRecord answered (ShardId, SequenceNumber)."""
-    return [kinesis.put_record(StreamName=stream, Data=data, PartitionKey=key) for data in datas]
+    return [
+        unthrottled(lambda data=data: kinesis.put_record(StreamName=stream, Data=data, PartitionKey=key))
+        for data in datas
+    ]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -77,30 +102,65 @@ def read_back(kinesis: Any, stream: str) -> list[dict[str, Any]]:
     """Every record of a one-shard stream, as GetRecords gives it (to compare with what was sent)."""
     shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
     iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
-    return kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    return unthrottled(lambda: kinesis.get_records(ShardIterator=iterator["ShardIterator"]))["Records"]
 
 
 def seqs(answers: list[dict[str, Any]]) -> list[str]:
     return [answer["SequenceNumber"] for answer in answers]
 
 
-def split(kinesis: Any, stream: str) -> list[str]:
-    [parent] = kinesis.list_shards(StreamName=stream)["Shards"]
-    middle = str(int(parent["HashKeyRange"]["EndingHashKey"]) // 2)
-    kinesis.split_shard(StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
+def new_queue(endpoint: str) -> tuple[str, str]:
+    """An SQS on-failure queue: (its ARN as a template names it, its URL)."""
+    name = f"esm-dlq-{uuid.uuid4().hex[:8]}"
+    url = client("sqs", endpoint).create_queue(QueueName=name)["QueueUrl"]
+    return model.queue_arn(name), url
+
+
+def shard_ids(kinesis: Any, stream: str) -> list[str]:
+    return [shard["ShardId"] for shard in kinesis.list_shards(StreamName=stream)["Shards"]]
+
+
+def _wait_active(kinesis: Any, stream: str) -> None:
     wait_until(
         lambda: (
             kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"]
             == "ACTIVE"
         )
     )
-    return [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"] if s.get("ParentShardId")]
+
+
+def _children_of(kinesis: Any, stream: str, parents: set[str]) -> list[str]:
+    return [
+        shard["ShardId"]
+        for shard in kinesis.list_shards(StreamName=stream)["Shards"]
+        if {shard.get("ParentShardId"), shard.get("AdjacentParentShardId")} & parents
+    ]
+
+
+def split(kinesis: Any, stream: str) -> list[str]:
+    """Splits a one-shard stream's shard in the middle of its hash keys; returns the two children."""
+    [parent] = kinesis.list_shards(StreamName=stream)["Shards"]
+    middle = str(int(parent["HashKeyRange"]["EndingHashKey"]) // 2)
+    kinesis.split_shard(StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=middle)
+    _wait_active(kinesis, stream)
+    return _children_of(kinesis, stream, {parent["ShardId"]})
+
+
+def merge(kinesis: Any, stream: str) -> str:
+    """Merges a two-shard stream's shards (adjacent: they share a boundary); returns the child."""
+    first, second = shard_ids(kinesis, stream)
+    kinesis.merge_shards(StreamName=stream, ShardToMerge=first, AdjacentShardToMerge=second)
+    _wait_active(kinesis, stream)
+    [child] = _children_of(kinesis, stream, {first, second})
+    return child
 
 
 def put_keys(kinesis: Any, stream: str, first: int, count: int) -> list[str]:
     return seqs(
         [
-            kinesis.put_record(StreamName=stream, Data=b"%d" % i, PartitionKey=f"key-{i}")
+            unthrottled(
+                lambda i=i: kinesis.put_record(StreamName=stream, Data=b"%d" % i, PartitionKey=f"key-{i}")
+            )
             for i in range(first, first + count)
         ]
     )
@@ -132,4 +192,22 @@ def answer_get_records(kinesis: Any, codes: list[str | None]) -> list[tuple[floa
         return SimpleNamespace(status_code=400, headers={}), error
 
     kinesis.meta.events.register("before-call.kinesis.GetRecords", before_get_records)
+    return calls
+
+
+def log_get_records(kinesis: Any) -> list[list[Any]]:
+    """Logs a client's GetRecords calls as they happen: [started, answered, error code or None].
+
+    Both times are time.monotonic(); a call still in flight has no answer time yet (None).
+    """
+    calls: list[list[Any]] = []
+
+    def before(**_: Any) -> None:
+        calls.append([time.monotonic(), None, None])
+
+    def after(parsed: dict[str, Any], **_: Any) -> None:
+        calls[-1][1:] = [time.monotonic(), parsed.get("Error", {}).get("Code")]
+
+    kinesis.meta.events.register("before-call.kinesis.GetRecords", before)
+    kinesis.meta.events.register("after-call.kinesis.GetRecords", after)
     return calls

@@ -2,7 +2,7 @@
 
 shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
 without `.pyc` files compiles every module on every cold start. The layer folder is copied to
-build/layer and compiled there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`,
+build/layer/<pid> and compiled there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`,
 `python3.12` on the PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses
 without comparing timestamps that the zip does not keep. Without such an interpreter the layer
 ships sources only, and synth says so.
@@ -55,25 +55,28 @@ def runtime_python() -> str | None:
 
 
 def build_layer() -> tuple[Path, bool]:
-    """The layer folder to upload, compiled for the runtime if possible; and whether it was."""
-    shutil.rmtree(LAYER_BUILD, ignore_errors=True)
-    shutil.copytree(LAYER_SOURCE, LAYER_BUILD, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    """The layer folder to upload, compiled for the runtime if possible; and whether it was.
+
+    Each process builds its own folder (`build/layer/<pid>`): two synths at once (a test session
+    beside `make local`) must not delete each other's files while CDK copies them. Folders of
+    processes that are gone are removed.
+    """
+    LAYER_BUILD.mkdir(parents=True, exist_ok=True)
+    for stale in LAYER_BUILD.iterdir():
+        alive = stale.name.isdigit() and Path(f"/proc/{stale.name}").exists()
+        if not alive:
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = LAYER_BUILD / str(os.getpid())
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(LAYER_SOURCE, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     python = runtime_python()
     if python is None:
-        return LAYER_BUILD, False
+        return folder, False
     subprocess.run(
-        [
-            python,
-            "-m",
-            "compileall",
-            "-q",
-            "--invalidation-mode",
-            "unchecked-hash",
-            str(LAYER_BUILD / "python"),
-        ],
+        [python, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", str(folder / "python")],
         check=True,
     )
-    return LAYER_BUILD, True
+    return folder, True
 
 
 def pinned_powertools_version(pins: Path = PINS) -> str:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from local.runtime import Runtime, Settings
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.e2e.helpers import free_port
 
 
 def start_runtime(cdk_out: Path, log_dir: Path, **settings: object) -> Runtime:

@@ -164,6 +164,17 @@ def _backlog_section(report: Report, problems: list[str], quick: bool) -> None:
     report.details["producer backlog"] = details
 
 
+def _local_section(report: Report, problems: list[str], quick: bool) -> None:
+    """The local runtime (issue 11): start-up, ingest through the REST API, drains, DynamoDB alone."""
+    from bench import local_runtime
+
+    _log("local runtime (python -m local up)")
+    rows, details, found = local_runtime.measure(quick)
+    report.rows += rows
+    report.details["local runtime"] = details
+    problems += found
+
+
 def _imports_section(report: Report, runs: int) -> None:
     _log("import cost (fresh interpreters)")
     rows, details = imports.measure(runs=runs)
@@ -192,6 +203,7 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     consumer_workload = consumer.make_workload(seed + 4)
     _consumer_section(report, problems, consumer_workload, repeats)
     _backlog_section(report, problems, quick)
+    _local_section(report, problems, quick)
     _imports_section(report, 3 if quick else 7)
     report.notes += notes.compose(report.details, problems)
     meta["seconds"] = time.perf_counter() - started

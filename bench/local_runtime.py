@@ -1,0 +1,624 @@
+"""The local runtime's figures (issue 11, "Performance"): `make local`'s start-up, `send`'s ingest rate
+through the REST API into the 4-shard stream, each consumer group's drain, and the emulated DynamoDB's
+ceiling measured alone.
+
+    python -m bench.local_runtime [--quick]
+
+The app is synthesized once into a temporary cdk.out; each runtime is `python -m local up` as a child
+process on free ports (run from a temporary folder, so its `.local/up.pid` never touches a real run):
+1. start-up: spawn to "shardline is up" on its stdout; stop: SIGINT to exit with no process left
+   whose command line names its ports (an idle runtime);
+2. ingest: `send` (limits on, batches of 500) at 4, 8 and 16 requests in flight on one fresh
+   runtime, after a warm-up, then a long run at the best on another. The rate is the middle 80 % of
+   the bytes the endpoint's Kinesis took (`/_shardline/kinesis`, sampled), in user records per shard,
+   and as a share of 1 MiB/s counting data + partition key bytes, as Kinesis's limit does;
+3. drain, per consumer group: when its mapping had checkpointed every Kinesis record (the up
+   process's `/_shardline/runtime`; polling the sinks would load the endpoint it measures), as
+   seconds after the last POST answer and records/s from the first POST; then `wait_and_verify`'s
+   verdict (lost, duplicated, counts);
+4. DynamoDB alone, on a fresh `local.endpoint.Endpoint`: TransactWriteItems of 100 sink-shaped Puts
+   (as functions/event_sink writes) and of 100 `ADD #count :one` Updates on distinct keys (as
+   functions/key_counter writes), from 1 and 4 threads, items/s.
+Where the time goes is in the details: CPU seconds per process of the runtime during the send and
+the drain (from /proc), invocation p50/p99 per function, and the producer's log (REPORT durations;
+its EMF RequestTime is the PutRecords round trip to the endpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.report import Row, Target, format_figure
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARDS = 4
+BYTE_LIMIT = 1024 * 1024  # per shard per second
+BATCH = 500
+RECORD_SIZE = 100
+UP_LINE = "shardline is up"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def synthesize(outdir: Path) -> Path:
+    """The default app synthesized into `outdir` (in a child, so jsii's node process ends with it)."""
+    code = (
+        "import json, os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
+        "from app import CDK_JSON, build; "
+        f"build(json.loads(CDK_JSON.read_text())['context'], outdir={str(outdir)!r})[0].synth()"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=_env(), check=True, capture_output=True)
+    return outdir
+
+
+# --- a runtime as `make local` runs it --------------------------------------------------------------
+
+
+class UpProcess:
+    """`python -m local up` as a child on free ports; `start()` returns seconds to "shardline is up"."""
+
+    def __init__(self, cdk_out: Path, workdir: Path) -> None:
+        self.cdk_out, self.workdir = cdk_out, workdir
+        self.endpoint_port, self.api_port = _free_port(), _free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.endpoint_port}"
+        self.log_dir = workdir / "logs"
+        self.output: list[str] = []
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 120.0) -> float:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "local", "--cdk-out", str(self.cdk_out),
+                   "--endpoint-port", str(self.endpoint_port), "--api-port", str(self.api_port),
+                   "up", "--log-dir", str(self.log_dir)]  # fmt: skip
+        began = time.monotonic()
+        self._process = subprocess.Popen(
+            command, cwd=self.workdir, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        up = threading.Event()
+        stdout = self._process.stdout
+        assert stdout is not None
+
+        def drain() -> None:  # for the child's whole life: a full pipe would block it
+            for line in stdout:
+                self.output.append(line.rstrip())
+                if UP_LINE in line:
+                    up.set()
+            up.set()
+
+        threading.Thread(target=drain, daemon=True, name="up-stdout").start()
+        up.wait(timeout)
+        elapsed = time.monotonic() - began
+        if not any(UP_LINE in line for line in self.output):
+            self.stop()
+            raise RuntimeError("python -m local up did not come up:\n" + "\n".join(self.output[-30:]))
+        return elapsed
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def processes(self) -> dict[int, str]:
+        """pid -> role of the runtime's processes: the up process, the endpoint, each function's workers."""
+        table = _proc_table()
+        found, todo = {self.pid: "up (API, mappings)"}, [self.pid]
+        while todo:
+            parent = todo.pop()
+            for pid, (ppid, cmdline) in table.items():
+                if ppid == parent:
+                    found[pid] = "endpoint" if b"local.endpoint" in cmdline else _worker_function(pid)
+                    todo.append(pid)
+        return found
+
+    def stop(self, timeout: float = 60.0) -> tuple[float, list[int]]:
+        """SIGINT; seconds until it exited and no process naming its ports is left, and any left."""
+        process, self._process = self._process, None
+        if process is None:
+            return 0.0, []
+        began = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        ports = (str(self.endpoint_port).encode(), str(self.api_port).encode())
+        deadline = time.monotonic() + timeout
+        while (left := _pids_naming(ports)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return time.monotonic() - began, left
+
+    def __enter__(self) -> UpProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _proc_table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                table[int(entry.name)] = (ppid, (entry / "cmdline").read_bytes())
+            except (OSError, IndexError, ValueError):
+                continue
+    return table
+
+
+def _pids_naming(needles: tuple[bytes, ...]) -> list[int]:
+    return [
+        pid
+        for pid, (_, cmdline) in _proc_table().items()
+        if pid != os.getpid() and any(needle in cmdline for needle in needles)
+    ]
+
+
+def _cpu_seconds(pids: dict[int, str]) -> dict[int, float]:
+    """pid -> user + system CPU seconds so far."""
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
+
+
+def _cpu_by_role(up: UpProcess, before: dict[int, float], after: dict[int, float], wall: float) -> dict:
+    """Per role, CPU seconds spent between two readings and the share of one core that is."""
+    roles = up.processes()
+    spent: dict[str, float] = {}
+    for pid, seconds in after.items():
+        role = roles.get(pid, "worker")
+        spent[role] = spent.get(role, 0.0) + seconds - before.get(pid, 0.0)
+    return {role: {"cpu_s": round(s, 2), "cores": round(s / wall, 2)} for role, s in sorted(spent.items())}
+
+
+def _worker_function(pid: int) -> str:
+    """A worker's function, from its command line or environment (the log names it)."""
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return "worker"
+    for short in ("Producer", "eventsink", "keycounter"):
+        if short.encode() in text:
+            return f"worker {short}"
+    return "worker"
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+# --- ingest and drain ---------------------------------------------------------------------------------
+
+
+def _steady_rate(samples: list[tuple[float, int]], accepted: int) -> float:
+    """User records/s over the middle 80 % of the bytes Kinesis took (ramp-up and drain left out):
+    the endpoint's bytes_written, sampled, converted to user records in proportion to the run's."""
+    total = samples[-1][1] - samples[0][1] if samples else 0
+    if total <= 0:
+        return 0.0
+
+    def when(share: float) -> float:
+        goal = samples[0][1] + share * total
+        for (t0, b0), (t1, b1) in itertools.pairwise(samples):
+            if b1 >= goal:
+                return t0 + (t1 - t0) * (goal - b0) / (b1 - b0) if b1 > b0 else t1
+        return samples[-1][0]
+
+    span = when(0.9) - when(0.1)
+    return 0.8 * accepted / span if span > 0 else 0.0
+
+
+def _bytes_written(endpoint_url: str) -> int:
+    shards = next(iter(_get_json(f"{endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
+    return sum(shard["bytes_written"] for shard in shards.values())
+
+
+def _record_bytes(report: Any) -> float:
+    """Mean data + partition key bytes of the run's records (what Kinesis's 1 MiB/s counts)."""
+    from local.send import partition_key
+
+    keys = [len(partition_key(report.run_id, seq, report.keys).encode()) for seq in range(report.keys)]
+    return report.size + statistics.fmean(keys)
+
+
+def _send(up: UpProcess, count: int, concurrency: int) -> tuple[Any, dict[str, Any]]:
+    """`send` with the endpoint's Kinesis byte counter sampled every 0.2 s; the report and figures."""
+    from local.send import send
+
+    samples = [(time.monotonic(), _bytes_written(up.endpoint_url))]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            samples.append((time.monotonic(), _bytes_written(up.endpoint_url)))
+
+    sampler = threading.Thread(target=sample, daemon=True, name="kinesis-sampler")
+    sampler.start()
+    report = send(
+        f"http://127.0.0.1:{up.api_port}/v1/streams", "events",
+        count=count, size=RECORD_SIZE, batch=BATCH, concurrency=concurrency, progress=False,
+    )  # fmt: skip
+    done.set()
+    sampler.join()
+    samples.append((time.monotonic(), _bytes_written(up.endpoint_url)))
+    steady = _steady_rate(samples, len(report.accepted)) / SHARDS
+    record_bytes = _record_bytes(report)
+    return report, {
+        "accepted": len(report.accepted),
+        "failed": len(report.failed),
+        "retried_records": report.retried_records,
+        "whole_run_per_shard": round(report.accepted_per_second / SHARDS, 1),
+        "steady_per_shard": round(steady, 1),
+        "record_bytes": round(record_bytes, 1),
+        "byte_limit_share": steady * record_bytes / BYTE_LIMIT,
+    }
+
+
+def sweep(cdk_out: Path, workdir: Path, count: int, concurrencies: tuple[int, ...]) -> dict[int, dict]:
+    """A short send at each concurrency on one fresh runtime (its consumers are left behind)."""
+    results = {}
+    with UpProcess(cdk_out, workdir) as up:
+        up.start()
+        # Each worker's first invocations are slow (imports, clients): not what a steady rate is about.
+        _send(up, BATCH * 4 * max(concurrencies), max(concurrencies))
+        for concurrency in concurrencies:
+            _log(f"local runtime: send {count:,} records, {concurrency} requests in flight")
+            results[concurrency] = _send(up, count, concurrency)[1]
+    return results
+
+
+def _checkpointed(up: UpProcess) -> dict[str, int]:
+    """Per consumer function: Kinesis records its mapping has checkpointed (the runtime's own count)."""
+    mappings = _get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime").get("mappings", {})
+    return {name: sum(shard["records"] for shard in shards.values()) for name, shards in mappings.items()}
+
+
+def _await_checkpoints(up: UpProcess, written: int, timeout: float) -> dict[str, float]:
+    """Per consumer function, when (epoch s) its mapping had checkpointed all `written` Kinesis records.
+
+    Read from the up process, not the sinks: Querying moto's sink table scans the whole table, so a
+    reader polling the sinks would take the endpoint's CPU from the consumers it is timing."""
+    done: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        counts = _checkpointed(up)
+        for name, records in counts.items():
+            if records >= written and name not in done:
+                done[name] = time.time()
+        if counts and len(done) == len(counts):
+            break
+        time.sleep(0.25)
+    return done
+
+
+def ingest_and_drain(cdk_out: Path, workdir: Path, count: int, concurrency: int) -> dict[str, Any]:
+    """The long run on a fresh runtime: send, the Kinesis counters, every group's drain, the verdict."""
+    from local.send import wait_and_verify
+    from local.template import load
+
+    with UpProcess(cdk_out, workdir) as up:
+        up.start()
+        app = load(cdk_out, endpoint_url=up.endpoint_url)
+        cpu_start, began, client_cpu = _cpu_seconds(up.processes()), time.monotonic(), time.process_time()
+        _log(f"local runtime: send {count:,} records, {concurrency} in flight")
+        report, ingest = _send(up, count, concurrency)
+        sent_at, client_cpu = time.monotonic(), time.process_time() - client_cpu
+        cpu_sent = _cpu_seconds(up.processes())
+        shards = next(iter(_get_json(f"{up.endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
+        _log("local runtime: waiting for every consumer group's checkpoints")
+        timeout = max(600.0, count / 50)
+        done = _await_checkpoints(up, sum(shard["records_written"] for shard in shards.values()), timeout)
+        drained_at = time.monotonic()
+        cpu_drained = _cpu_seconds(up.processes())
+        _log("local runtime: verifying every sink")
+        verdict = wait_and_verify(up.endpoint_url, app, report, timeout=timeout, progress=False)
+        runtime_stats = _get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime")
+        during_send = _cpu_by_role(up, cpu_start, cpu_sent, sent_at - began)
+        during_send["send client (this process)"] = {
+            "cpu_s": round(client_cpu, 2),
+            "cores": round(client_cpu / (sent_at - began), 2),
+        }
+        after_send = _cpu_by_role(up, cpu_sent, cpu_drained, max(1e-9, drained_at - sent_at))
+        logs = {path.name.split("-")[1]: _function_log(path) for path in up.log_dir.glob("*.log")}
+    groups = []
+    for g in verdict.groups:
+        checkpointed = done.get(g.group.function)
+        groups.append(
+            {
+                "group": g.group.name,
+                "ok": g.ok,
+                "lost": len(g.lost),
+                "duplicated": len(g.duplicated),
+                "wrong_counts": len(g.wrong_counts),
+                "expected": g.expected,
+                "drain_s": checkpointed - report.finished if checkpointed else None,
+                "records_per_s": g.expected / (checkpointed - report.started) if checkpointed else None,
+                "drain_s_seen_by_verify": g.drain_s,
+            }
+        )
+    keep = ("records_written", "bytes_written", "write_throttles")
+    return {
+        "concurrency": concurrency,
+        "send": report.as_dict(),
+        "ingest": ingest,
+        "kinesis": {shard: {k: counts[k] for k in keep} for shard, counts in shards.items()},
+        "groups": groups,
+        "timed_out": verdict.timed_out or len(done) < len(verdict.groups),
+        "cpu_during_send": during_send,
+        "cpu_after_send": after_send,
+        "functions": {name.split("-")[2][:24]: v for name, v in runtime_stats.get("functions", {}).items()},
+        "api": runtime_stats.get("api"),
+        "function_logs": logs,
+    }
+
+
+_REPORT = re.compile(r"^REPORT .*?Duration: ([\d.]+) ms")
+
+
+def _function_log(path: Path) -> dict[str, Any]:
+    """Medians of a function's REPORT durations, and of the producer's EMF RequestTime/BufferingTime."""
+    durations: list[float] = []
+    emf: dict[str, list[float]] = {"RequestTime": [], "BufferingTime": []}
+    for line in path.read_text(errors="replace").splitlines():
+        if match := _REPORT.match(line):
+            durations.append(float(match.group(1)))
+        elif line.startswith('{"_aws"'):
+            fields = json.loads(line)
+            for name, values in emf.items():
+                values += fields.get(name, [])
+    out: dict[str, Any] = {"invocations": len(durations)}
+    if durations:
+        out["duration_p50_ms"] = round(statistics.median(durations), 1)
+        out["duration_max_ms"] = round(max(durations), 1)
+    for name, values in emf.items():
+        if values:
+            out[f"{name}_p50_ms"] = round(statistics.median(values), 1)
+    return out
+
+
+# --- DynamoDB alone -----------------------------------------------------------------------------------
+
+
+def _sink_put(table: str, shard: int, position: int) -> dict[str, Any]:
+    sequence = f"4963{position:052d}"
+    return {
+        "Put": {
+            "TableName": table,
+            "Item": {
+                "pk": {"S": f"shardline-dev-events#shardId-{shard:012d}"},
+                "sk": {"S": f"{sequence.zfill(129)}#{position % 1000:06d}"},
+                "sequenceNumber": {"S": sequence},
+                "subSequenceNumber": {"N": str(position % 1000)},
+                "partitionKey": {"S": f"run-000000-abcdef-k{position % 100}"},
+                "data": {"B": b"x" * RECORD_SIZE},
+                "approximateArrival": {"N": f"{time.time():.3f}"},
+            },
+        }
+    }
+
+
+def _counter_update(table: str, thread: int, index: int) -> dict[str, Any]:
+    return {"Update": {
+        "TableName": table,
+        "Key": {"partitionKey": {"S": f"t{thread}-k{index}"}},
+        "UpdateExpression": "ADD #count :one",
+        "ExpressionAttributeNames": {"#count": "count"},
+        "ExpressionAttributeValues": {":one": {"N": "1"}},
+    }}  # fmt: skip
+
+
+def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
+    """Items/s written by TransactWriteItems of 100 entries, from 1 and 4 threads, for `seconds` each."""
+    from local.endpoint import Endpoint
+    from local.provision import client
+
+    results: dict[str, dict[int, float]] = {"sink puts": {}, "counter updates": {}}
+    with Endpoint(port=0) as endpoint:
+        dynamodb = client("dynamodb", endpoint.url)
+        for table, key in (
+            ("sink", [("pk", "HASH"), ("sk", "RANGE")]),
+            ("counter", [("partitionKey", "HASH")]),
+        ):
+            dynamodb.create_table(
+                TableName=table,
+                KeySchema=[{"AttributeName": n, "KeyType": t} for n, t in key],
+                AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n, _ in key],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        for threads in (1, 4):
+            results["sink puts"][threads] = _transact_rate(
+                endpoint.url,
+                threads,
+                seconds,
+                lambda t, n: [_sink_put("sink", t, n * 100 + i) for i in range(100)],
+            )
+            results["counter updates"][threads] = _transact_rate(
+                endpoint.url,
+                threads,
+                seconds,
+                lambda t, n: [_counter_update("counter", t, i) for i in range(100)],
+            )
+    return results
+
+
+def _transact_rate(url: str, threads: int, seconds: float, entries: Any) -> float:
+    from local.provision import client
+
+    written = [0] * threads
+    offset = time.monotonic_ns()  # distinct sink keys per measurement
+    deadline = time.monotonic() + seconds
+
+    def writer(index: int) -> None:
+        dynamodb, n = client("dynamodb", url), 0
+        while time.monotonic() < deadline:
+            items = entries(index, offset // 1000 + n)
+            dynamodb.transact_write_items(TransactItems=items)
+            written[index] += len(items)
+            n += 1
+
+    began = time.monotonic()
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(written) / (time.monotonic() - began)
+
+
+# --- the whole run ------------------------------------------------------------------------------------
+
+
+def measure(quick: bool) -> tuple[list[Row], dict[str, Any], list[str]]:
+    """Every figure above, in one run: the rows, the details (for the JSON report), and problems."""
+    sweep_count, long_count = (10_000, 20_000) if quick else (40_000, 100_000)
+    rows: list[Row] = []
+    details: dict[str, Any] = {}
+    problems: list[str] = []
+    details["load average before"] = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp:
+        root = Path(tmp)
+        _log("local runtime: synthesizing the app")
+        cdk_out = synthesize(root / "cdk.out")
+
+        _log("local runtime: start-up and stop of python -m local up")
+        up = UpProcess(cdk_out, root / "startup")
+        started = up.start()
+        stopped, left = up.stop()
+        details["start-up"] = {"up_s": round(started, 2), "stop_s": round(stopped, 2), "left": left}
+        rows.append(
+            Row(
+                "make local: spawn to 'shardline is up'",
+                "ms",
+                started * 1000,
+                target=Target("value", "<=", 10_000),
+            )
+        )
+        rows.append(Row("make local: SIGINT to exited, no process left", "ms", stopped * 1000))
+        if left:
+            problems.append(f"local runtime: processes left after SIGINT: {left}")
+
+        details["sweep"] = sweep(cdk_out, root / "sweep", sweep_count, (4, 8, 16))
+        best = max(details["sweep"], key=lambda c: details["sweep"][c]["steady_per_shard"])
+        for concurrency, figures in details["sweep"].items():
+            rows.append(
+                Row(
+                    f"send {sweep_count // 1000}k × 100 B, {concurrency} in flight: user records/s per shard",
+                    "rec/s",
+                    figures["steady_per_shard"],
+                )
+            )
+        run = ingest_and_drain(cdk_out, root / "long", long_count, best)
+        details["long run"] = run
+        ingest = run["ingest"]
+        label = f"send {long_count // 1000}k × 100 B, {best} in flight"
+        rows.append(
+            Row(f"{label}: user records/s per shard, middle 80 %", "rec/s", ingest["steady_per_shard"])
+        )
+        rows.append(
+            Row(
+                f"{label}: share of 1 MiB/s per shard (data + key)",
+                "%",
+                ingest["byte_limit_share"] * 100,
+                target=Target("value", ">=", 90.0),
+            )
+        )
+        throttles = sum(shard["write_throttles"] for shard in run["kinesis"].values())
+        rows.append(Row(f"{label}: Kinesis write throttles", "count", throttles))
+        if ingest["failed"]:
+            problems.append(f"local runtime: {ingest['failed']} records failed to send")
+        for group in run["groups"]:
+            name = group["group"]
+            rows.append(
+                Row(
+                    f"{label}: {name} drain rate, first POST to complete",
+                    "rec/s",
+                    group["records_per_s"] or 0,
+                )
+            )
+            if group["drain_s"] is not None:
+                rows.append(
+                    Row(f"{label}: {name} complete after the last POST", "ms", group["drain_s"] * 1000)
+                )
+            rows.append(
+                Row(
+                    f"{label}: {name} lost + duplicated",
+                    "count",
+                    group["lost"] + group["duplicated"],
+                    target=Target("value", "<=", 0),
+                )
+            )
+            if not group["ok"]:
+                problems.append(f"local runtime: group {name} not ok: {group}")
+
+    _log("local runtime: DynamoDB transactions alone")
+    ceiling = dynamodb_ceiling(3.0 if quick else 10.0)
+    details["dynamodb"] = ceiling
+    details["load average after"] = os.getloadavg()
+    for kind, by_threads in ceiling.items():
+        for threads, rate in by_threads.items():
+            rows.append(
+                Row(f"DynamoDB alone: TransactWriteItems of 100 {kind}, {threads} thread(s)", "rec/s", rate)
+            )
+    return rows, details, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.local_runtime", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer records and shorter runs")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the details as JSON to PATH")
+    args = parser.parse_args(argv)
+    rows, details, problems = measure(args.quick)
+    for row in rows:
+        target = (
+            f"  target {row.target.text(row.unit)}: {'met' if row.met else 'NOT MET'}" if row.target else ""
+        )
+        figure = format_figure(row.shardline, row.unit)
+        print(f"{row.measurement:<78} {figure:>12} ({row.shardline:,.1f} {row.unit}){target}")
+    for problem in problems:
+        print(f"problem: {problem}")
+    print(json.dumps(details, indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(details, indent=2, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,11 +95,18 @@ def _up(args: argparse.Namespace) -> int:
                 spinner.update(following[name])
 
         runtime = Runtime(settings, on_step=step)
+        if not (settings.cdk_out / "manifest.json").exists():
+            console.print(f"[red]no synthesized app in {settings.cdk_out}[/]: `make local` synthesizes it")
+            return 2
         try:
             runtime.start()
         except KeyboardInterrupt:
             console.print("interrupted: stopped everything")
             return 130
+        except Exception as error:  # a port in use, a template the runtime cannot read: say which
+            console.print(f"[red]could not start[/]: {type(error).__name__}: {error}")
+            console.print("stopped everything it had started")
+            return 1
     STATE_DIR.mkdir(exist_ok=True)
     PID_FILE.write_text(str(os.getpid()))
     try:

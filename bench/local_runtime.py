@@ -43,6 +43,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import local_dynamodb
 from bench.report import Row, Target, format_figure
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -412,95 +413,6 @@ def _function_log(path: Path) -> dict[str, Any]:
     return out
 
 
-# --- DynamoDB alone -----------------------------------------------------------------------------------
-
-
-def _sink_put(table: str, shard: int, position: int) -> dict[str, Any]:
-    sequence = f"4963{position:052d}"
-    return {
-        "Put": {
-            "TableName": table,
-            "Item": {
-                "pk": {"S": f"shardline-dev-events#shardId-{shard:012d}"},
-                "sk": {"S": f"{sequence.zfill(129)}#{position % 1000:06d}"},
-                "sequenceNumber": {"S": sequence},
-                "subSequenceNumber": {"N": str(position % 1000)},
-                "partitionKey": {"S": f"run-000000-abcdef-k{position % 100}"},
-                "data": {"B": b"x" * RECORD_SIZE},
-                "approximateArrival": {"N": f"{time.time():.3f}"},
-            },
-        }
-    }
-
-
-def _counter_update(table: str, thread: int, index: int) -> dict[str, Any]:
-    return {"Update": {
-        "TableName": table,
-        "Key": {"partitionKey": {"S": f"t{thread}-k{index}"}},
-        "UpdateExpression": "ADD #count :one",
-        "ExpressionAttributeNames": {"#count": "count"},
-        "ExpressionAttributeValues": {":one": {"N": "1"}},
-    }}  # fmt: skip
-
-
-def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
-    """Items/s written by TransactWriteItems of 100 entries, from 1 and 4 threads, for `seconds` each."""
-    from local.endpoint import Endpoint
-    from local.provision import client
-
-    results: dict[str, dict[int, float]] = {"sink puts": {}, "counter updates": {}}
-    with Endpoint(port=0) as endpoint:
-        dynamodb = client("dynamodb", endpoint.url)
-        for table, key in (
-            ("sink", [("pk", "HASH"), ("sk", "RANGE")]),
-            ("counter", [("partitionKey", "HASH")]),
-        ):
-            dynamodb.create_table(
-                TableName=table,
-                KeySchema=[{"AttributeName": n, "KeyType": t} for n, t in key],
-                AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n, _ in key],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        for threads in (1, 4):
-            results["sink puts"][threads] = _transact_rate(
-                endpoint.url,
-                threads,
-                seconds,
-                lambda t, n: [_sink_put("sink", t, n * 100 + i) for i in range(100)],
-            )
-            results["counter updates"][threads] = _transact_rate(
-                endpoint.url,
-                threads,
-                seconds,
-                lambda t, n: [_counter_update("counter", t, i) for i in range(100)],
-            )
-    return results
-
-
-def _transact_rate(url: str, threads: int, seconds: float, entries: Any) -> float:
-    from local.provision import client
-
-    written = [0] * threads
-    offset = time.monotonic_ns()  # distinct sink keys per measurement
-    deadline = time.monotonic() + seconds
-
-    def writer(index: int) -> None:
-        dynamodb, n = client("dynamodb", url), 0
-        while time.monotonic() < deadline:
-            items = entries(index, offset // 1000 + n)
-            dynamodb.transact_write_items(TransactItems=items)
-            written[index] += len(items)
-            n += 1
-
-    began = time.monotonic()
-    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return sum(written) / (time.monotonic() - began)
-
-
 # --- the whole run ------------------------------------------------------------------------------------
 
 
@@ -587,7 +499,7 @@ def measure(quick: bool) -> tuple[list[Row], dict[str, Any], list[str]]:
                 problems.append(f"local runtime: group {name} not ok: {group}")
 
     _log("local runtime: DynamoDB transactions alone")
-    ceiling = dynamodb_ceiling(3.0 if quick else 10.0)
+    ceiling = local_dynamodb.dynamodb_ceiling(3.0 if quick else 10.0)
     details["dynamodb"] = ceiling
     details["load average after"] = os.getloadavg()
     for kind, by_threads in ceiling.items():

@@ -14,7 +14,8 @@ import pytest
 
 from tests.e2e.helpers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Whole-pipeline runs drain through the emulated DynamoDB: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

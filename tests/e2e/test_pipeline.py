@@ -18,7 +18,8 @@ from local.provision import client
 from local.send import send, wait_and_verify
 from local.status import consumer_groups
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Whole-pipeline runs drain through the emulated DynamoDB: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def post(

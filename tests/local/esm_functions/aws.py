@@ -17,24 +17,17 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-import boto3
-import botocore.config
 from botocore.exceptions import ClientError
 
 from local import model
+from local.provision import client as local_client
 
 THROTTLED = "ProvisionedThroughputExceededException"
 
 
 def client(service: str, endpoint_url: str) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=endpoint_url,
-        region_name=model.REGION,
-        aws_access_key_id=model.ACCESS_KEY,
-        aws_secret_access_key=model.SECRET_KEY,
-        config=botocore.config.Config(retries={"total_max_attempts": 1}),  # throttles are waited out here
-    )
+    """The runtime's local client, making one attempt: throttles are waited out here."""
+    return local_client(service, endpoint_url, retries={"total_max_attempts": 1})
 
 
 def unthrottled(call: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -10,7 +10,10 @@ succeed.
 `apply()` (idempotent, called by the endpoint before it serves):
 - runs every DynamoDB write (PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems)
   under one lock, so each is atomic with respect to the others, as DynamoDB's are;
-- rolls a cancelled transaction back item by item: only the items it names are saved first.
+- rolls a cancelled transaction back item by item: only the items it names are saved first;
+- answers a Query on a table's own key from the one partition it names: moto listed and sorted
+  the whole table for every Query (340 ms at 20,000 items), which made reading a sink's new
+  items (`local.verify`) cost more than writing them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from moto.dynamodb.models.table import Table
 WRITES = ("put_item", "update_item", "delete_item", "batch_write_item")
 _WRITE_LOCK = threading.RLock()
 _APPLIED = False
+_QUERY = threading.local()  # the partition a Query in this thread reads: (table, its items)
 
 
 class _TableCopyIsIdentity:
@@ -99,6 +103,32 @@ def _transact_write_items(original: Callable[..., Any]) -> Callable[..., Any]:
     return transact_write_items
 
 
+def _partition_query(original_query: Callable[..., Any], original_all_items: Callable[..., Any]) -> tuple:
+    """`Table.query` reading one partition, and the `all_items` that serves it within the query."""
+
+    @functools.wraps(original_all_items)
+    def all_items(self: Table) -> Any:
+        partition = getattr(_QUERY, "partition", None)
+        if partition is not None and partition[0] is self:
+            return partition[1]
+        return original_all_items(self)
+
+    @functools.wraps(original_query)
+    def query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)  # moto passes it 8th
+        if index_name or hash_key is None or self.range_key_attr is None:
+            return original_query(self, hash_key, *args, **kwargs)
+        # list() of a dict's values runs without releasing the GIL: a consistent copy under writers
+        items = list(self.items[hash_key].values()) if hash_key in self.items else []
+        _QUERY.partition = (self, sorted(items, key=lambda item: item.range_key))
+        try:
+            return original_query(self, hash_key, *args, **kwargs)
+        finally:
+            _QUERY.partition = None
+
+    return query, all_items
+
+
 def apply() -> None:
     """Patch moto's DynamoDB backend in this process (the endpoint's)."""
     global _APPLIED
@@ -109,4 +139,5 @@ def apply() -> None:
         for name in WRITES:
             setattr(DynamoDBBackend, name, _locked(getattr(DynamoDBBackend, name)))
         DynamoDBBackend.transact_write_items = _transact_write_items(DynamoDBBackend.transact_write_items)
+        Table.query, Table.all_items = _partition_query(Table.query, Table.all_items)  # type: ignore[method-assign]
         _APPLIED = True

@@ -144,3 +144,59 @@ def test_two_compare_and_swaps_of_one_item_from_two_threads_never_both_succeed(t
     assert len(seen_values) == len(set(seen_values)), "two swaps succeeded from the same counter value"
     final = dynamodb.get_item(TableName=name, Key=item("lease", "1"), ConsistentRead=True)["Item"]
     assert int(final["counter"]["N"]) == len(successes)
+
+
+def test_a_query_reads_its_partition_in_key_order_with_conditions_pages_and_indexes(local_endpoint_no_limits):
+    """Query answers from the one partition it names (moto sorted the whole table per Query): the same
+    answers as DynamoDB gives, including sort-key conditions, pages, reverse order and an index."""
+    dynamodb = client("dynamodb", local_endpoint_no_limits)
+    name = "fixes-query"
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "tag", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-tag",
+                "KeySchema": [{"AttributeName": "tag", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    try:
+        for partition in ("a", "b", "c"):
+            for n in (5, 1, 4, 2, 3):
+                dynamodb.put_item(TableName=name, Item=item(partition, f"{n:03d}", tag={"S": f"t{n % 2}"}))
+
+        def keys(**query) -> list[str]:
+            answer = dynamodb.query(TableName=name, **query)
+            return [f"{i['pk']['S']}{i['sk']['S']}" for i in answer["Items"]]
+
+        whole = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "b"}}}
+        assert keys(**whole) == [f"b{n:03d}" for n in range(1, 6)]
+        assert keys(**whole, ScanIndexForward=False) == [f"b{n:03d}" for n in range(5, 0, -1)]
+        after = {
+            "KeyConditionExpression": "pk = :p AND sk > :s",
+            "ExpressionAttributeValues": {":p": {"S": "c"}, ":s": {"S": "002"}},
+        }
+        assert keys(**after) == ["c003", "c004", "c005"]
+        first = dynamodb.query(TableName=name, Limit=2, **whole)
+        rest = dynamodb.query(TableName=name, ExclusiveStartKey=first["LastEvaluatedKey"], **whole)
+        assert [i["sk"]["S"] for i in first["Items"] + rest["Items"]] == [f"{n:03d}" for n in range(1, 6)]
+        assert keys(**{**whole, "ExpressionAttributeValues": {":p": {"S": "none"}}}) == []
+        by_tag = dynamodb.query(
+            TableName=name,
+            IndexName="by-tag",
+            KeyConditionExpression="tag = :t",
+            ExpressionAttributeValues={":t": {"S": "t1"}},
+        )
+        assert sorted(f"{i['pk']['S']}{i['sk']['S']}" for i in by_tag["Items"]) == sorted(
+            f"{p}{n:03d}" for p in "abc" for n in (1, 3, 5)
+        )
+    finally:
+        dynamodb.delete_table(TableName=name)

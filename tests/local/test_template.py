@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from local import model
+from local.endpoint import Endpoint
 from local.provision import client, provision
 from local.template import NOT_RUN, PARTS, TemplateError, find_template, load
 
@@ -123,24 +124,16 @@ def test_an_intrinsic_the_runtime_cannot_resolve_names_the_resource(tmp_path, cd
 
 
 @pytest.mark.integration
-def test_provision_creates_every_stream_table_queue_and_bucket(moto_server, cdk_out):
-    app = load(cdk_out, endpoint_url=moto_server)
-    try:
-        provision(app, moto_server)
-        kinesis = client("kinesis", moto_server)
+def test_provision_creates_every_stream_table_queue_and_bucket(cdk_out, tmp_path):
+    with Endpoint(port=0, log_path=tmp_path / "endpoint.log") as endpoint:  # its own: names are the app's
+        app = load(cdk_out, endpoint_url=endpoint.url)
+        provision(app, endpoint.url)
+        kinesis = client("kinesis", endpoint.url)
         summary = kinesis.describe_stream_summary(StreamName=app.streams[0].name)["StreamDescriptionSummary"]
         assert (summary["StreamStatus"], summary["OpenShardCount"]) == ("ACTIVE", 4)
-        tables = set(client("dynamodb", moto_server).list_tables()["TableNames"])
+        tables = set(client("dynamodb", endpoint.url).list_tables()["TableNames"])
         assert {r.name for r in app.resources if r.type == "AWS::DynamoDB::Table"} <= tables
-        queues = {url.rsplit("/", 1)[1] for url in client("sqs", moto_server).list_queues()["QueueUrls"]}
+        queues = {url.rsplit("/", 1)[1] for url in client("sqs", endpoint.url).list_queues()["QueueUrls"]}
         assert {r.name for r in app.resources if r.type == "AWS::SQS::Queue"} <= queues
-        buckets = {b["Name"] for b in client("s3", moto_server).list_buckets()["Buckets"]}
+        buckets = {b["Name"] for b in client("s3", endpoint.url).list_buckets()["Buckets"]}
         assert {r.name for r in app.resources if r.type == "AWS::S3::Bucket"} <= buckets
-    finally:
-        kinesis = client("kinesis", moto_server)
-        kinesis.delete_stream(StreamName=app.streams[0].name, EnforceConsumerDeletion=True)
-        for resource in app.resources:
-            if resource.type == "AWS::DynamoDB::Table":
-                client("dynamodb", moto_server).delete_table(TableName=resource.name)
-            elif resource.type == "AWS::SQS::Queue":
-                client("sqs", moto_server).delete_queue(QueueUrl=model.queue_url(moto_server, resource.name))

@@ -56,7 +56,7 @@ local: setup cdk.out/manifest.json
 	$(PY) -m local up $(LOCAL_ARGS)
 
 status: $(VENV)/.stamp
-	$(PY) -m local status
+	$(PY) -m local status $(STATUS_ARGS)
 
 send: $(VENV)/.stamp
 	$(PY) -m local send $(SEND_ARGS)

@@ -27,10 +27,7 @@ PID_FILE = STATE_DIR / "up.pid"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m local", description=__doc__.splitlines()[0])
-    parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"), help="the synthesized app (cdk.out)")
-    parser.add_argument("--stack", help="the stack to run, when cdk.out holds several")
-    parser.add_argument("--endpoint-port", type=int, default=DEFAULT_ENDPOINT_PORT)
-    parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT)
+    _where(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the app on loopback until Ctrl-C")
@@ -53,8 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
     send.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
+    for command in (up, status, send):
+        _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
     return {"up": _up, "status": _status, "send": _send}[args.command](args)
+
+
+def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Where the app and the runtime are: accepted before the command and after it."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument("--cdk-out", type=Path, default=default(Path("cdk.out")), help="the synthesized app")
+    parser.add_argument("--stack", default=default(None), help="the stack to run, when cdk.out holds several")
+    parser.add_argument("--endpoint-port", type=int, default=default(DEFAULT_ENDPOINT_PORT))
+    parser.add_argument("--api-port", type=int, default=default(DEFAULT_API_PORT))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -136,14 +147,18 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
             console.print(f"[dim]  {kind} ×{len(ids)}: {unsupported_reason(kind)}[/]")
     stream = app.streams[0].name if app.streams else "?"
     route = _route_name(app)
+    settings = runtime.settings
+    ports = ""
+    if (settings.endpoint_port, settings.api_port) != (DEFAULT_ENDPOINT_PORT, DEFAULT_API_PORT):
+        ports = f"--endpoint-port {settings.endpoint_port} --api-port {settings.api_port}"
     console.print(
         f"\n[bold]shardline is up[/] in {runtime.started_in:.1f} s "
         f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"
         f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
         f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
         f"\nTry, in another terminal:\n"
-        f"  make send                      # or: .venv/bin/python -m local send --count 20000\n"
-        f"  make status                    # or: .venv/bin/python -m local status\n"
+        f"  .venv/bin/python -m local send --count 20000 {ports}   # or: make send\n"
+        f"  .venv/bin/python -m local status {ports}   # or: make status\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {runtime.endpoint_url} "
         f"--region {model.REGION} kinesis list-shards --stream-name {stream}\n"
         f"\n[dim]{route}. Ctrl-C stops everything.[/]"

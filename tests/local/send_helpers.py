@@ -1,0 +1,279 @@
+"""Shared fixtures and helpers of the `send` tests: a stub producer API and a moto-backed pipeline."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import threading
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
+from botocore.credentials import Credentials
+
+from local import model
+from local.provision import client
+from local.send import SendReport, send
+from local.verify import wait_and_verify
+
+SHARDS = 4
+
+
+@dataclass
+class Written:
+    """A record the stub API accepted, where it says it went."""
+
+    shard_id: str
+    sequence_number: str
+    key: str
+    data: bytes
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return json.loads(self.body)["records"]
+
+
+@dataclass
+class StubApi:
+    """The producer API's answers, scripted: each request takes the next answer (then 200 forever).
+
+    An answer is "200", ("207", [indexes that fail]), ("503", retry_after), "429" or "400".
+    """
+
+    script: list[Any] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    written: list[Written] = field(default_factory=list)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _sequence: int = 0
+
+    def answer(self, request: Received) -> tuple[int, dict[str, str], dict[str, Any]]:
+        with self.lock:
+            self.received.append(request)
+            step = self.script.pop(0) if self.script else "200"
+            kind, arg = (step, None) if isinstance(step, str) else step
+            records = request.records
+            if kind == "400":
+                return 400, {}, {"message": "1 invalid record; nothing was written", "errors": []}
+            if kind == "429":
+                return 429, {}, {"message": "Too Many Requests"}
+            if kind == "503":
+                failed = {"errorCode": "ProvisionedThroughputExceededException", "attempts": 3}
+                body = {"failedRecordCount": len(records), "records": [failed] * len(records)}
+                return 503, {"Retry-After": str(arg)}, body
+            entries = []
+            for index, record in enumerate(records):
+                if kind == "207" and index in arg:
+                    entries.append({"errorCode": "ProvisionedThroughputExceededException", "attempts": 3})
+                    continue
+                self._sequence += 1
+                shard = f"shardId-{zlib.crc32(record['partitionKey'].encode()) % SHARDS:012d}"
+                sequence = str(49_000_000_000_000_000_000 + self._sequence)
+                data = base64.b64decode(record["data"])
+                self.written.append(Written(shard, sequence, record["partitionKey"], data))
+                entries.append({"shardId": shard, "sequenceNumber": sequence, "subSequenceNumber": None})
+            failed_count = sum(1 for entry in entries if "errorCode" in entry)
+            return (207 if failed_count else 200), {}, {"failedRecordCount": failed_count, "records": entries}
+
+
+@pytest.fixture
+def stub_api() -> Iterator[StubApi]:
+    stub = StubApi()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            status, extra, answer = stub.answer(Received(self.path, headers, body, time.monotonic()))
+            raw = json.dumps(answer).encode()
+            self.send_response(status)
+            for name, value in {**extra, "Content-Type": "application/json"}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stub.url = f"http://127.0.0.1:{server.server_address[1]}/v1/streams"
+    try:
+        yield stub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _send(stub: StubApi, count: int, **options: Any) -> SendReport:
+    return send(stub.url, "events", count=count, progress=False, **options)
+
+
+# --- send --------------------------------------------------------------------------------------------
+
+
+class _SignedHeadersOnly(SigV4Auth):
+    def __init__(self, signed: HTTPHeaders) -> None:
+        super().__init__(Credentials(model.ACCESS_KEY, model.SECRET_KEY), "execute-api", model.REGION)
+        self._signed = signed
+
+    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
+        return self._signed
+
+
+def _expected_signature(received: Received) -> str:
+    """The signature botocore computes for this request with the local credentials."""
+    fields = dict(
+        part.strip().split("=", 1) for part in received.headers["authorization"].split(" ", 1)[1].split(",")
+    )
+    signed = HTTPHeaders()
+    for name in fields["SignedHeaders"].split(";"):
+        signed[name] = received.headers[name]
+    request = AWSRequest("POST", f"http://{received.headers['host']}{received.path}", data=received.body)
+    request.context["timestamp"] = received.headers["x-amz-date"]
+    signer = _SignedHeadersOnly(signed)
+    return signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+
+
+@dataclass
+class Pipeline:
+    """A sink table, a counter table and a DLQ on moto server, and the LocalApp that names them."""
+
+    endpoint: str
+    stream: str
+    sink: str
+    counter: str
+    dlq_url: str
+    app: model.LocalApp
+
+    def dynamodb(self) -> Any:
+        return client("dynamodb", self.endpoint)
+
+    def write_sink(self, written: list[Written], *, stream: str | None = None) -> None:
+        """What functions/event_sink writes for these records."""
+        dynamodb = self.dynamodb()
+        for w in written:
+            item = {
+                "pk": {"S": f"{stream or self.stream}#{w.shard_id}"},
+                "sk": {"S": f"{w.sequence_number.zfill(129)}#{0:06d}"},
+                "sequenceNumber": {"S": w.sequence_number},
+                "partitionKey": {"S": w.key},
+                "data": {"B": w.data},
+                "approximateArrival": {"N": f"{time.time():.3f}"},
+            }
+            dynamodb.put_item(TableName=self.sink, Item=item)
+
+    def count(self, written: list[Written]) -> None:
+        """What functions/key_counter writes for these records."""
+        dynamodb = self.dynamodb()
+        for key, n in Counter(w.key for w in written).items():
+            dynamodb.update_item(
+                TableName=self.counter,
+                Key={"partitionKey": {"S": key}},
+                UpdateExpression="ADD #count :n",
+                ExpressionAttributeNames={"#count": "count"},
+                ExpressionAttributeValues={":n": {"N": str(n)}},
+            )
+
+    def dead_letter(self, w: Written, group: str) -> None:
+        """What shardline's DeadLetterQueue sends for a poison record."""
+        letter = {
+            "version": 1,
+            "id": uuid.uuid4().hex,
+            "group": group,
+            "stream": self.stream,
+            "shardId": w.shard_id,
+            "sequenceNumber": w.sequence_number,
+            "subSequenceNumber": None,
+            "partitionKey": w.key,
+            "explicitHashKey": None,
+            "data": base64.b64encode(w.data).decode(),
+            "error": "ValueError: poison",
+            "attempts": 3,
+        }
+        client("sqs", self.endpoint).send_message(QueueUrl=self.dlq_url, MessageBody=json.dumps(letter))
+
+
+@pytest.fixture
+def pipeline(moto_server: str) -> Pipeline:
+    suffix = uuid.uuid4().hex[:8]
+    stream, sink, counter, leases = (f"{n}-{suffix}" for n in ("events", "sink", "counter", "leases"))
+    dynamodb = client("dynamodb", moto_server)
+    sink_schema = {
+        "KeySchema": [
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    counter_schema = {
+        "KeySchema": [{"AttributeName": "partitionKey", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "partitionKey", "AttributeType": "S"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    dynamodb.create_table(TableName=sink, **sink_schema)
+    dynamodb.create_table(TableName=counter, **counter_schema)
+    dlq_url = client("sqs", moto_server).create_queue(QueueName=f"dlq-{suffix}")["QueueUrl"]
+
+    def consumer(name: str, table: str) -> model.Function:
+        env = {"SHARDLINE_GROUP": name, "SINK_TABLE": table, "LEASE_TABLE": leases, "DLQ_URL": dlq_url}
+        return model.Function(f"L{name}", f"fn-{name}-{suffix}", "app.handler", Path("."), environment=env)
+
+    producer_env = {"SHARDLINE_STREAMS": json.dumps({"events": {"streamName": stream}})}
+    app = model.LocalApp(
+        stack_name="test",
+        streams=(model.Stream("Events", stream, SHARDS),),
+        resources=(
+            model.Resource("Sink", "AWS::DynamoDB::Table", sink, sink_schema),
+            model.Resource("Counter", "AWS::DynamoDB::Table", counter, counter_schema),
+        ),
+        functions=(
+            model.Function(
+                "Producer", f"producer-{suffix}", "app.handler", Path("."), environment=producer_env
+            ),
+            consumer("event-sink", sink),
+            consumer("key-counter", counter),
+        ),
+        mappings=tuple(
+            model.EventSourceMapping(f"M{name}", uuid.uuid4().hex, f"fn-{name}-{suffix}", stream)
+            for name in ("event-sink", "key-counter")
+        ),
+    )
+    return Pipeline(moto_server, stream, sink, counter, dlq_url, app)
+
+
+def _verify(pipeline: Pipeline, report: SendReport, timeout: float = 20) -> Any:
+    return wait_and_verify(
+        pipeline.endpoint, pipeline.app, report, timeout=timeout, progress=False, poll_interval=0.1
+    )
+
+
+def _group(verdict: Any, name: str) -> Any:
+    return next(g for g in verdict.groups if g.group.name == name)

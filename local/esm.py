@@ -4,7 +4,7 @@
                            function_role_arn=function.role_arn, retention_hours=stream.retention_hours)
     runner.start()   # ListShards, then one thread per shard (plus one re-listing shards)
     runner.stats()   # {shard id: {state, position, batches, retries, ...}}
-    runner.stop()    # prompt; no thread left (an invocation in flight is waited for)
+    runner.stop()    # prompt; no thread left (an invocation in flight is waited for, up to timeout)
 
 What it keeps of Lambda's (with-kinesis, services-kinesis-batchfailurereporting,
 kinesis-on-failure-destination): GetRecords once a second when idle and back to back while behind;

@@ -1,7 +1,7 @@
 """Moto 5.2.5's Kinesis, made to behave like Kinesis where shardline can tell, plus the shard limits.
 
 `apply(state)` patches moto's Kinesis models and responses in the endpoint's process (only there:
-nothing else imports this). What it corrects, each covered by tests/local/test_endpoint.py:
+nothing else imports this). What it corrects, each covered by tests/local/test_endpoint_kinesis.py:
 
 - resharding: moto copies a split or merged parent's records into its children and keeps routing
   writes to the closed parent (it looks hash keys up in every shard, with an exclusive end); here

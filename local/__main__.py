@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from local import model
+from local.chaos import PROFILE_NAMES, ProfileError, load_profile
 from local.runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
 from local.template import load, unsupported_reason
 
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
     up.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
     up.add_argument("--max-workers", type=int, default=4, help="warm workers per function, at most")
+    up.add_argument(
+        "--chaos",
+        default="none",
+        metavar="PROFILE",
+        help=f"inject faults: {', '.join(PROFILE_NAMES)}, or a TOML/JSON profile file (see README)",
+    )
 
     status = commands.add_parser("status", help="streams, shards, consumer groups, DLQs, functions")
     status.add_argument("--json", action="store_true", help="machine-readable")
@@ -70,6 +77,11 @@ def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    try:
+        chaos = load_profile(args.chaos)
+    except ProfileError as error:
+        console.print(f"[red]bad --chaos[/]: {error}")
+        return 2
     _stop_previous_run(console)
     settings = Settings(
         cdk_out=args.cdk_out,
@@ -79,6 +91,7 @@ def _up(args: argparse.Namespace) -> int:
         limits=not args.no_limits,
         log_dir=args.log_dir,
         max_workers=args.max_workers,
+        chaos=chaos,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

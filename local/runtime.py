@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from local import model
+from local.chaos import ChaosProfile
 from local.apigw import ApiServer, HttpRequest, HttpResponse
 from local.endpoint import Endpoint
 from local.esm import MappingRunner
@@ -43,6 +44,7 @@ class Settings:
     log_dir: Path = Path(".local/logs")
     max_workers: int = 4
     extra_functions: tuple[model.Function, ...] = field(default_factory=tuple)
+    chaos: ChaosProfile = field(default_factory=ChaosProfile)
 
 
 class Runtime:

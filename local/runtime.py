@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from local import model
-from local.chaos import ChaosProfile
 from local.apigw import ApiServer, HttpRequest, HttpResponse
+from local.chaos import ChaosProfile
 from local.endpoint import Endpoint
 from local.esm import MappingRunner
 from local.provision import provision

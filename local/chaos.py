@@ -258,6 +258,9 @@ def _build(kind: type, raw: Any, where: str) -> Any:
         if key in ("endpoint", "workers", "reshards"):
             continue  # built by the caller
         values[key] = _checked(key, value, f"{where}.{key}")
+    missing = [name for name, f in fields.items() if name not in raw and _required(f)]
+    if missing:
+        raise ProfileError(f"{where}: missing {', '.join(missing)}")
     return kind(**values)
 
 
@@ -315,3 +318,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 def rng_for(profile: ChaosProfile, site: str) -> random.Random:
     """A random source per injection site: reproducible under a seed, independent across sites."""
     return random.Random(None if profile.seed is None else f"{profile.seed}:{site}")
+
+
+def _required(spec: dataclasses.Field[Any]) -> bool:
+    return spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING

@@ -77,9 +77,20 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
         groups.append({**group, "leases": sorted(leases, key=lambda lease: lease["shard"]), "depths": depths})
     return {
         "kinesis": _get_json(f"{endpoint_url}/_shardline/kinesis"),
+        "chaos": _get_json(f"{endpoint_url}/_shardline/chaos"),
         "groups": groups,
         "runtime": _get_json(f"{api_base}/_shardline/runtime"),
     }
+
+
+def injected_faults(report: dict[str, Any]) -> dict[str, int]:
+    """Every fault injected so far, by type: the endpoint's, then the workers' (`workers.<kind>`)."""
+    faults = dict(report.get("chaos", {}).get("injected", {}))
+    functions = report.get("runtime", {}).get("functions", {})
+    for stats in functions.values():
+        for kind, count in (stats.get("chaos") or {}).items():
+            faults[f"workers.{kind}"] = faults.get(f"workers.{kind}", 0) + count
+    return {kind: count for kind, count in sorted(faults.items()) if count}
 
 
 def _queue_url(endpoint_url: str, arn: str) -> str:
@@ -154,9 +165,28 @@ def render(report: dict[str, Any], console: Console) -> None:
             f"{stats.get('p99_ms') or 0:.1f}",
         )
     console.print(table)
+    _render_chaos(report, console)
     api = runtime.get("api", {})
     console.print(
         f"REST API: {api.get('requests', 0)} requests, {api.get('status_4xx', 0)} 4XX, "
         f"{api.get('status_5xx', 0)} 5XX, {api.get('throttled', 0)} throttled, "
         f"p99 {api.get('latency_p99_ms', 0):.0f} ms"
     )
+
+
+def _render_chaos(report: dict[str, Any], console: Console) -> None:
+    chaos = report.get("chaos", {})
+    if not chaos.get("active"):
+        return
+    table = Table(title=f"chaos: profile {chaos.get('profile', '?')}", title_justify="left")
+    table.add_column("fault")
+    table.add_column("injected", justify="right")
+    for kind, count in injected_faults(report).items():
+        table.add_row(kind, f"{count:,}")
+    for reshard in chaos.get("reshards", []):
+        done = reshard.get("done_at")
+        table.add_row(
+            f"reshard.{reshard.get('action')} at {reshard.get('at_s')} s",
+            "done" if done else "pending",
+        )
+    console.print(table)

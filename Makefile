@@ -8,13 +8,14 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint bench local status send synth deploy clean
+.PHONY: help setup test lint bench soak local status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
 	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
 	@echo "make lint    ruff and mypy only"
 	@echo "make bench   run the benchmarks (python -m bench)"
+	@echo "make soak    1,000,000 records under the heavy chaos profile: verdict and memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
 	@echo "make status  what the running app holds: shards, consumer groups, DLQs, functions"
 	@echo "make send    POST records to the local API and check every consumer group (SEND_ARGS=--count 20000)"
@@ -51,6 +52,9 @@ APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -na
 cdk.out/manifest.json: $(APP_SOURCES) | setup
 	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
 	touch $@
+
+soak: setup cdk.out/manifest.json
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 local: setup cdk.out/manifest.json
 	$(PY) -m local up $(LOCAL_ARGS)

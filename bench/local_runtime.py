@@ -31,170 +31,31 @@ import itertools
 import json
 import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench import local_dynamodb
 from bench.report import Row, Target, format_figure
+from bench.up_process import (
+    UpProcess,
+    cpu_seconds,
+    get_json,
+    synthesize,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARDS = 4
 BYTE_LIMIT = 1024 * 1024  # per shard per second
 BATCH = 500
 RECORD_SIZE = 100
-UP_LINE = "shardline is up"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-
-
-def synthesize(outdir: Path) -> Path:
-    """The default app synthesized into `outdir` (in a child, so jsii's node process ends with it)."""
-    code = (
-        "import json, os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
-        "from app import CDK_JSON, build; "
-        f"build(json.loads(CDK_JSON.read_text())['context'], outdir={str(outdir)!r})[0].synth()"
-    )
-    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=_env(), check=True, capture_output=True)
-    return outdir
-
-
-# --- a runtime as `make local` runs it --------------------------------------------------------------
-
-
-class UpProcess:
-    """`python -m local up` as a child on free ports; `start()` returns seconds to "shardline is up"."""
-
-    def __init__(self, cdk_out: Path, workdir: Path) -> None:
-        self.cdk_out, self.workdir = cdk_out, workdir
-        self.endpoint_port, self.api_port = _free_port(), _free_port()
-        self.endpoint_url = f"http://127.0.0.1:{self.endpoint_port}"
-        self.log_dir = workdir / "logs"
-        self.output: list[str] = []
-        self._process: subprocess.Popen[str] | None = None
-
-    def start(self, timeout: float = 120.0) -> float:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "local", "--cdk-out", str(self.cdk_out),
-                   "--endpoint-port", str(self.endpoint_port), "--api-port", str(self.api_port),
-                   "up", "--log-dir", str(self.log_dir)]  # fmt: skip
-        began = time.monotonic()
-        self._process = subprocess.Popen(
-            command, cwd=self.workdir, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        up = threading.Event()
-        stdout = self._process.stdout
-        assert stdout is not None
-
-        def drain() -> None:  # for the child's whole life: a full pipe would block it
-            for line in stdout:
-                self.output.append(line.rstrip())
-                if UP_LINE in line:
-                    up.set()
-            up.set()
-
-        threading.Thread(target=drain, daemon=True, name="up-stdout").start()
-        up.wait(timeout)
-        elapsed = time.monotonic() - began
-        if not any(UP_LINE in line for line in self.output):
-            self.stop()
-            raise RuntimeError("python -m local up did not come up:\n" + "\n".join(self.output[-30:]))
-        return elapsed
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
-
-    def processes(self) -> dict[int, str]:
-        """pid -> role of the runtime's processes: the up process, the endpoint, each function's workers."""
-        table = _proc_table()
-        found, todo = {self.pid: "up (API, mappings)"}, [self.pid]
-        while todo:
-            parent = todo.pop()
-            for pid, (ppid, cmdline) in table.items():
-                if ppid == parent:
-                    found[pid] = "endpoint" if b"local.endpoint" in cmdline else _worker_function(pid)
-                    todo.append(pid)
-        return found
-
-    def stop(self, timeout: float = 60.0) -> tuple[float, list[int]]:
-        """SIGINT; seconds until it exited and no process naming its ports is left, and any left."""
-        process, self._process = self._process, None
-        if process is None:
-            return 0.0, []
-        began = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        ports = (str(self.endpoint_port).encode(), str(self.api_port).encode())
-        deadline = time.monotonic() + timeout
-        while (left := _pids_naming(ports)) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return time.monotonic() - began, left
-
-    def __enter__(self) -> UpProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _proc_table() -> dict[int, tuple[int, bytes]]:
-    """pid -> (parent pid, command line) of every process."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                table[int(entry.name)] = (ppid, (entry / "cmdline").read_bytes())
-            except (OSError, IndexError, ValueError):
-                continue
-    return table
-
-
-def _pids_naming(needles: tuple[bytes, ...]) -> list[int]:
-    return [
-        pid
-        for pid, (_, cmdline) in _proc_table().items()
-        if pid != os.getpid() and any(needle in cmdline for needle in needles)
-    ]
-
-
-def _cpu_seconds(pids: dict[int, str]) -> dict[int, float]:
-    """pid -> user + system CPU seconds so far."""
-    out = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return out
 
 
 def _cpu_by_role(up: UpProcess, before: dict[int, float], after: dict[int, float], wall: float) -> dict:
@@ -205,23 +66,6 @@ def _cpu_by_role(up: UpProcess, before: dict[int, float], after: dict[int, float
         role = roles.get(pid, "worker")
         spent[role] = spent.get(role, 0.0) + seconds - before.get(pid, 0.0)
     return {role: {"cpu_s": round(s, 2), "cores": round(s / wall, 2)} for role, s in sorted(spent.items())}
-
-
-def _worker_function(pid: int) -> str:
-    """A worker's function, from its command line or environment (the log names it)."""
-    try:
-        text = Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return "worker"
-    for short in ("Producer", "eventsink", "keycounter"):
-        if short.encode() in text:
-            return f"worker {short}"
-    return "worker"
-
-
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
 
 
 # --- ingest and drain ---------------------------------------------------------------------------------
@@ -246,7 +90,7 @@ def _steady_rate(samples: list[tuple[float, int]], accepted: int) -> float:
 
 
 def _bytes_written(endpoint_url: str) -> int:
-    shards = next(iter(_get_json(f"{endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
+    shards = next(iter(get_json(f"{endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
     return sum(shard["bytes_written"] for shard in shards.values())
 
 
@@ -306,7 +150,7 @@ def sweep(cdk_out: Path, workdir: Path, count: int, concurrencies: tuple[int, ..
 
 def _checkpointed(up: UpProcess) -> dict[str, int]:
     """Per consumer function: Kinesis records its mapping has checkpointed (the runtime's own count)."""
-    mappings = _get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime").get("mappings", {})
+    mappings = get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime").get("mappings", {})
     return {name: sum(shard["records"] for shard in shards.values()) for name, shards in mappings.items()}
 
 
@@ -336,20 +180,20 @@ def ingest_and_drain(cdk_out: Path, workdir: Path, count: int, concurrency: int)
     with UpProcess(cdk_out, workdir) as up:
         up.start()
         app = load(cdk_out, endpoint_url=up.endpoint_url)
-        cpu_start, began, client_cpu = _cpu_seconds(up.processes()), time.monotonic(), time.process_time()
+        cpu_start, began, client_cpu = cpu_seconds(up.processes()), time.monotonic(), time.process_time()
         _log(f"local runtime: send {count:,} records, {concurrency} in flight")
         report, ingest = _send(up, count, concurrency)
         sent_at, client_cpu = time.monotonic(), time.process_time() - client_cpu
-        cpu_sent = _cpu_seconds(up.processes())
-        shards = next(iter(_get_json(f"{up.endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
+        cpu_sent = cpu_seconds(up.processes())
+        shards = next(iter(get_json(f"{up.endpoint_url}/_shardline/kinesis")["streams"].values()))["shards"]
         _log("local runtime: waiting for every consumer group's checkpoints")
         timeout = max(600.0, count / 50)
         done = _await_checkpoints(up, sum(shard["records_written"] for shard in shards.values()), timeout)
         drained_at = time.monotonic()
-        cpu_drained = _cpu_seconds(up.processes())
+        cpu_drained = cpu_seconds(up.processes())
         _log("local runtime: verifying every sink")
         verdict = wait_and_verify(up.endpoint_url, app, report, timeout=timeout, progress=False)
-        runtime_stats = _get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime")
+        runtime_stats = get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime")
         during_send = _cpu_by_role(up, cpu_start, cpu_sent, sent_at - began)
         during_send["send client (this process)"] = {
             "cpu_s": round(client_cpu, 2),

@@ -1,0 +1,173 @@
+"""The soak: a long run under a chaos profile, its end-to-end verdict, and every process's memory over time.
+
+    python -m bench.soak [--count 1000000] [--chaos heavy] [--rate 2000] [--out build/soak]   # make soak
+
+It runs `python -m local up --chaos PROFILE` as a child (as a user would, on free ports), `send`s
+`--count` records through the REST API, waits for every consumer group, and proves the verdict
+(`local.verify`: 0 lost, 0 duplicated, counts exact, poison whole in its DLQ). Meanwhile, every
+`--sample-every` seconds, it reads each process of the runtime from /proc (resident memory; role: the
+up process, the endpoint, each function's workers) with the records written and processed so far,
+and appends the sample to `<out>/samples.jsonl` — a run cut short still leaves its figures.
+
+Memory is flat when the largest process of a role at the end (median of the last quarter of the
+samples) is within 10 % + 32 MiB of where it was once warm (median of the second quarter). The
+endpoint is the exception by design: it holds every record written and every sink item (moto keeps
+data in memory, as the services keep it on disk), so it is reported as bytes per record held.
+The exit code is 0 only if the verdict is ok and every other role is flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.up_process import UpProcess, get_json, rss_bytes
+from local.chaos import PROFILE_NAMES
+from local.send import send
+from local.status import collect, injected_faults
+from local.template import load
+from local.verify import wait_and_verify
+
+MiB = 1024 * 1024
+FLAT_SHARE, FLAT_SLACK = 0.10, 32 * MiB
+
+
+class Sampler:
+    """Every `interval` seconds: memory per role and progress, kept and appended to a JSONL file."""
+
+    def __init__(self, up: UpProcess, path: Path, interval: float) -> None:
+        self.up, self.path, self.interval = up, path, interval
+        self.samples: list[dict[str, Any]] = []
+        self.began = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
+
+    def start(self) -> Sampler:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()  # the last word
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        roles = self.up.processes()
+        memory: dict[str, dict[str, int]] = {}
+        for pid, rss in rss_bytes(roles).items():
+            entry = memory.setdefault(roles[pid], {"processes": 0, "rss_total": 0, "rss_max": 0})
+            entry["processes"] += 1
+            entry["rss_total"] += rss
+            entry["rss_max"] = max(entry["rss_max"], rss)
+        sample = {"t": round(time.monotonic() - self.began, 1), "memory": memory, **_progress(self.up)}
+        self.samples.append(sample)
+        with self.path.open("a") as out:
+            out.write(json.dumps(sample) + "\n")
+
+
+def _progress(up: UpProcess) -> dict[str, Any]:
+    """Records the stream took and each mapping's records processed, from the runtime's own routes."""
+    try:
+        streams = get_json(f"{up.endpoint_url}/_shardline/kinesis")["streams"]
+        written = sum(s["records_written"] for stream in streams.values() for s in stream["shards"].values())
+        mappings = get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime")["mappings"]
+        processed = {
+            name: sum(shard.get("records", 0) for shard in shards.values())
+            for name, shards in mappings.items()
+        }
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {"records_written": written, "records_processed": processed}
+
+
+def memory_verdict(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per role: warm and final size of its largest process, and whether that is flat (see the module)."""
+    out: dict[str, dict[str, Any]] = {}
+    quarter = max(1, len(samples) // 4)
+    roles = {role for sample in samples for role in sample["memory"]}
+    for role in sorted(roles):
+        series = [s["memory"][role]["rss_max"] for s in samples if role in s["memory"]]
+        warm = statistics.median(series[quarter : 2 * quarter] or series)
+        final = statistics.median(series[-quarter:])
+        entry: dict[str, Any] = {"warm_mib": round(warm / MiB, 1), "final_mib": round(final / MiB, 1)}
+        if role == "endpoint":
+            held = [s.get("records_written", 0) for s in samples if role in s["memory"]]
+            grown, records = final - warm, statistics.median(held[-quarter:]) - statistics.median(
+                held[quarter : 2 * quarter] or held
+            )
+            entry["bytes_per_record_held"] = round(grown / records) if records > 0 else None
+        else:
+            entry["flat"] = final <= warm * (1 + FLAT_SHARE) + FLAT_SLACK
+        out[role] = entry
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--chaos", default="heavy", help=f"{', '.join(PROFILE_NAMES)} or a profile file")
+    parser.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
+    parser.add_argument("--size", type=int, default=100, help="bytes of data per record")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"))
+    parser.add_argument("--out", type=Path, default=Path("build/soak"))
+    parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between memory samples")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds to wait for the sinks")
+    args = parser.parse_args(argv)
+
+    cdk_out = args.cdk_out.resolve()
+    with UpProcess(cdk_out, args.out.resolve() / "run", extra_args=("--chaos", args.chaos)) as up:
+        up.start()
+        app = load(cdk_out, endpoint_url=up.endpoint_url)
+        api_url = f"http://127.0.0.1:{up.api_port}/{app.apis[0].stage}/streams"
+        stream = next(iter(json.loads(_producer(app).environment["SHARDLINE_STREAMS"])))
+        sampler = Sampler(up, args.out / "samples.jsonl", args.sample_every).start()
+        began = time.monotonic()
+        try:
+            report = send(
+                api_url, stream, count=args.count, size=args.size, rate=args.rate,
+                concurrency=args.concurrency, progress=sys.stderr.isatty(),
+            )  # fmt: skip
+            verdict = wait_and_verify(up.endpoint_url, app, report, timeout=args.timeout)
+            status = collect(app, endpoint_url=up.endpoint_url, api_base=f"http://127.0.0.1:{up.api_port}")
+        finally:
+            sampler.stop()
+        elapsed = time.monotonic() - began
+    memory = memory_verdict(sampler.samples)
+    result = {
+        "profile": args.chaos,
+        "count": args.count,
+        "elapsed_s": round(elapsed, 1),
+        "verdict": verdict.as_dict(),
+        "faults": injected_faults(status),
+        "memory": memory,
+        "samples": len(sampler.samples),
+    }
+    (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
+    print(verdict.render())
+    print(f"faults injected: {json.dumps(result['faults'])}")
+    for role, entry in memory.items():
+        print(f"memory {role:<22} {json.dumps(entry)}")
+    print(f"{elapsed:,.0f} s in all; samples in {sampler.path}, result in {args.out / 'soak.json'}")
+    flat = all(entry.get("flat", True) for entry in memory.values())
+    return 0 if verdict.ok and flat else 1
+
+
+def _producer(app: Any) -> Any:
+    return next(f for f in app.functions if "SHARDLINE_STREAMS" in f.environment)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

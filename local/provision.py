@@ -19,6 +19,7 @@ import boto3
 from botocore.config import Config
 
 from local import model
+from local.chaos import OBSERVER_AGENT
 
 TABLE_PROPERTIES = (
     "AttributeDefinitions",
@@ -50,14 +51,16 @@ SKIPPED_PROPERTIES = {
 
 
 def client(service: str, endpoint_url: str, **config: Any) -> Any:
-    """A boto3 client for the local endpoint, with the local credentials."""
+    """A boto3 client for the local endpoint, with the local credentials: an observer's (provisioning,
+    `status`, `send`'s verdict, tests' reads), which a chaos profile never injects a fault into."""
+    config.setdefault("user_agent_extra", OBSERVER_AGENT)
     return boto3.client(
         service,
         endpoint_url=endpoint_url,
         region_name=model.REGION,
         aws_access_key_id=model.ACCESS_KEY,
         aws_secret_access_key=model.SECRET_KEY,
-        config=Config(**config) if config else None,
+        config=Config(**config),
     )
 
 

@@ -71,7 +71,7 @@ class Sampler:
             entry["processes"] += 1
             entry["rss_total"] += rss
             entry["rss_max"] = max(entry["rss_max"], rss)
-        sample = {"t": round(time.monotonic() - self.began, 1), "memory": memory, **_progress(self.up)}
+        sample = {"t": round(time.monotonic() - self.began, 3), "memory": memory, **_progress(self.up)}
         self.samples.append(sample)
         with self.path.open("a") as out:
             out.write(json.dumps(sample) + "\n")
@@ -81,15 +81,51 @@ def _progress(up: UpProcess) -> dict[str, Any]:
     """Records the stream took and each mapping's records processed, from the runtime's own routes."""
     try:
         streams = get_json(f"{up.endpoint_url}/_shardline/kinesis")["streams"]
-        written = sum(s["records_written"] for stream in streams.values() for s in stream["shards"].values())
+        shards = [shard for stream in streams.values() for shard in stream["shards"].values()]
         mappings = get_json(f"http://127.0.0.1:{up.api_port}/_shardline/runtime")["mappings"]
-        processed = {
-            name: sum(shard.get("records", 0) for shard in shards.values())
-            for name, shards in mappings.items()
-        }
     except (OSError, KeyError, ValueError):
         return {}
-    return {"records_written": written, "records_processed": processed}
+    return {
+        "records_written": sum(shard["records_written"] for shard in shards),
+        "bytes_written": sum(shard["bytes_written"] for shard in shards),
+        "open_shards": sum(1 for shard in shards if shard["open"]),
+        "records_processed": {
+            name: sum(shard.get("records", 0) for shard in by_shard.values())
+            for name, by_shard in mappings.items()
+        },
+        "lag_ms": {
+            name: max((shard.get("millis_behind_latest") or 0 for shard in by_shard.values()), default=0)
+            for name, by_shard in mappings.items()
+        },
+    }
+
+
+def ingest(samples: list[dict[str, Any]], report: Any, window: tuple[float, float]) -> dict[str, Any]:
+    """What the stream took while `send` ran (`window`, in the samples' clock): Kinesis records and
+    bytes a second per open shard, and the share of Kinesis's 1 MiB/s per shard that is."""
+    began, ended = window
+    during = [s for s in samples if "bytes_written" in s and began <= s["t"] <= ended]
+    if len(during) < 2 or during[-1]["t"] <= during[0]["t"]:
+        return {}
+    seconds = during[-1]["t"] - during[0]["t"]
+    shards = statistics.mean(s["open_shards"] for s in during)
+    per_shard = (during[-1]["bytes_written"] - during[0]["bytes_written"]) / seconds / shards
+    records = (during[-1]["records_written"] - during[0]["records_written"]) / seconds / shards
+    return {
+        "kinesis_records_per_s_per_shard": round(records, 1),
+        "bytes_per_s_per_shard": round(per_shard),
+        "share_of_1_mib_per_s": round(per_shard / MiB, 3),
+        "accepted_user_records_per_s": round(report.accepted_per_second, 1),
+    }
+
+
+def lag(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per mapping, its shards' largest MillisBehindLatest over the run: median and max of the samples."""
+    series: dict[str, list[float]] = {}
+    for sample in samples:
+        for name, value in sample.get("lag_ms", {}).items():
+            series.setdefault(name, []).append(value)
+    return {name: {"median_ms": statistics.median(v), "max_ms": max(v)} for name, v in series.items()}
 
 
 def memory_verdict(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -136,10 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         sampler = Sampler(up, args.out / "samples.jsonl", args.sample_every).start()
         began = time.monotonic()
         try:
+            send_began = time.monotonic() - sampler.began
             report = send(
                 api_url, stream, count=args.count, size=args.size, rate=args.rate,
                 concurrency=args.concurrency, progress=sys.stderr.isatty(),
             )  # fmt: skip
+            sampler.sample()
+            send_window = (send_began, time.monotonic() - sampler.began)
             verdict = wait_and_verify(up.endpoint_url, app, report, timeout=args.timeout)
             status = collect(app, endpoint_url=up.endpoint_url, api_base=f"http://127.0.0.1:{up.api_port}")
         finally:
@@ -152,12 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(elapsed, 1),
         "verdict": verdict.as_dict(),
         "faults": injected_faults(status),
+        "ingest": ingest(sampler.samples, report, send_window),
+        "consumer_lag": lag(sampler.samples),
         "memory": memory,
         "samples": len(sampler.samples),
     }
     (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
     print(verdict.render())
-    print(f"faults injected: {json.dumps(result['faults'])}")
+    for key in ("faults", "ingest", "consumer_lag"):
+        print(f"{key}: {json.dumps(result[key])}")
     for role, entry in memory.items():
         print(f"memory {role:<22} {json.dumps(entry)}")
     print(f"{elapsed:,.0f} s in all; samples in {sampler.path}, result in {args.out / 'soak.json'}")

@@ -2,7 +2,8 @@
 
 Each ```python block runs on its own (a fresh namespace, as a user pasting it would), against moto's
 in-process AWS (`mock_aws`): the examples create the streams, tables and queues they use. Each
-```json block must parse. Blocks of other languages (bash, text) are not executed.
+```json block must parse; each ```toml block is a chaos profile `local.chaos` accepts. Blocks of other
+languages (bash, text) are not executed.
 """
 
 from __future__ import annotations
@@ -46,3 +47,15 @@ def test_python_example_runs(line: int, code: str) -> None:
 @pytest.mark.parametrize(("line", "code"), JSON_BLOCKS, ids=[f"line-{line}" for line, _ in JSON_BLOCKS])
 def test_json_example_parses(line: int, code: str) -> None:
     json.loads(code)
+
+
+TOML_BLOCKS = _blocks("toml")
+
+
+@pytest.mark.parametrize(("line", "code"), TOML_BLOCKS, ids=[f"line-{line}" for line, _ in TOML_BLOCKS])
+def test_toml_example_is_a_valid_chaos_profile(line: int, code: str, tmp_path: Path) -> None:
+    from local.chaos import load_profile
+
+    path = tmp_path / "profile.toml"
+    path.write_text(code)
+    assert load_profile(path).active

@@ -164,6 +164,11 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
     ports = ""
     if (settings.endpoint_port, settings.api_port) != (DEFAULT_ENDPOINT_PORT, DEFAULT_API_PORT):
         ports = f"--endpoint-port {settings.endpoint_port} --api-port {settings.api_port}"
+    if settings.chaos.active:
+        console.print(
+            f"[yellow]chaos profile {settings.chaos.name}[/]: faults injected at the endpoint and in the "
+            "workers; `status` counts them (see README, Chaos)"
+        )
     console.print(
         f"\n[bold]shardline is up[/] in {runtime.started_in:.1f} s "
         f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"

@@ -11,7 +11,9 @@ few routes of its own under `/_shardline/`:
 - `GET /_shardline/kinesis`: per stream and shard, open or closed, parents, records and bytes
   written, write and read throttles, GetRecords calls (for `status` and the dashboard);
 - `GET|PUT /_shardline/limits`: whether writes and reads are limited; PUT `{"writes": false}`
-  turns one off (or on) while running.
+  turns one off (or on) while running;
+- `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos`), every
+  fault injected so far by type, and the reshards done (`local.endpoint_chaos`).
 
 `Endpoint` starts it as a child process, waits until it answers, and stops it (no orphan):
 
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from local.chaos import ChaosProfile, profile_from_dict
 from local.model import ACCOUNT, REGION
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +55,12 @@ class Endpoint:
         limits: bool = True,
         log_path: Path | None = None,
         startup_timeout: float = 60.0,
+        chaos: ChaosProfile | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.limits = limits
+        self.chaos = chaos
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.started_in = 0.0  # seconds from spawn to ready
@@ -72,6 +77,8 @@ class Endpoint:
                    "--parent-pid", str(os.getpid())]  # fmt: skip
         if not self.limits:
             command.append("--no-limits")
+        if self.chaos is not None and self.chaos.active:
+            command += ["--chaos", self.chaos.to_json()]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -175,8 +182,9 @@ def wait_ready(url: str, timeout: float = 30.0) -> bool:
 class ShardlineRoutes:
     """WSGI middleware: `/_shardline/*` here, everything else to moto."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+    def __init__(self, app: Callable[..., Iterable[bytes]], chaos: Any = None) -> None:
         self.app = app
+        self.chaos = chaos  # the ChaosState of `local.endpoint_chaos`, when a profile is active
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -187,6 +195,9 @@ class ShardlineRoutes:
             return _json(start_response, {"ok": True})
         if path == "/_shardline/kinesis" and method == "GET":
             return _json(start_response, kinesis_counters())
+        if path == "/_shardline/chaos" and method == "GET":
+            none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
+            return _json(start_response, self.chaos.report() if self.chaos is not None else none)
         if path == "/_shardline/limits":
             from local.kinesis_fixes import STATE
 
@@ -243,6 +254,7 @@ def serve(
     limits: bool = True,
     on_ready: Callable[[int], None] | None = None,
     parent_pid: int | None = None,
+    chaos: ChaosProfile | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT (or `parent_pid` is gone); `on_ready(port)` once listening."""
     os.environ.setdefault("MOTO_ACCOUNT_ID", ACCOUNT)  # moto reads it on every request
@@ -272,8 +284,20 @@ def serve(
             pass  # a line per request costs the server time and says nothing a counter does not
 
     dispatcher = DomainDispatcherApplication(create_backend_app)
-    server = make_server(host, port, ShardlineRoutes(dispatcher), threaded=True, request_handler=QuietHandler)
+    app: Callable[..., Iterable[bytes]] = dispatcher
+    chaos_state = resharder = None
+    if chaos is not None and chaos.active:
+        from local.endpoint_chaos import ChaosMiddleware, ChaosState, Resharder
+
+        chaos_state = ChaosState(chaos)
+        STATE.entry_fault = chaos_state.entry_fault
+        app = ChaosMiddleware(dispatcher, chaos_state)
+    routes = ShardlineRoutes(app, chaos_state)
+    server = make_server(host, port, routes, threaded=True, request_handler=QuietHandler)
     server.daemon_threads = True
+    if chaos_state is not None:
+        resharder = Resharder(chaos_state, f"http://{host}:{server.server_port}", _records_written)
+        resharder.start()
 
     def stop(signum: int, frame: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -289,7 +313,20 @@ def serve(
     try:
         server.serve_forever(poll_interval=0.1)
     finally:
+        if resharder is not None:
+            resharder.stop()
         server.server_close()
+
+
+def _records_written() -> dict[str, int]:
+    """Stream name -> records written so far (every account), from the Kinesis counters."""
+    from local.kinesis_fixes import STATE
+
+    totals: dict[str, int] = {}
+    with STATE.lock:
+        for (_, stream, _), counts in STATE.counters.items():
+            totals[stream] = totals.get(stream, 0) + counts[0]
+    return totals
 
 
 def _exit_with_parent(parent_pid: int, server: Any) -> None:
@@ -312,12 +349,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=4566, help="0: any free port (printed once ready)")
     parser.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
     parser.add_argument("--parent-pid", type=int, help="stop when this process is gone")
+    parser.add_argument("--chaos", help="a chaos profile as JSON (`ChaosProfile.to_json()`)")
     args = parser.parse_args(argv)
+    chaos = profile_from_dict(json.loads(args.chaos)) if args.chaos else None
 
     def announce(port: int) -> None:
         print(f"{READY_LINE} {port}", flush=True)
 
-    serve(args.host, args.port, limits=not args.no_limits, on_ready=announce, parent_pid=args.parent_pid)
+    serve(
+        args.host,
+        args.port,
+        limits=not args.no_limits,
+        on_ready=announce,
+        parent_pid=args.parent_pid,
+        chaos=chaos,
+    )
 
 
 if __name__ == "__main__":

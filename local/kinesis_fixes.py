@@ -24,8 +24,9 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
@@ -55,6 +56,8 @@ class State:
     counters: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     #: One lock for every Kinesis model change or read: moto's models are not thread-safe.
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: A chaos profile's per-entry faults (`local.endpoint_chaos`): a code to refuse an entry with, or None.
+    entry_fault: Callable[[], str | None] | None = None
 
     def count(self, account: str, stream: str, shard: str, slot: int, amount: int = 1) -> None:
         key = (account, stream, shard)
@@ -72,6 +75,13 @@ class ThroughputExceeded(JsonRESTError):
 
     def __init__(self, message: str) -> None:
         super().__init__(THROTTLED, message)
+
+
+class InternalFailure(JsonRESTError):
+    code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__("InternalFailure", message)
 
 
 # --- shards -----------------------------------------------------------------------------------------
@@ -230,13 +240,24 @@ def _admit(stream: models.Stream, entries: list[dict[str, Any]]) -> list[tuple[m
 
 
 def _write(backend: models.KinesisBackend, stream: models.Stream, entries: list[dict[str, Any]]) -> list:
-    """Write the admitted entries; each answer is (shard id, sequence number) or a refusal message."""
-    answers: list[tuple[str, str] | str] = []
+    """Write the admitted entries; each answer is (shard id, sequence number) or a `Refused`.
+
+    A chaos profile's refusals come first and are not charged to the shard's budget."""
+    answers: list[tuple[str, str] | Refused] = []
     account = backend.account_id
-    for entry, (shard, admitted) in zip(entries, _admit(stream, entries), strict=True):
-        if shard is not None and not admitted:
-            STATE.count(account, stream.stream_name, shard.shard_id, 2)
-            answers.append(rate_exceeded_message(shard.shard_id, stream.stream_name, account))
+    faults = [STATE.entry_fault() if STATE.entry_fault else None for _ in entries]
+    candidates = [entry for entry, fault in zip(entries, faults, strict=True) if fault is None]
+    admissions = iter(_admit(stream, candidates))
+    for entry, fault in zip(entries, faults, strict=True):
+        if fault is None:
+            shard, admitted = next(admissions)
+            fault = None if shard is None or admitted else THROTTLED
+        else:
+            shard = _open_shard_for(
+                stream, _hash_key(entry.get("PartitionKey"), entry.get("ExplicitHashKey"))
+            )
+        if fault is not None:
+            answers.append(_refusal(account, stream, shard, fault))
             continue
         sequence, shard_id = stream.put_record(
             entry.get("PartitionKey"), entry.get("ExplicitHashKey"), entry["Data"]
@@ -247,14 +268,32 @@ def _write(backend: models.KinesisBackend, stream: models.Stream, entries: list[
     return answers
 
 
+def _refusal(account: str, stream: models.Stream, shard: models.Shard | None, code: str) -> Refused:
+    if code != THROTTLED:
+        return Refused(code, "Internal service failure.")
+    shard_id = shard.shard_id if shard is not None else None
+    if shard_id is not None:
+        STATE.count(account, stream.stream_name, shard_id, 2)
+    return Refused(THROTTLED, rate_exceeded_message(shard_id, stream.stream_name, account))
+
+
+class Refused(NamedTuple):
+    """A PutRecords entry refused (nothing written), with Kinesis's code and message."""
+
+    code: str
+    message: str
+
+
 def _backend_put_record(self: models.KinesisBackend, stream_arn: str, stream_name: str, partition_key: str,
                         explicit_hash_key: str, data: str) -> tuple[str, str]:  # fmt: skip
     with STATE.lock:
         stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
         entry = {"PartitionKey": partition_key, "ExplicitHashKey": explicit_hash_key, "Data": data}
         (answer,) = _write(self, stream, [entry])
-    if isinstance(answer, str):
-        raise ThroughputExceeded(answer)
+    if isinstance(answer, Refused):
+        if answer.code == THROTTLED:
+            raise ThroughputExceeded(answer.message)
+        raise InternalFailure(answer.message)
     return answer[1], answer[0]
 
 
@@ -273,8 +312,8 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
         answers = _write(self, stream, records)
     results: list[dict[str, str]] = []
     for answer in answers:
-        if isinstance(answer, str):
-            results.append({"ErrorCode": THROTTLED, "ErrorMessage": answer})
+        if isinstance(answer, Refused):
+            results.append({"ErrorCode": answer.code, "ErrorMessage": answer.message})
         else:
             results.append({"SequenceNumber": answer[1], "ShardId": answer[0]})
     failed = sum(1 for result in results if "ErrorCode" in result)

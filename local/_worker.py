@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import random
 import signal
 import sys
 import threading
@@ -148,10 +149,74 @@ def load_handler(handler):
         ) from None
 
 
+# --- chaos: faults a profile injects into this invocation (local._worker_chaos decides which) ---------
+
+_conn = None  # the parent's connection, to say where an injected kill struck before it does
+_armed = None  # (point, commit operations) while an injected kill waits for its commit
+
+
+def die(point):
+    """Tell the parent where the kill struck, then die as a killed process dies (SIGKILL)."""
+    send(_conn, {"dying": point})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def start_fault(fault, memory_mb):
+    """Carry out `fault` (from the invocation's header) at its start; a kill is armed for the commit."""
+    global _armed
+    kind = fault["kind"]
+    if kind == "hang":
+        while True:  # until the runtime kills it at the function's timeout
+            time.sleep(3600)
+    if kind == "oom":
+        hoard = []
+        while len(hoard) < 4 * memory_mb:  # 1 MiB blocks, touched, until the runtime kills it
+            hoard.append(bytearray(b"\x01" * (1 << 20)))
+        while True:
+            time.sleep(3600)
+    _armed = (fault["point"], frozenset(fault["operations"]))
+    _patch_botocore()
+
+
+def _patch_botocore():
+    """Wrap botocore's API call path (once), so an armed kill strikes at its commit call."""
+    try:
+        import botocore.client as client  # the handler's SDK (the runtime's or its own), if it has one
+    except ImportError:
+        return  # no SDK, no commit: the kill strikes when the handler returns
+    if getattr(client.BaseClient, "_shardline_chaos", False):
+        return
+    original = client.BaseClient._make_api_call
+
+    def call(self, operation_name, api_params):
+        armed = _armed
+        if armed is None or operation_name not in armed[1]:
+            return original(self, operation_name, api_params)
+        point = armed[0]
+        if point == "before_commit":
+            die(point)
+        if point == "during_commit":  # the call goes out; the kill lands 0-10 ms later, answered or not
+            threading.Timer(random.uniform(0.0, 0.010), die, args=(point,)).start()
+            try:
+                original(self, operation_name, api_params)
+            finally:
+                time.sleep(3600)  # the timer kills it; the handler never sees the answer
+        try:
+            return original(self, operation_name, api_params)
+        finally:
+            die(point)  # after_commit: answered (or failed), and the handler never goes on
+
+    client.BaseClient._make_api_call = call
+    client.BaseClient._shardline_chaos = True
+
+
 def invoke(handler, encoder, header, body):
     """One invocation: (ok, content type, result bytes or error object bytes)."""
     global _request_id
     request_id = _request_id = header["id"]
+    fault = header.get("fault")
+    if fault is not None:
+        start_fault(fault, int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")))
     os.environ["_X_AMZN_TRACE_ID"] = header["trace"]
     try:
         context = LambdaContext(request_id, header["deadline_ms"], header["arn"])
@@ -160,6 +225,8 @@ def invoke(handler, encoder, header, body):
         except ValueError as exc:
             raise Fault("Runtime.UnmarshalError", f"Unable to unmarshal input: {exc}") from None
         response = handler(event, context)
+        if _armed is not None:  # an injected kill whose commit never came: it dies before answering
+            die("no_commit")
         if isinstance(response, bytes):
             return True, "application/unknown", response
         try:
@@ -170,6 +237,8 @@ def invoke(handler, encoder, header, body):
         error = make_error(fault.message, fault.error_type, fault.trace, request_id)
     except Exception as exc:  # not BaseException: SystemExit ends the process, as in Lambda
         error = make_error(str(exc), type(exc).__name__, user_trace(exc.__traceback__), request_id)
+    if _armed is not None:
+        die("no_commit")
     log_error(error)
     return False, "application/json", json.dumps(error, ensure_ascii=False).encode("utf-8")
 
@@ -228,7 +297,8 @@ def main():
     for fd in (ipc_fd, lifeline_fd):
         os.set_inheritable(fd, False)  # not into the handler's own subprocesses
     threading.Thread(target=watch_parent, args=(lifeline_fd,), name="lifeline", daemon=True).start()
-    conn = Connection(ipc_fd)
+    global _conn
+    conn = _conn = Connection(ipc_fd)
     log_streams()
     setup_logging()
     # Lambda's order: the task root, the layers (merged under /opt), then the runtime's packages.

@@ -34,6 +34,9 @@ WORKER_MAIN = Path(__file__).with_name("_worker.py")
 RUNTIME = "python3.12"
 MAX_RESPONSE_BYTES = 6_291_556  # the figure Lambda names in Function.ResponseSizeTooLarge
 EXIT_GRACE_SECONDS = 2.0  # for a worker whose connection closed to finish exiting
+FIRST_SLICE_S = 0.1  # most invocations answer within it: memory is read only for longer ones
+MEMORY_SLICE_S = 0.05  # then memory is read this often
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def log_stream_name() -> str:
@@ -104,6 +107,11 @@ class Outcome(Enum):
     WARM = "warm"  # answered (a result or the handler's error): it takes the next one
     TIMED_OUT = "timed out"  # killed at the deadline
     CRASHED = "crashed"  # died mid-invocation
+    OUT_OF_MEMORY = "out of memory"  # killed past the function's memory size
+
+
+class _OutOfMemory(Exception):
+    """The worker's resident memory passed the function's memory size; it has been killed."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,9 @@ class Worker:
     init_ms: float
     invocations: int = 0
     peak_mb: int = 0  # the last reading, for a worker that is gone
+    #: Where an injected kill struck (`local.chaos.KILL_POINTS`, or "no_commit"), told by the worker
+    #: just before it died; None when no kill was injected into the last invocation.
+    killed_at: str | None = None
     _kill_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -146,20 +157,28 @@ class Worker:
             self.process.wait()
             self.conn.close()
 
-    def invoke(self, request_id: str, event: bytes) -> tuple[InvokeResult, Outcome]:
-        """Run one invocation; a worker that timed out or crashed is killed and reaped on return."""
+    def invoke(
+        self, request_id: str, event: bytes, fault: dict[str, Any] | None = None
+    ) -> tuple[InvokeResult, Outcome]:
+        """Run one invocation; a worker that timed out, crashed or ran out of memory is killed and
+        reaped on return. `fault`: a chaos directive the worker carries out (`local._worker_chaos`)."""
         function = self.function
         timeout = function.timeout_seconds
         deadline_ms = int((time.time() + timeout) * 1000)
         header = {"id": request_id, "deadline_ms": deadline_ms, "arn": function.arn, "trace": trace_header()}
+        if fault is not None:
+            header["fault"] = fault
         extra = [f"Init Duration: {self.init_ms:.2f} ms"] if self.invocations == 0 else []
         self.invocations += 1
+        self.killed_at = None
         self.log.write(f"START RequestId: {request_id} Version: $LATEST")
         started = time.monotonic()
         try:
             self.conn.send_bytes(json.dumps(header).encode() + b"\n" + event)
-            answered = self.conn.poll(max(0.0, started + timeout - time.monotonic()))
-            message = self.conn.recv_bytes() if answered else None
+            message = self._await_answer(started + timeout)
+        except _OutOfMemory:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            return self._out_of_memory(request_id, elapsed_ms, extra), Outcome.OUT_OF_MEMORY
         except (EOFError, OSError):
             return self._crashed(request_id, (time.monotonic() - started) * 1000, extra), Outcome.CRASHED
         if message is None:
@@ -179,6 +198,41 @@ class Worker:
             return InvokeResult(request_id, body, None, duration_ms), Outcome.WARM
         error = None if reply["ok"] else "Unhandled"
         return InvokeResult(request_id, json.loads(body), error, duration_ms), Outcome.WARM
+
+    def _await_answer(self, deadline: float) -> bytes | None:
+        """The worker's answer, or None at `deadline` (monotonic). Past the first slice its resident
+        memory is watched, as Lambda's does: over the function's memory size, it is killed."""
+        limit_bytes = self.function.memory_mb * 1024 * 1024
+        wait = FIRST_SLICE_S
+        while True:
+            if self.conn.poll(max(0.0, min(wait, deadline - time.monotonic()))):
+                message = self.conn.recv_bytes()
+                if not message.startswith(b'{"dying"'):
+                    return message
+                self.killed_at = json.loads(message)["dying"]  # a chaos kill, about to happen
+                continue
+            if time.monotonic() >= deadline:
+                return None
+            if self.resident_bytes() > limit_bytes:
+                self.peak_memory_mb()
+                self.kill()
+                raise _OutOfMemory
+            wait = MEMORY_SLICE_S
+
+    def resident_bytes(self) -> int:
+        try:
+            with open(f"/proc/{self.pid}/statm", "rb") as statm:
+                return int(statm.read().split()[1]) * PAGE_SIZE
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _out_of_memory(self, request_id: str, elapsed_ms: float, extra: list[str]) -> InvokeResult:
+        message = f"RequestId: {request_id} Error: Runtime exited with error: signal: killed"
+        self.log.write(message, "Runtime.OutOfMemory")
+        extra += ["Status: error", "Error Type: Runtime.OutOfMemory"]
+        used_mb = max(self.peak_mb, self.function.memory_mb)
+        self.log.report(request_id, elapsed_ms, self.function.memory_mb, used_mb, *extra)
+        return error_result(request_id, "Runtime.OutOfMemory", message, elapsed_ms)
 
     def _timed_out(self, request_id: str, elapsed_s: float, extra: list[str]) -> InvokeResult:
         message = f"{timestamp()} {request_id} Task timed out after {elapsed_s:.2f} seconds"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from local._worker_chaos import WorkerChaos
 from local._worker_process import (
     RUNTIME,
     FunctionLog,
@@ -39,6 +40,7 @@ from local._worker_process import (
     log_stream_name,
     start_worker,
 )
+from local.chaos import WorkerFaults
 from local.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
 
 INIT_TIMEOUT_SECONDS = 10.0  # Lambda's limit on the init phase (imports and module-level code)
@@ -60,6 +62,7 @@ class PoolStats:
     errors: int = 0
     timeouts: int = 0
     crashes: int = 0
+    out_of_memory: int = 0
     init_errors: int = 0
     cold_starts: int = 0
     waited: int = 0
@@ -159,11 +162,15 @@ class FunctionPool:
             self._add_idle(worker)  # gives the slot back
             result = InvokeResult(request_id, {**worker.error, "requestId": ""}, "Unhandled", 0.0)
         else:
-            result, outcome = worker.invoke(request_id, event)
+            chaos = self._owner.chaos
+            fault = chaos.directive(self.function.name) if chaos is not None else None
+            result, outcome = worker.invoke(request_id, event, fault)
+            if worker.killed_at is not None and chaos is not None:
+                chaos.struck(self.function.name, worker.killed_at)
             if outcome is Outcome.WARM:
                 self._add_idle(worker)
             else:
-                self._replace(worker, timed_out=outcome is Outcome.TIMED_OUT)
+                self._replace(worker, outcome)
         with self._cond:
             stats = self._stats
             stats.invocations += 1
@@ -171,13 +178,14 @@ class FunctionPool:
             stats.durations.append(result.duration_ms)
         return result
 
-    def _replace(self, worker: Worker, *, timed_out: bool) -> None:
+    def _replace(self, worker: Worker, outcome: Outcome) -> None:
         """A killed worker's slot is freed and a new worker started in the background."""
         with self._cond:
             self._alive.discard(worker)
             self._count -= 1
-            self._stats.timeouts += timed_out
-            self._stats.crashes += not timed_out
+            self._stats.timeouts += outcome is Outcome.TIMED_OUT
+            self._stats.crashes += outcome is Outcome.CRASHED
+            self._stats.out_of_memory += outcome is Outcome.OUT_OF_MEMORY
             self._cond.notify()
             if self._closed:
                 return
@@ -208,8 +216,10 @@ class FunctionPool:
                 else None
             )
 
+        chaos = self._owner.chaos
         return {
             **counts,
+            **({"chaos": chaos.counts(self.function.name)} if chaos is not None else {}),
             "workers": workers,
             "busy": busy,
             "concurrency": self.limit,
@@ -245,8 +255,13 @@ class Functions:
         log_dir: Path,
         max_workers: int = 4,
         init_timeout: float = INIT_TIMEOUT_SECONDS,
+        chaos: WorkerFaults | None = None,
+        consumers: Iterable[str] = (),
     ) -> None:
+        """`chaos`: a profile's worker faults, for the functions it chooses (`consumers`: the names
+        its `@consumers` stands for, the event-source mappings' targets)."""
         self.endpoint_url = endpoint_url
+        self.chaos = WorkerChaos(chaos, consumers) if chaos is not None and chaos.active else None
         self.log_dir = Path(log_dir)
         self.max_workers = max_workers
         self.init_timeout = init_timeout
@@ -307,9 +322,10 @@ class Functions:
         return pool.invoke(bytes(payload))
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per function: invocations, errors, timeouts, crashes, init_errors, cold_starts, waited
-        (invocations that found every worker busy at the concurrency limit), workers, busy,
-        concurrency, p50_ms and p99_ms (durations of the last 10,000 invocations)."""
+        """Per function: invocations, errors, timeouts, crashes, out_of_memory, init_errors,
+        cold_starts, waited (invocations that found every worker busy at the concurrency limit),
+        workers, busy, concurrency, p50_ms and p99_ms (durations of the last 10,000 invocations),
+        and under a chaos profile `chaos`: the faults injected, by kind (`local._worker_chaos`)."""
         return {name: pool.stats() for name, pool in self._pools.items()}
 
     def log_path(self, function_name: str) -> Path:

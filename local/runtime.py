@@ -74,7 +74,9 @@ class Runtime:
         began = time.monotonic()
         settings = self.settings
         try:
-            self.endpoint = Endpoint(port=settings.endpoint_port, limits=settings.limits).start()
+            self.endpoint = Endpoint(
+                port=settings.endpoint_port, limits=settings.limits, chaos=settings.chaos
+            ).start()
             self._on_step("endpoint", f"{self.endpoint_url} (limits {'on' if settings.limits else 'off'})")
             self.app = load(settings.cdk_out, endpoint_url=self.endpoint_url, stack=settings.stack)
             provision(self.app, self.endpoint_url)
@@ -85,6 +87,8 @@ class Runtime:
                 endpoint_url=self.endpoint_url,
                 log_dir=settings.log_dir,
                 max_workers=settings.max_workers,
+                chaos=settings.chaos.workers,
+                consumers={mapping.function_name for mapping in self.app.mappings},
             )
             self.functions.start()
             self._on_step("functions", f"{len(self.app.functions)} warm, logs in {settings.log_dir}")

@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from local.limits import THROTTLED, Rates, ShardLimits, rate_exceeded_message
 from shardline.kinesis._limits import DEFAULT_LIMITS
@@ -50,6 +50,9 @@ class FaultyKinesis:
     - `fail_requests(code, times)`: the next `times` PutRecords calls raise `code`, sending nothing.
     - `mismatch_counts(times)`: the next `times` PutRecords calls land every entry but answer with
       one entry missing (a response whose count does not match the request).
+    - `lose_replies(times, landed=True)`: the next `times` PutRecords calls raise botocore's
+      ReadTimeoutError, as a reply lost on the way back; with `landed` the call reached the
+      server first (every entry written), else it never did.
     - `list_shards_error`: ListShards raises this code (e.g. AccessDeniedException) while set.
     `injected` counts what was injected, by kind.
     """
@@ -60,6 +63,7 @@ class FaultyKinesis:
         self._lock = threading.Lock()
         self._request_errors: deque[str] = deque()
         self._mismatches = 0
+        self._lost_replies: deque[bool] = deque()
         self.throttle_fraction = 0.0
         self.record_error_fraction = 0.0
         self.list_shards_error: str | None = None
@@ -76,6 +80,10 @@ class FaultyKinesis:
         with self._lock:
             self._mismatches += times
 
+    def lose_replies(self, times: int = 1, *, landed: bool = True) -> None:
+        with self._lock:
+            self._lost_replies.extend([landed] * times)
+
     def list_shards(self, **kwargs: Any) -> Any:
         code = self.list_shards_error
         if code is not None:
@@ -84,6 +92,13 @@ class FaultyKinesis:
         return self._client.list_shards(**kwargs)
 
     def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        with self._lock:
+            lost = self._lost_replies.popleft() if self._lost_replies else None
+        if lost is not None:
+            if lost:
+                self._client.put_records(**kwargs)
+            self._count("PutRecords:ReplyLost" + ("" if lost else "BeforeWriting"))
+            raise ReadTimeoutError(endpoint_url="(injected: the reply was lost)")
         with self._lock:
             request_error = self._request_errors.popleft() if self._request_errors else None
             mismatch = self._mismatches > 0

@@ -70,3 +70,19 @@ def test_list_shards_denied_while_set(faulty):
         client.list_shards(StreamName=name)
     client.list_shards_error = None
     assert len(client.list_shards(StreamName=name)["Shards"]) == 1
+
+
+def test_lost_replies_raise_a_read_timeout_after_writing_or_before(faulty):
+    from botocore.exceptions import ReadTimeoutError
+
+    client, name = faulty
+    client.lose_replies(1, landed=True)
+    client.lose_replies(1, landed=False)
+    with pytest.raises(ReadTimeoutError):
+        client.put_records(StreamName=name, Records=entries(3))  # written, reply lost
+    with pytest.raises(ReadTimeoutError):
+        client.put_records(StreamName=name, Records=[{"Data": b"never", "PartitionKey": "k"}])
+    client.put_records(StreamName=name, Records=[{"Data": b"after", "PartitionKey": "k"}])  # answered again
+    assert landed(client, name) == [b"0", b"1", b"2", b"after"]
+    injected = client.injected
+    assert injected["PutRecords:ReplyLost"] == injected["PutRecords:ReplyLostBeforeWriting"] == 1

@@ -34,6 +34,7 @@ __all__ = [
     "COUNT_MISMATCH",
     "EXPIRED",
     "MALFORMED_RESPONSE",
+    "OUTCOME_UNKNOWN",
     "PARTITIONER_ERROR",
     "PERMANENT_ERROR_CODES",
     "THROTTLE_ERROR_CODES",
@@ -65,6 +66,10 @@ PARTITIONER_ERROR = "PartitionerError"
 #: A PutRecords success entry without a `ShardId` or `SequenceNumber`: where (or whether) the
 #: record landed is unknown, so it is failed rather than retried (a retry could duplicate it).
 MALFORMED_RESPONSE = "MalformedResponse"
+#: A PutRecords got no reply (or a 5xx), and reading the shards back could not tell in time
+#: whether the record landed: it may be in the stream, so it is failed, not retried (a blind
+#: retry could put it there twice).
+OUTCOME_UNKNOWN = "OutcomeUnknown"
 
 #: Codes that mean "slow down", per record or per request.
 THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})

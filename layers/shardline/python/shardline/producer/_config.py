@@ -23,6 +23,9 @@ class ProducerConfig:
     - `max_concurrency`: PutRecords requests in flight at once (to different shards); records
       of unknown shard are spread over as many lanes by hash key.
     - `permanent_error_codes`: request-level errors failed at once rather than retried.
+    - `reconcile_timeout`: seconds a PutRecords that got no reply (or a 5xx) may spend reading the
+      shards back to learn which records landed, before any is retried (records it cannot settle
+      fail as `OutcomeUnknown`); 0 retries them blindly, as the KPL does (copies possible).
     - `max_buffered_records` / `max_buffered_bytes`: the bound on unresolved records (data plus
       partition key). Past it `put()` waits for room (sending meanwhile, as a flush would) or,
       with `when_buffer_full="raise"`, raises `BufferFull`.
@@ -41,6 +44,7 @@ class ProducerConfig:
     max_concurrency: int = 8
     limits: Limits = DEFAULT_LIMITS
     permanent_error_codes: frozenset[str] = field(default=PERMANENT_ERROR_CODES)
+    reconcile_timeout: float = 5.0
     max_buffered_records: int = 100_000
     max_buffered_bytes: int = 128 * 1024 * 1024
     when_buffer_full: Literal["wait", "raise"] = "wait"
@@ -61,6 +65,8 @@ class ProducerConfig:
             raise ConfigurationError("aggregation_max_count and max_concurrency must be at least 1")
         if self.rate_limit <= 0 or self.record_ttl <= 0:
             raise ConfigurationError("rate_limit and record_ttl must be positive")
+        if self.reconcile_timeout < 0:
+            raise ConfigurationError("reconcile_timeout must be >= 0")
         if self.max_buffered_records < 1 or self.max_buffered_bytes < limits.max_record_size:
             raise ConfigurationError(
                 "max_buffered_records must be at least 1 and max_buffered_bytes at least one record "

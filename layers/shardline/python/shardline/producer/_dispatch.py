@@ -317,7 +317,12 @@ class Dispatcher:
             for member in kinesis_record.members:
                 member.in_flight = True
         self._metrics.count("RequestsSent")
-        future = self._pool().submit(send, self._client, self._stream_name, request.batch, self._clock)
+        # An unanswered call may read back until the latest flush deadline, within the configured bound.
+        latest = max(self.deadlines.values(), default=NEVER)
+        reconcile_s = min(self._config.reconcile_timeout, latest - self._clock())
+        future = self._pool().submit(
+            send, self._client, self._stream_name, request.batch, self._clock, reconcile_s
+        )
         self._in_flight[future] = request
         future.add_done_callback(self._on_sent)
 

@@ -64,6 +64,10 @@ class ProducerMetrics:
         "AllErrors",
         "UserRecordExpired",
         "RequestsSent",
+        "UnansweredRequestsReadBack",  # PutRecords with no reply (or a 5xx), settled by reading back
+        "ReadBackFoundLanded",  # Kinesis records such a read-back found in the stream
+        "ReadBackNotLanded",  # ... found absent (then retried)
+        "ReadBackUnknown",  # ... it could not tell in time (failed as OutcomeUnknown)
     )
     SUMMARIES = ("UserRecordsPerKinesisRecord", "RetriesPerRecord", "BufferingTime", "RequestTime")
 

@@ -4,10 +4,12 @@
 |-----------------------------------------------------------|------------------------------------------|
 | request-level error, throttled and `fail_if_throttled`    | fail every user record with that code    |
 | request-level error with a permanent code (config)        | fail every user record (no retry helps)  |
+| no reply, or a 5xx: read back first (`_reconciler`)       | per record, as the rows below            |
 | any other request-level error                             | retry every user record                  |
 | response record count differs from the request            | fail every user record                   |
 | a success entry without `ShardId` or `SequenceNumber`     | fail its user records (`MalformedResponse`) |
 | per-record error, throttled and `fail_if_throttled`       | fail the record's user records           |
+| per-record `OutcomeUnknown` (a read-back that could not tell) | fail its user records (never retried) |
 | any other per-record error                                | retry them                               |
 | success in the predicted shard (or nothing was predicted) | done                                     |
 | success elsewhere, hash key inside the actual shard       | done + invalidate the shard map          |
@@ -22,13 +24,14 @@ KPL, every retry waits: exponential backoff with full jitter, bounded by the rec
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shardline.errors import (
     COUNT_MISMATCH,
     EXPIRED,
     MALFORMED_RESPONSE,
+    OUTCOME_UNKNOWN,
     THROTTLE_ERROR_CODES,
     WRONG_SHARD,
 )
@@ -87,16 +90,27 @@ class Retrier:
             for kinesis_record in batch.records:
                 self._failed(kinesis_record, outcome, COUNT_MISMATCH, message, give_up=True)
             return
+        if outcome.reconciled:
+            self._count_read_back(outcome.entries)
         for kinesis_record, entry in zip(batch.records, outcome.entries, strict=True):
             entry_code = entry.get("ErrorCode")
             if entry_code:
                 entry_message = entry.get("ErrorMessage") or ""
-                self._failed(kinesis_record, outcome, entry_code, entry_message, give_up=False)
+                unknown = entry_code == OUTCOME_UNKNOWN  # may have landed: a retry could copy it
+                self._failed(kinesis_record, outcome, entry_code, entry_message, give_up=unknown)
             elif not (isinstance(entry.get("ShardId"), str) and isinstance(entry.get("SequenceNumber"), str)):
                 message = f"a success entry without ShardId or SequenceNumber: {sorted(entry)}"
                 self._failed(kinesis_record, outcome, MALFORMED_RESPONSE, message, give_up=True)
             else:
                 self._succeeded(kinesis_record, outcome, entry)
+
+    def _count_read_back(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        metrics = self._metrics
+        metrics.count("UnansweredRequestsReadBack")
+        codes = [entry.get("ErrorCode") for entry in entries]
+        metrics.count("ReadBackFoundLanded", codes.count(None))
+        metrics.count("ReadBackUnknown", codes.count(OUTCOME_UNKNOWN))
+        metrics.count("ReadBackNotLanded", len(codes) - codes.count(None) - codes.count(OUTCOME_UNKNOWN))
 
     def handle_landed(
         self,

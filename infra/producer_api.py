@@ -41,6 +41,15 @@ RECORDS_MODEL = {
 }
 
 
+#: The producer's Kinesis actions on its streams, and no other.
+PRODUCER_KINESIS_ACTIONS = [
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+    "kinesis:PutRecords",
+]
+
+
 class ProducerApi(Construct):
     """The producer function, its least-privilege grants, and the REST API with its stage."""
 
@@ -80,15 +89,17 @@ class ProducerApi(Construct):
                 ).to_environ(),
             },
         )
+        # GetShardIterator/GetRecords (and Decrypt): a PutRecords whose reply was lost is settled
+        # by reading the shards back, never retried blindly (shardline.producer's reconciler).
         self.function.add_to_role_policy(
             iam.PolicyStatement(
-                actions=["kinesis:ListShards", "kinesis:PutRecords"],
+                actions=PRODUCER_KINESIS_ACTIONS,
                 resources=[s.stream.stream_arn for s in streams],
             )
         )
         for stream in streams:
             if stream.key is not None:
-                stream.key.grant(self.function, "kms:GenerateDataKey")
+                stream.key.grant(self.function, "kms:GenerateDataKey", "kms:Decrypt")
 
         access_logs = logs.LogGroup(
             self,

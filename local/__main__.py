@@ -47,8 +47,13 @@ def main(argv: list[str] | None = None) -> int:
 
     send = commands.add_parser("send", help="POST records to the API, then check every consumer group")
     send.add_argument("--count", type=int, default=10_000)
-    send.add_argument("--size", type=int, default=100, help="bytes of data per record")
+    send.add_argument("--duration", type=float, help="seconds to send for, at --rate (instead of --count)")
+    send.add_argument("--size", default="100", help="bytes of data per record: N, or MIN-MAX (log-uniform)")
     send.add_argument("--keys", type=int, default=100, help="distinct partition keys")
+    send.add_argument("--skew", default="uniform", help="keys: uniform, zipf[:S] or hot[:SHARE]")
+    send.add_argument("--poison-rate", type=float, default=0.0, help="share of poison records (450 KiB)")
+    send.add_argument("--format", choices=("json", "ndjson"), default="json", help="request bodies")
+    send.add_argument("--seed", type=int, help="the same sizes, keys and poison records, run after run")
     send.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
     send.add_argument("--batch", type=int, default=500, help="records per request")
     send.add_argument("--concurrency", type=int, default=4, help="requests in flight")
@@ -226,21 +231,27 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
+    from local._send_shapes import ShapeError, parse_size
     from local.send import send, wait_and_verify
+    from local.status import groups_line
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
-    report = send(
-        f"{api_url}/streams",
-        stream,
-        count=args.count,
-        size=args.size,
-        keys=args.keys,
-        rate=args.rate,
-        batch=args.batch,
-        concurrency=args.concurrency,
-        progress=sys.stdout.isatty(),
-    )
+    try:
+        low, high = parse_size(args.size)
+        if args.duration is not None and not args.rate:
+            raise ShapeError("--duration needs --rate (records/s)")
+        count = int(args.duration * args.rate) if args.duration is not None else args.count
+        api_base = f"http://127.0.0.1:{args.api_port}"
+        report = send(
+            f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
+            skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
+            progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
+            seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
+        )  # fmt: skip
+    except ShapeError as error:
+        print(f"send: {error}", file=sys.stderr)
+        return 2
     if args.no_wait:
         return 0
     verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())

@@ -93,6 +93,25 @@ def injected_faults(report: dict[str, Any]) -> dict[str, int]:
     return {kind: count for kind, count in sorted(faults.items()) if count}
 
 
+def groups_line(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> str:
+    """One line on the consumer groups, for `send`'s live display: per group the records its
+    mapping processed, its lag (the largest MillisBehindLatest of its shards) and its DLQ depth."""
+    mappings = _get_json(f"{api_base}/_shardline/runtime").get("mappings", {})
+    sqs = client("sqs", endpoint_url, retries={"max_attempts": 1})
+    parts = []
+    for group in consumer_groups(app):
+        shards = mappings.get(group["function"], {}).values()
+        processed = sum(shard.get("records", 0) for shard in shards)
+        lag = max((shard.get("millis_behind_latest") or 0 for shard in shards), default=0)
+        depth = "?"
+        if group["dlq_url"]:
+            name = "ApproximateNumberOfMessages"
+            attributes = sqs.get_queue_attributes(QueueUrl=group["dlq_url"], AttributeNames=[name])
+            depth = attributes["Attributes"][name]
+        parts.append(f"{group['group']}: {processed:,} processed, lag {lag / 1000:,.1f} s, DLQ {depth}")
+    return "  ".join(parts)
+
+
 def _queue_url(endpoint_url: str, arn: str) -> str:
     return model.queue_url(endpoint_url, arn.rsplit(":", 1)[-1]) if arn else ""
 

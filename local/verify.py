@@ -7,8 +7,13 @@ A consumer group is a function with `SINK_TABLE` in its environment, on the stre
 sent to (its event-source mapping). What its sink is, is read from the table's key schema, not from
 names: `pk`/`sk` is an event sink (one item per user record: checked for exactly-once, records lost
 or duplicated, latency); a lone `partitionKey` hash key is a counter (checked for exact per-key
-counts). Its `DLQ_URL` is read for dead letters of the run: poison records must be there, whole
-(the data byte for byte, the partition key), and nothing else.
+counts). Its `DLQ_URL` is read for dead letters of the run: an event sink's poison records (over a
+DynamoDB item) must be there, whole (the data byte for byte, the partition key), and nothing else;
+a counter counts poison records like the others, and its DLQ must hold none of the run's.
+
+Record by record: every accepted record is in each event sink exactly once and counted exactly
+once; every refused record is in no sink; a record whose outcome was unknown is in a sink at most
+once, and a counter counts it exactly when an event sink holds it (without an event sink, it may).
 
 The sinks are read incrementally: each partition `<stream>#<shard>` is queried with `sk` greater
 than the last item seen, starting at the lowest position the API reported for the shard, so a poll
@@ -18,10 +23,10 @@ record: its resolution is the poll interval, reported with it.
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +38,10 @@ from rich.table import Table
 from rich.text import Text
 
 from local import model
+from local._verify_readers import DeadLetterReader, SinkReader, read_counts
 from local.provision import client
-from local.send import SendReport, parse_payload, payload
+from local.send import SendReport
 
-SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `sk`
 POLL_INTERVAL_S = 0.5
 
 
@@ -87,118 +92,6 @@ def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
     return groups
 
 
-class SinkReader:
-    """A run's records in an event sink, read partition by partition from the last `sk` seen."""
-
-    def __init__(self, dynamodb: Any, table: str, stream_name: str, run_id: str) -> None:
-        self._dynamodb, self._table, self._stream, self._run = dynamodb, table, stream_name, run_id
-        self.after: dict[str, str] = {}  # pk -> the last sk read (exclusive lower bound)
-        self.positions: dict[int, list[str]] = {}  # seq -> every "pk|sk" it was found at
-        self.first_seen: dict[int, float] = {}
-        self.queries = 0
-        self.items_read = 0
-
-    def add_shard(self, shard_id: str, from_sequence: str | None = None) -> None:
-        """Read `shard_id`'s partition from `from_sequence` (inclusive), or from its start."""
-        # "0..seq" sorts just before "0..seq#000000"; " " before every key (DynamoDB refuses "")
-        start = from_sequence.zfill(SEQUENCE_DIGITS) if from_sequence else " "
-        self.after.setdefault(f"{self._stream}#{shard_id}", start)  # a partition's start is set once
-
-    def poll(self) -> None:
-        """Query every partition for what is new since the last poll."""
-        now = time.time()
-        for pk in list(self.after):
-            query: dict[str, Any] = {
-                "TableName": self._table,
-                "KeyConditionExpression": "pk = :pk AND sk > :after",
-                "ExpressionAttributeValues": {":pk": {"S": pk}, ":after": {"S": self.after[pk]}},
-                "ProjectionExpression": "sk, #data",
-                "ExpressionAttributeNames": {"#data": "data"},
-                "ConsistentRead": True,
-            }
-            while True:
-                page = self._dynamodb.query(**query)
-                self.queries += 1
-                for item in page["Items"]:
-                    self.items_read += 1
-                    self.after[pk] = item["sk"]["S"]
-                    fields = parse_payload(item.get("data", {}).get("B", b""))
-                    if fields is None or fields["run"] != self._run:
-                        continue
-                    self.positions.setdefault(fields["seq"], []).append(f"{pk}|{item['sk']['S']}")
-                    self.first_seen.setdefault(fields["seq"], now)
-                if "LastEvaluatedKey" not in page:
-                    break
-                query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def read_counts(dynamodb: Any, table: str, keys: Iterable[str]) -> dict[str, int]:
-    """The counter table's `count` for each of `keys` (absent: 0), by BatchGetItem."""
-    counts: dict[str, int] = {}
-    keys = list(keys)
-    for start in range(0, len(keys), 100):
-        request = {
-            table: {
-                "Keys": [{"partitionKey": {"S": key}} for key in keys[start : start + 100]],
-                "ConsistentRead": True,
-            }
-        }
-        while request:
-            answer = dynamodb.batch_get_item(RequestItems=request)
-            for item in answer["Responses"].get(table, []):
-                counts[item["partitionKey"]["S"]] = int(item.get("count", {}).get("N", "0"))
-            request = answer.get("UnprocessedKeys") or {}
-    return counts
-
-
-class DeadLetterReader:
-    """The run's letters in a group's DLQ, read without consuming them (their visibility is restored)."""
-
-    def __init__(self, sqs: Any, url: str, run_id: str) -> None:
-        self._sqs, self._url, self._run = sqs, url, run_id
-        self.depth = 0
-        self.letters: dict[int, dict[str, Any]] = {}  # seq -> the letter (deduplicated by its id)
-        self._read_at_depth = 0
-
-    def poll(self) -> None:
-        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-        attributes = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=names)["Attributes"]
-        self.depth = sum(int(attributes.get(name, 0)) for name in names)
-        if self.depth != self._read_at_depth:
-            self._read_all()
-            self._read_at_depth = self.depth
-
-    def _read_all(self) -> None:
-        handles: list[str] = []
-        try:
-            while True:
-                messages = self._sqs.receive_message(
-                    QueueUrl=self._url, MaxNumberOfMessages=10, VisibilityTimeout=20, WaitTimeSeconds=0
-                ).get("Messages", [])
-                if not messages:
-                    break
-                for message in messages:
-                    handles.append(message["ReceiptHandle"])
-                    self._keep(message["Body"])
-        finally:
-            for start in range(0, len(handles), 10):
-                entries = [
-                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0}
-                    for i, h in enumerate(handles[start : start + 10])
-                ]
-                self._sqs.change_message_visibility_batch(QueueUrl=self._url, Entries=entries)
-
-    def _keep(self, body: str) -> None:
-        try:
-            letter = json.loads(body)
-            data = base64.b64decode(letter["data"]) if letter.get("data") else b""
-        except (ValueError, TypeError, KeyError):
-            return
-        fields = parse_payload(data)
-        if fields is not None and fields["run"] == self._run:
-            self.letters.setdefault(fields["seq"], letter | {"_data": data})
-
-
 @dataclass
 class GroupResult:
     """One group's end-to-end result."""
@@ -210,7 +103,8 @@ class GroupResult:
     drain_s: float | None = None  # done_at - the last POST answer
     lost: list[int] = field(default_factory=list)
     duplicated: dict[int, int] = field(default_factory=dict)  # seq -> times found
-    unacknowledged: list[int] = field(default_factory=list)  # in the sink although the API said failed
+    refused_present: list[int] = field(default_factory=list)  # in the sink although the API refused it
+    unknown_present: int = 0  # records of unknown outcome found in the sink (at most once each: ok)
     wrong_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (expected, counted)
     dlq_depth: int = 0
     dead_lettered: list[int] = field(default_factory=list)  # non-poison records of the run in the DLQ
@@ -226,7 +120,7 @@ class GroupResult:
     def ok(self) -> bool:
         if self.group.kind == "unknown":
             return True
-        problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered)
+        problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered, self.refused_present)
         poison_problems = (self.poison_altered, self.poison_missing, self.poison_in_sink)
         return self.done_at is not None and not any(problems + poison_problems)
 
@@ -255,7 +149,7 @@ class Verdict:
     @property
     def ok(self) -> bool:
         checked = [g for g in self.groups if g.group.kind != "unknown"]
-        return bool(checked) and all(g.ok for g in checked) and not self.report.failed
+        return bool(checked) and all(g.ok for g in checked) and not self.timed_out
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -269,7 +163,8 @@ class Verdict:
     def render(self) -> str:
         table = Table(
             title=f"run {self.report.run_id}: {len(self.report.accepted):,} accepted, "
-            f"{len(self.report.failed):,} failed to send, {self.report.accepted_per_second:,.0f}/s"
+            f"{len(self.report.failed):,} refused, {len(self.report.unknown):,} unknown, "
+            f"{self.report.accepted_per_second:,.0f}/s"
         )
         columns = "group|sink|processed|lost|dup|counts|DLQ|poison in DLQ|latency p50/p99/max|drain|ok"
         for column in columns.split("|"):
@@ -308,8 +203,11 @@ class _Watch:
         positions = sorted(
             (r.shard_id, int(r.sequence_number)) for r in accepted if r.shard_id and r.sequence_number
         )
+        # Records refused or of unknown outcome have no position to start from: then every
+        # partition is read from its start (and the stream's other shards too, in `poll`).
+        whole = bool(report.failed or report.unknown)
         for shard_id, sequence in positions:  # ascending: each shard's partition starts at its lowest
-            self.sink.add_shard(shard_id, str(sequence))
+            self.sink.add_shard(shard_id, None if whole else str(sequence))
         self.dlq = (
             DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id)
             if group.dlq_url
@@ -318,7 +216,8 @@ class _Watch:
         self.counts: dict[str, int] = {}
         self.result = GroupResult(group, expected=len(report.accepted))
 
-    def poll(self, shard_ids: Iterable[str]) -> None:
+    def poll(self, shard_ids: Iterable[str], unknown_found: set[int] | None = None) -> None:
+        """Read what is new; a counter also waits for the unknown records an event sink holds."""
         result = self.result
         if self.dlq is not None:
             self.dlq.poll()
@@ -332,51 +231,68 @@ class _Watch:
             result.queries, result.items_read = self.sink.queries, self.sink.items_read
         elif self.group.kind == "counter":
             self.counts = read_counts(self.dynamodb, self.group.sink_table, self.report.key_names())
-            result.processed = sum(self.counts.values()) + len(letters & set(self.report.accepted))
+            result.processed = sum(self.counts.values())
+            result.expected = len(self.report.accepted) + len(unknown_found or ())
         if result.done_at is None and (self.group.kind == "unknown" or result.processed >= result.expected):
             result.done_at = time.time()
             result.drain_s = max(0.0, result.done_at - self.report.finished)
 
-    def conclude(self) -> GroupResult:
-        """Compare what the readers found with what the API accepted."""
+    def conclude(self, unknown_found: set[int] | None = None) -> GroupResult:
+        """Compare what the readers found with what the API answered, record by record.
+        `unknown_found`: records of unknown outcome an event sink holds (None: no event sink)."""
         result, report = self.result, self.report
         letters = self.dlq.letters if self.dlq else {}
-        poison = {seq for seq, record in report.accepted.items() if record.poison}
+        if self.group.kind == "records":
+            poison = {seq for seq, record in report.accepted.items() if record.poison}
+            self._check_poison(poison, letters)
+            result.dead_lettered = sorted(set(letters) - poison)
+            seen = self.sink.positions
+            result.lost = sorted(set(report.accepted) - set(seen) - set(letters) - poison)
+            result.duplicated = {seq: len(found) for seq, found in sorted(seen.items()) if len(found) > 1}
+            result.refused_present = sorted(set(seen) & set(report.failed))
+            result.unknown_present = len(set(seen) & set(report.unknown))
+            result.poison_in_sink = sorted(poison & set(seen))
+            result.latency_s = _latencies(self.sink.first_seen, report)
+        elif self.group.kind == "counter":
+            result.dead_lettered = sorted(letters)  # a counter takes every record, poison too
+            expected = report.expected_counts()
+            maybe: Counter[str] = Counter()
+            for seq, record in report.unknown.items():
+                if unknown_found is None:
+                    maybe[record.key] += 1  # no event sink to tell: counted or not, both are right
+                elif seq in unknown_found:
+                    expected[record.key] += 1
+            for key in sorted(set(expected) | {k for k, n in self.counts.items() if n}):
+                counted, low = self.counts.get(key, 0), expected.get(key, 0)
+                if not low <= counted <= low + maybe.get(key, 0):
+                    result.wrong_counts[key] = (low, counted)
+        return result
+
+    def _check_poison(self, poison: set[int], letters: dict[int, dict[str, Any]]) -> None:
+        """Each poison record in the DLQ, whole: its data byte for byte and its partition key."""
+        result, report = self.result, self.report
         for seq in sorted(poison):
-            letter = letters.get(seq)
-            record = report.accepted[seq]
+            letter, record = letters.get(seq), report.accepted[seq]
             if letter is None:
                 result.poison_missing.append(seq)
-            elif letter["_data"] == payload(report.run_id, seq, record.post_time, report.size, True) and (
+            elif letter["_data"] == report.payload_of(seq, record.post_time) and (
                 letter.get("partitionKey") == record.key
             ):
                 result.poison_whole += 1
             else:
                 result.poison_altered.append(seq)
-        result.dead_lettered = sorted(set(letters) - poison)
-        if self.group.kind == "records":
-            seen = self.sink.positions
-            result.lost = sorted(set(report.accepted) - set(seen) - set(letters) - poison)
-            result.duplicated = {seq: len(found) for seq, found in sorted(seen.items()) if len(found) > 1}
-            result.unacknowledged = sorted(set(seen) - set(report.accepted))
-            result.poison_in_sink = sorted(poison & set(seen))
-            latencies = [
-                self.sink.first_seen[seq] - report.accepted[seq].post_time
-                for seq in seen
-                if seq in report.accepted
-            ]
-            if latencies:
-                result.latency_s = {
-                    "p50": round(_percentile(latencies, 0.50), 3),
-                    "p99": round(_percentile(latencies, 0.99), 3),
-                    "max": round(max(latencies), 3),
-                }
-        elif self.group.kind == "counter":
-            expected = report.expected_counts()
-            for key in sorted(set(expected) | {k for k, n in self.counts.items() if n}):
-                if self.counts.get(key, 0) != expected.get(key, 0):
-                    result.wrong_counts[key] = (expected.get(key, 0), self.counts.get(key, 0))
-        return result
+
+
+def _latencies(first_seen: dict[int, float], report: SendReport) -> dict[str, float]:
+    accepted = report.accepted
+    latencies = [first_seen[seq] - accepted[seq].post_time for seq in first_seen if seq in accepted]
+    if not latencies:
+        return {}
+    return {
+        "p50": round(_percentile(latencies, 0.50), 3),
+        "p99": round(_percentile(latencies, 0.99), 3),
+        "max": round(max(latencies), 3),
+    }
 
 
 def _shard_ids(endpoint_url: str, stream_name: str) -> list[str]:
@@ -400,7 +316,14 @@ def wait_and_verify(
     """Poll every consumer group of the report's stream until it has processed every accepted record
     (or `timeout` seconds pass), then compare: lost, duplicated, counts, dead letters, latency, drain."""
     stream_name = physical_stream(app, report.stream)
-    watches = [_Watch(group, report, endpoint_url) for group in consumer_groups(app, stream_name)]
+    # Event sinks first: what they hold of the unknown records is what the counters must count.
+    groups = sorted(consumer_groups(app, stream_name), key=lambda group: group.kind != "records")
+    watches = [_Watch(group, report, endpoint_url) for group in groups]
+    sinks = [watch for watch in watches if watch.group.kind == "records"]
+
+    def unknown_found() -> set[int] | None:
+        return {seq for w in sinks for seq in w.sink.positions if seq in report.unknown} if sinks else None
+
     deadline = time.monotonic() + timeout
     console = Console(stderr=True)
     live = Live(console=console, refresh_per_second=4) if progress and console.is_terminal else None
@@ -412,7 +335,7 @@ def wait_and_verify(
         while True:
             shard_ids = _shard_ids(endpoint_url, stream_name)
             for watch in watches:
-                watch.poll(shard_ids)
+                watch.poll(shard_ids, unknown_found())
             if live:
                 live.update(_progress_line(watches, time.monotonic() - started))
             if all(watch.result.done_at is not None for watch in watches):
@@ -422,11 +345,12 @@ def wait_and_verify(
                 break
             time.sleep(poll_interval)
         for watch in watches:  # one more read: a duplicate may land after the last record's first copy
-            watch.poll(shard_ids)
+            watch.poll(shard_ids, unknown_found())
     finally:
         if live:
             live.stop()
-    return Verdict(report, [watch.conclude() for watch in watches], poll_interval, timed_out)
+    found = unknown_found()
+    return Verdict(report, [watch.conclude(found) for watch in watches], poll_interval, timed_out)
 
 
 def _progress_line(watches: list[_Watch], elapsed: float) -> Text:

@@ -27,6 +27,7 @@ from local.send import SendReport, send
 from local.verify import wait_and_verify
 
 SHARDS = 4
+GROUPS = ("event-sink", "key-counter")
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Received:
 
     @property
     def records(self) -> list[dict[str, Any]]:
+        if self.headers.get("content-type") == "application/x-ndjson":
+            return [json.loads(line) for line in self.body.splitlines() if line.strip()]
         return json.loads(self.body)["records"]
 
 
@@ -75,6 +78,8 @@ class StubApi:
                 return 400, {}, {"message": "1 invalid record; nothing was written", "errors": []}
             if kind == "429":
                 return 429, {}, {"message": "Too Many Requests"}
+            if kind in ("500", "502", "504"):
+                return int(kind), {}, {"message": f"HTTP {kind} (scripted)"}
             if kind == "503":
                 failed = {"errorCode": "ProvisionedThroughputExceededException", "attempts": 3}
                 body = {"failedRecordCount": len(records), "records": [failed] * len(records)}
@@ -84,14 +89,24 @@ class StubApi:
                 if kind == "207" and index in arg:
                     entries.append({"errorCode": "ProvisionedThroughputExceededException", "attempts": 3})
                     continue
-                self._sequence += 1
-                shard = f"shardId-{zlib.crc32(record['partitionKey'].encode()) % SHARDS:012d}"
-                sequence = str(49_000_000_000_000_000_000 + self._sequence)
-                data = base64.b64decode(record["data"])
-                self.written.append(Written(shard, sequence, record["partitionKey"], data))
+                if kind == "207?" and index in arg:
+                    self._write(record)  # it landed; the API could not tell
+                    entries.append({"errorCode": "OutcomeUnknown", "errorMessage": "maybe", "attempts": 1})
+                    continue
+                shard, sequence = self._write(record)
                 entries.append({"shardId": shard, "sequenceNumber": sequence, "subSequenceNumber": None})
             failed_count = sum(1 for entry in entries if "errorCode" in entry)
+            if kind == "drop":
+                return 0, {}, {}
             return (207 if failed_count else 200), {}, {"failedRecordCount": failed_count, "records": entries}
+
+    def _write(self, record: dict[str, Any]) -> tuple[str, str]:
+        self._sequence += 1
+        shard = f"shardId-{zlib.crc32(record['partitionKey'].encode()) % SHARDS:012d}"
+        sequence = str(49_000_000_000_000_000_000 + self._sequence)
+        data = base64.b64decode(record["data"])
+        self.written.append(Written(shard, sequence, record["partitionKey"], data))
+        return shard, sequence
 
 
 @pytest.fixture
@@ -105,6 +120,9 @@ def stub_api() -> Iterator[StubApi]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             headers = {name.lower(): value for name, value in self.headers.items()}
             status, extra, answer = stub.answer(Received(self.path, headers, body, time.monotonic()))
+            if status == 0:  # the answer is lost: the connection closes without one
+                self.close_connection = True
+                return
             raw = json.dumps(answer).encode()
             self.send_response(status)
             for name, value in {**extra, "Content-Type": "application/json"}.items():
@@ -160,7 +178,8 @@ def _expected_signature(received: Received) -> str:
 
 @dataclass
 class Pipeline:
-    """A sink table, a counter table and a DLQ on moto server, and the LocalApp that names them."""
+    """A sink table, a counter table and a DLQ for each group on moto server, and the LocalApp that
+    names them (`dlq_url` is the event sink's, `counter_dlq_url` the counter's)."""
 
     endpoint: str
     stream: str
@@ -168,6 +187,7 @@ class Pipeline:
     counter: str
     dlq_url: str
     app: model.LocalApp
+    counter_dlq_url: str = ""
 
     def dynamodb(self) -> Any:
         return client("dynamodb", self.endpoint)
@@ -214,7 +234,8 @@ class Pipeline:
             "error": "ValueError: poison",
             "attempts": 3,
         }
-        client("sqs", self.endpoint).send_message(QueueUrl=self.dlq_url, MessageBody=json.dumps(letter))
+        queue = self.counter_dlq_url if group == "key-counter" else self.dlq_url
+        client("sqs", self.endpoint).send_message(QueueUrl=queue, MessageBody=json.dumps(letter))
 
 
 @pytest.fixture
@@ -240,10 +261,13 @@ def pipeline(moto_server: str) -> Pipeline:
     }
     dynamodb.create_table(TableName=sink, **sink_schema)
     dynamodb.create_table(TableName=counter, **counter_schema)
-    dlq_url = client("sqs", moto_server).create_queue(QueueName=f"dlq-{suffix}")["QueueUrl"]
+    # The stream exists (its shards are the stub's), so the verdict can list every shard.
+    client("kinesis", moto_server).create_stream(StreamName=stream, ShardCount=SHARDS)
+    sqs = client("sqs", moto_server)
+    queues = {group: sqs.create_queue(QueueName=f"dlq-{group}-{suffix}")["QueueUrl"] for group in GROUPS}
 
     def consumer(name: str, table: str) -> model.Function:
-        env = {"SHARDLINE_GROUP": name, "SINK_TABLE": table, "LEASE_TABLE": leases, "DLQ_URL": dlq_url}
+        env = {"SHARDLINE_GROUP": name, "SINK_TABLE": table, "LEASE_TABLE": leases, "DLQ_URL": queues[name]}
         return model.Function(f"L{name}", f"fn-{name}-{suffix}", "app.handler", Path("."), environment=env)
 
     producer_env = {"SHARDLINE_STREAMS": json.dumps({"events": {"streamName": stream}})}
@@ -266,7 +290,7 @@ def pipeline(moto_server: str) -> Pipeline:
             for name in ("event-sink", "key-counter")
         ),
     )
-    return Pipeline(moto_server, stream, sink, counter, dlq_url, app)
+    return Pipeline(moto_server, stream, sink, counter, queues["event-sink"], app, queues["key-counter"])
 
 
 def _verify(pipeline: Pipeline, report: SendReport, timeout: float = 20) -> Any:

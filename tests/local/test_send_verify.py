@@ -82,9 +82,10 @@ def test_verify_reports_dlq_depth_and_poison_records_whole(stub_api: StubApi, pi
     report = _send(stub_api, 30, poison_every=10)
     poison = [w for w in stub_api.written if parse_payload(w.data).get("poison")]
     healthy = [w for w in stub_api.written if w not in poison]
+    assert {len(w.data) for w in poison} == {450 * 1024}  # over a DynamoDB item: event-sink cannot
     pipeline.write_sink(healthy)
-    pipeline.count(healthy)
-    for w in poison:  # both groups share the test's one queue: each letter twice (ids differ)
+    pipeline.count(stub_api.written)  # the key counter counts poison records too
+    for w in poison:
         pipeline.dead_letter(w, "event-sink")
     verdict = _verify(pipeline, report)
     sink = _group(verdict, "event-sink")
@@ -103,6 +104,7 @@ def test_verify_detects_a_healthy_record_in_the_dlq(stub_api: StubApi, pipeline:
     pipeline.write_sink([w for w in stub_api.written if w is not dead])
     pipeline.count([w for w in stub_api.written if w is not dead])
     pipeline.dead_letter(dead, "event-sink")
+    pipeline.dead_letter(dead, "key-counter")
     verdict = _verify(pipeline, report)
     assert not verdict.ok
     seq = parse_payload(dead.data)["seq"]

@@ -171,7 +171,8 @@ def render(report: dict[str, Any], console: Console) -> None:
         console.print(f"[yellow]runtime not answering[/]: {runtime['error']}")
         return
     table = Table(title="functions", title_justify="left")
-    for column in ("function", "invocations", "errors", "timeouts", "workers", "p50 ms", "p99 ms"):
+    columns = "function|invocations|errors|timeouts|crashes|OOM|workers|p50 ms|p99 ms"
+    for column in columns.split("|"):
         table.add_column(column)
     for name, stats in runtime.get("functions", {}).items():
         table.add_row(
@@ -179,6 +180,8 @@ def render(report: dict[str, Any], console: Console) -> None:
             str(stats.get("invocations", 0)),
             str(stats.get("errors", 0)),
             str(stats.get("timeouts", 0)),
+            str(stats.get("crashes", 0)),
+            str(stats.get("out_of_memory", 0)),
             str(stats.get("workers", 0)),
             f"{stats.get('p50_ms') or 0:.1f}",
             f"{stats.get('p99_ms') or 0:.1f}",

@@ -26,6 +26,7 @@ lost is re-read and accepted if it landed.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -47,6 +48,12 @@ VALIDATION_EXCEPTION = "ValidationException"  # a request refused outright, befo
 MAX_TRANSACTION_ITEMS = 100
 MAX_TRANSACTION_BYTES = 4_000_000  # DynamoDB's 4 MB per transaction, with headroom for the checkpoint
 _TAKE_ATTEMPTS = 5
+#: Cancellation reasons that say nothing about the items: the same transaction may succeed again.
+TRANSIENT_REASONS = frozenset(
+    {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+TRANSIENT_ATTEMPTS = 4
+TRANSIENT_BACKOFF_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +185,8 @@ class LeaseTable:
 
         Returns the lease and whether an earlier delivery starting at the same sequence number
         began and never answered: its process died (a timeout, out of memory) — Lambda retries
-        a batch from where it started. The mark is removed by a write with `release=True`.
+        a batch from where it started. The mark is removed by a write with `release=True`. A mark
+        of the same `owner` is this very call's, retried by the SDK after a lost reply: no crash.
         """
         parents = sorted(parent_shard_ids)
         expression = (
@@ -219,7 +227,7 @@ class LeaseTable:
             parent_shard_ids=before.parent_shard_ids or frozenset(parents),
             inflight=delivery,
         )
-        return lease, before.inflight == delivery
+        return lease, before.inflight == delivery and before.owner != owner
 
     def release(self, lease: Lease) -> Lease:
         """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint).
@@ -325,9 +333,7 @@ class LeaseTable:
         identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
         token = hashlib.sha256(identity.encode()).hexdigest()
         try:
-            self._client.transact_write_items(
-                TransactItems=[{"Update": update}, *writes], ClientRequestToken=token[:36]
-            )
+            self._transact([{"Update": update}, *writes], token[:36])
         except ClientError as exc:
             if _code(exc) == VALIDATION_EXCEPTION:  # refused before anything was written
                 message = exc.response.get("Error", {}).get("Message", "")
@@ -343,6 +349,22 @@ class LeaseTable:
         except Exception as exc:
             return self._confirm_landed(lease, position, exc)
         return self._advanced(lease, position, release)
+
+    def _transact(self, items: list[Mapping[str, Any]], token: str) -> None:
+        """TransactWriteItems, again (up to `TRANSIENT_ATTEMPTS` times, with jittered backoff) while
+        DynamoDB cancels it for transient reasons only (a conflicting transaction, throttling):
+        a cancelled transaction wrote nothing, so trying it again cannot apply it twice."""
+        for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+            try:
+                self._client.transact_write_items(TransactItems=items, ClientRequestToken=token)
+                return
+            except ClientError as exc:
+                reasons = exc.response.get("CancellationReasons") or []
+                codes = {str(reason.get("Code", "None")) for reason in reasons}
+                transient = _code(exc) == TRANSACTION_CANCELED and codes <= TRANSIENT_REASONS
+                if not transient or attempt == TRANSIENT_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0, TRANSIENT_BACKOFF_S * 2**attempt))
 
     def record_failure(self, lease: Lease, position: Position, error: str, *, release: bool = False) -> Lease:
         """Count one more failed attempt at `position` (a new position starts at 1).

@@ -21,6 +21,7 @@ lease row, and after `max_attempts` dead-lettered, so no record blocks the shard
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -119,6 +120,13 @@ class ShardRun:
                 "consumer group %s, shard %s: lease lost (%s); stopping", self.settings.group, key, lost
             )
             return self._first_uncommitted()
+        except Exception:
+            # DynamoDB failed us (throttled, unavailable, a transaction cancelled): the batch fails
+            # and is delivered again, but nothing crashed, so no record is to blame for it.
+            if self.marked and self.lease is not None:
+                with contextlib.suppress(Exception):
+                    self.lease = self.group.table.release(self.lease)
+            raise
 
     def _run(self, key: str) -> str | None:
         group, metrics, lineage = self.group, self.group.metrics, self.group.lineage

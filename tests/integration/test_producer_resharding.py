@@ -45,11 +45,12 @@ def split_first_and_merge_last_two(client, name: str) -> None:
     wait_active(client, name)
 
 
-def run_with_reshard(client, name: str) -> tuple[list, list, Producer]:
+def run_with_reshard(client, name: str, **config) -> tuple[list, list, Producer]:
     """Put 6,000 records in three calls; split and merge between the first two."""
     create_stream(client, name, shard_count=4)
     records = numbered_records(6_000, 600)
-    producer = Producer(client, name, config=ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01))
+    settings = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01, **config)
+    producer = Producer(client, name, config=settings)
     results = producer.put_many(records[:2_000])
     split_first_and_merge_last_two(client, name)
     results += producer.put_many(records[2_000:4_000])  # predicted with the pre-reshard map
@@ -89,3 +90,20 @@ def test_split_and_merge_mid_run(kinesis_endpoint):
     )
     assert +out_of_range == +retried_wrong_shard
     assert sum(out_of_range.values()) > 0, "the split made some aggregates straddle the two children"
+
+
+@pytest.mark.parametrize("kinesis_endpoint", ["kinesis-mock"], indirect=True)
+def test_without_wrong_shard_retries_every_record_is_in_the_stream_once(kinesis_endpoint):
+    client = kinesis_client(kinesis_endpoint.endpoint_url)
+    name = unique_stream_name("reshard-once")
+    records, results, _ = run_with_reshard(client, name, retry_wrong_shard=False)
+
+    assert all(result.success for result in results)
+    assert not any(a.error_code == WRONG_SHARD for result in results for a in result.attempts)
+    found = [(position(user), shard) for shard, es in read_stream(client, name).items() for _, _, user in es]
+    assert Counter(n for n, _ in found) == Counter(range(len(records)))  # some out of range, none twice
+    where = dict(found)
+    assert all(result.shard_id == where[index] for index, result in enumerate(results))
+    ranges = shard_ranges(client, name)
+    outside = [n for n, shard in found if not ranges[shard][0] <= hash_key(records[n]) <= ranges[shard][1]]
+    assert outside, "the split made some aggregates straddle the two children"

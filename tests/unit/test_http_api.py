@@ -664,7 +664,8 @@ def test_bad_bounds_raise(name, value):
         settings_from_env({name: value})
 
 
-def test_producer_config_follows_the_stream_limits():
-    assert producer_config(ROUTE) == ProducerConfig()
+def test_producer_config_follows_the_stream_limits_and_never_resends_a_landed_record():
+    # The pipeline's consumers (shardline's) deliver out-of-range members: a resend would apply twice.
+    assert producer_config(ROUTE) == ProducerConfig(retry_wrong_shard=False)
     big = producer_config(StreamRoute("b", "b", Limits.for_max_record_size(10 * MiB)))
     assert big.limits.max_record_size == 10 * MiB and big.collection_max_size == 10 * MiB

@@ -70,8 +70,12 @@ def parse_streams(text: str) -> dict[str, StreamRoute]:
 
 
 def producer_config(route: StreamRoute) -> ProducerConfig:
-    """The producer settings for a route: its stream's limits, requests as large as they allow."""
-    return ProducerConfig(limits=route.limits, collection_max_size=route.limits.max_request_size)
+    """The producer settings for a route: its stream's limits, requests as large as they allow.
+    A member that landed out of its shard's range across a reshard is not sent again: the
+    pipeline's consumers are shardline's, which deliver it, so a second copy would apply twice."""
+    return ProducerConfig(
+        limits=route.limits, collection_max_size=route.limits.max_request_size, retry_wrong_shard=False
+    )
 
 
 def _stream_route(name: str, spec: object) -> StreamRoute:

@@ -23,6 +23,10 @@ class ProducerConfig:
     - `max_concurrency`: PutRecords requests in flight at once (to different shards); records
       of unknown shard are spread over as many lanes by hash key.
     - `permanent_error_codes`: request-level errors failed at once rather than retried.
+    - `retry_wrong_shard`: resend the members of an aggregate that landed in a shard whose hash
+      range does not hold them (a stale map across a reshard), as the KPL does for the KCL, which
+      drops such records — the first copy stays in the stream. False: they are done where they
+      landed, for consumers that deliver them (shardline's), so none is written twice.
     - `reconcile_timeout`: seconds a PutRecords that got no reply (or a 5xx) may spend reading the
       shards back to learn which records landed, before any is retried (records it cannot settle
       fail as `OutcomeUnknown`); 0 retries them blindly, as the KPL does (copies possible).
@@ -45,6 +49,7 @@ class ProducerConfig:
     limits: Limits = DEFAULT_LIMITS
     permanent_error_codes: frozenset[str] = field(default=PERMANENT_ERROR_CODES)
     reconcile_timeout: float = 5.0
+    retry_wrong_shard: bool = True
     max_buffered_records: int = 100_000
     max_buffered_bytes: int = 128 * 1024 * 1024
     when_buffer_full: Literal["wait", "raise"] = "wait"

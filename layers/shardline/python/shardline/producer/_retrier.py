@@ -165,11 +165,12 @@ class Retrier:
         sequence_number = entry["SequenceNumber"]
         predicted = kinesis_record.predicted_shard
         actual_range = None
+        trust = trust or not self._config.retry_wrong_shard  # done where it landed, in range or not
         if predicted is not None and predicted != actual:
             # Once per Kinesis record: the actual shard may be a child born in a split.
             self._shard_map.invalidate(outcome.started, predicted, refresh=self._park is None)
             actual_range = self._shard_map.hash_range(actual)
-            parked = actual_range is None and may_park and self._park is not None
+            parked = actual_range is None and may_park and self._park is not None and not trust
             if parked and self._park(kinesis_record, outcome, entry):  # type: ignore[misc]
                 return
         aggregated = kinesis_record.aggregated

@@ -30,8 +30,9 @@ RATE = 700  # records/s: the send lasts ~30 s, so the split (10 s) and the merge
 @pytest.fixture(scope="module")
 def chaotic_runtime(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
     heavy = load_profile("heavy")
-    # A kill every 50 consumer invocations (heavy: 150), so a CI-sized run reaches every commit boundary.
-    profile = dataclasses.replace(heavy, seed=12, workers=dataclasses.replace(heavy.workers, kill_every=50))
+    # A kill every 8 consumer invocations (heavy: 150): an invocation carries up to 100 aggregates,
+    # so 20,000 records make about 50 per group, and a CI-sized run must reach every commit boundary.
+    profile = dataclasses.replace(heavy, seed=12, workers=dataclasses.replace(heavy.workers, kill_every=8))
     runtime = start_runtime(cdk_out, tmp_path_factory.mktemp("chaos-logs"), chaos=profile)
     try:
         yield runtime
@@ -47,14 +48,19 @@ def _get_json(url: str) -> dict:
 def test_a_heavy_chaos_run_of_20000_records_loses_nothing_and_applies_nothing_twice(chaotic_runtime):
     runtime = chaotic_runtime
     report = send(
-        f"{runtime.api_url}/streams", "events", count=RECORDS, rate=RATE, poison_every=2_000, progress=False
-    )
+        f"{runtime.api_url}/streams", "events", count=RECORDS, size=100, max_size=4_000, keys=500,
+        skew="zipf", rate=RATE, poison_rate=0.0005, seed=12, progress=False,
+    )  # fmt: skip
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=1200, progress=False)
     print(verdict.render())
+    print(json.dumps(report.as_dict(), indent=2))
     assert verdict.ok, verdict.render()
     assert len(report.accepted) >= RECORDS * 0.99  # the producer retries throttles; few end refused
     for result in verdict.groups:
         assert not result.lost and not result.duplicated and not result.wrong_counts, result.group.name
+        assert not result.refused_present, result.group.name
+    sink = next(result for result in verdict.groups if result.group.kind == "records")
+    assert sink.poison_whole == sum(1 for r in report.accepted.values() if r.poison) > 0
 
     chaos = _get_json(f"{runtime.endpoint_url}/_shardline/chaos")
     actions = {reshard["action"]: reshard for reshard in chaos["reshards"]}

@@ -47,7 +47,7 @@ def wait_until(predicate, timeout: float) -> bool:
 class Up:
     """`python -m local up` in a child process on free ports, in its own working directory."""
 
-    def __init__(self, cdk_out: Path, workdir: Path) -> None:
+    def __init__(self, cdk_out: Path, workdir: Path, *up_args: str) -> None:
         self.endpoint_port, self.api_port = free_port(), free_port()
         self.ports = ["--endpoint-port", str(self.endpoint_port), "--api-port", str(self.api_port)]
         self.common = [sys.executable, "-m", "local", "--cdk-out", str(cdk_out), *self.ports]
@@ -57,7 +57,7 @@ class Up:
         self.output = workdir / "up.out"
         with self.output.open("w") as out:
             self.process = subprocess.Popen(
-                [*self.common, "up"], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT
+                [*self.common, "up", *up_args], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT
             )
         if not wait_until(lambda: "shardline is up" in self.output.read_text(), 120):
             self.process.kill()
@@ -135,3 +135,30 @@ def test_a_killed_up_leaves_no_process_and_the_next_run_starts(cdk_out, tmp_path
     again = Up(cdk_out, tmp_path)  # same working directory: the stale pid file is handled
     again.process.send_signal(signal.SIGINT)
     assert again.process.wait(timeout=60) == 0
+
+
+def test_up_with_a_chaos_profile_says_so_and_status_counts_what_it_injects(cdk_out, tmp_path):
+    profile = tmp_path / "requests.toml"
+    profile.write_text('[endpoint]\nrequest_error_rate = { kinesis = 0.2, dynamodb = 0.2 }\n')
+    up = Up(cdk_out, tmp_path, "--chaos", str(profile))
+    try:
+        assert "chaos profile requests" in up.output.read_text()
+        shape = ("--size", "100-2000", "--skew", "hot", "--format", "ndjson")
+        sent = up.run("send", "--count", "300", *shape, "--json", "--timeout", "300")
+        assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
+        status = up.run("status", "--json")
+        chaos = json.loads(status.stdout)["chaos"]
+        assert chaos["profile"] == "requests" and chaos["active"]
+        assert sum(n for kind, n in chaos["injected"].items() if "request_error" in kind) > 0
+        shown = up.run("status")
+        assert "chaos: profile requests" in shown.stdout and "request_error" in shown.stdout
+    finally:
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(timeout=60) == 0
+
+
+def test_a_bad_chaos_profile_is_refused_before_anything_starts(cdk_out, tmp_path):
+    command = [sys.executable, "-m", "local", "--cdk-out", str(cdk_out), "up", "--chaos", "stormy"]
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "no chaos profile 'stormy'" in done.stdout

@@ -11,7 +11,9 @@ Messages are framed by `multiprocessing.connection` (4-byte length); each is a J
 then the body bytes: in, `{"id", "deadline_ms", "arn", "trace"}` + the event's JSON; out,
 `{"ok", "ct", "ms"}` + the result (or the error object when `ok` is false). The first message out
 is `{"ready": true}` or `{"ready": false}` + the init error object (then the
-process exits, as the runtime does after an init error).
+process exits, as the runtime does after an init error). A chaos profile's directive may ride in
+the header (`fault`: a kill at the commit, a hang, running out of memory; `local._worker_chaos`
+decides which invocation gets one); a worker about to kill itself first sends `{"dying": point}`.
 """
 
 import decimal

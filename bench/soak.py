@@ -93,8 +93,10 @@ def _progress(up: UpProcess) -> dict[str, Any]:
             name: sum(shard.get("records", 0) for shard in by_shard.values())
             for name, by_shard in mappings.items()
         },
+        # Lambda's IteratorAge: how old the last record of each shard's latest batch was when it
+        # ended (MillisBehindLatest reads 0 here: the mapping reads ahead into its buffer).
         "lag_ms": {
-            name: max((shard.get("millis_behind_latest") or 0 for shard in by_shard.values()), default=0)
+            name: max((shard.get("iterator_age_ms") or 0 for shard in by_shard.values()), default=0)
             for name, by_shard in mappings.items()
         },
     }
@@ -120,12 +122,24 @@ def ingest(samples: list[dict[str, Any]], report: Any, window: tuple[float, floa
 
 
 def lag(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per mapping, its shards' largest MillisBehindLatest over the run: median and max of the samples."""
-    series: dict[str, list[float]] = {}
+    """Per mapping, over the samples: its shards' largest iterator age (median, max) and its backlog,
+    the Kinesis records written but not yet processed (median, max)."""
+    ages: dict[str, list[float]] = {}
+    backlogs: dict[str, list[int]] = {}
     for sample in samples:
         for name, value in sample.get("lag_ms", {}).items():
-            series.setdefault(name, []).append(value)
-    return {name: {"median_ms": statistics.median(v), "max_ms": max(v)} for name, v in series.items()}
+            ages.setdefault(name, []).append(value)
+        for name, processed in sample.get("records_processed", {}).items():
+            backlogs.setdefault(name, []).append(max(0, sample["records_written"] - processed))
+    return {
+        name: {
+            "iterator_age_median_ms": statistics.median(ages.get(name) or [0]),
+            "iterator_age_max_ms": max(ages.get(name) or [0]),
+            "backlog_median_records": statistics.median(backlog),
+            "backlog_max_records": max(backlog),
+        }
+        for name, backlog in backlogs.items()
+    }
 
 
 def memory_verdict(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -140,8 +154,9 @@ def memory_verdict(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {"warm_mib": round(warm / MiB, 1), "final_mib": round(final / MiB, 1)}
         if role == "endpoint":
             held = [s.get("records_written", 0) for s in samples if role in s["memory"]]
-            grown, records = final - warm, statistics.median(held[-quarter:]) - statistics.median(
-                held[quarter : 2 * quarter] or held
+            grown, records = (
+                final - warm,
+                statistics.median(held[-quarter:]) - statistics.median(held[quarter : 2 * quarter] or held),
             )
             entry["bytes_per_record_held"] = round(grown / records) if records > 0 else None
         else:

@@ -95,14 +95,15 @@ def injected_faults(report: dict[str, Any]) -> dict[str, int]:
 
 def groups_line(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> str:
     """One line on the consumer groups, for `send`'s live display: per group the records its
-    mapping processed, its lag (the largest MillisBehindLatest of its shards) and its DLQ depth."""
+    mapping processed, its lag (the largest iterator age of its shards, Lambda's IteratorAge: how old
+    a batch's last record was when the batch ended) and its DLQ depth."""
     mappings = _get_json(f"{api_base}/_shardline/runtime").get("mappings", {})
     sqs = client("sqs", endpoint_url, retries={"max_attempts": 1})
     parts = []
     for group in consumer_groups(app):
         shards = mappings.get(group["function"], {}).values()
         processed = sum(shard.get("records", 0) for shard in shards)
-        lag = max((shard.get("millis_behind_latest") or 0 for shard in shards), default=0)
+        lag = max((shard.get("iterator_age_ms") or 0 for shard in shards), default=0)
         depth = "?"
         if group["dlq_url"]:
             name = "ApproximateNumberOfMessages"
@@ -148,7 +149,7 @@ def render(report: dict[str, Any], console: Console) -> None:
     mappings = report["runtime"].get("mappings", {}) if "error" not in report["runtime"] else {}
     for group in report["groups"]:
         table = Table(title=f"consumer group {group['group']}", title_justify="left")
-        for column in ("lease", "owner", "checkpoint", "mapping", "records", "behind (ms)", "errors"):
+        for column in ("lease", "owner", "checkpoint", "mapping", "records", "iterator age (ms)", "errors"):
             table.add_column(column)
         shards = mappings.get(group["function"], {})
         leases = {lease["shard"]: lease for lease in group["leases"]}
@@ -160,7 +161,7 @@ def render(report: dict[str, Any], console: Console) -> None:
                 lease.get("checkpoint", "")[-24:],
                 shard.get("state", ""),
                 f"{shard.get('records', 0):,}",
-                f"{shard.get('millis_behind_latest') or 0:,}",
+                f"{shard.get('iterator_age_ms') or 0:,.0f}",
                 str(shard.get("function_errors", 0)),
             )
         console.print(table)

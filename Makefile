@@ -1,4 +1,4 @@
-# The verbs of shardline: setup, test, lint, bench, local, synth, deploy, clean.
+# The verbs of shardline: setup, test, lint, bench, soak, local, dashboard, status, send, synth, deploy, clean.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint bench soak local status send synth deploy clean
+.PHONY: help setup test lint bench soak local dashboard status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench   run the benchmarks (python -m bench)"
 	@echo "make soak    1,000,000 records under the heavy chaos profile: verdict and memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
+	@echo "make dashboard  open the running app's dashboard and alarms (http://127.0.0.1:3000/_dashboard)"
 	@echo "make status  what the running app holds: shards, consumer groups, DLQs, functions"
 	@echo "make send    POST records to the local API and check every consumer group (SEND_ARGS=--count 20000)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
@@ -58,6 +59,9 @@ soak: setup cdk.out/manifest.json
 
 local: setup cdk.out/manifest.json
 	$(PY) -m local up $(LOCAL_ARGS)
+
+dashboard:
+	$(PYTHON) -m webbrowser -t http://127.0.0.1:$(or $(API_PORT),3000)/_dashboard || echo "open http://127.0.0.1:3000/_dashboard"
 
 status: $(VENV)/.stamp
 	$(PY) -m local status $(STATUS_ARGS)

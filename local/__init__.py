@@ -9,4 +9,7 @@
     runtime    all of the above, started and stopped together
     send, verify, status   the commands: load, the end-to-end verdict, what the app holds
     faults     fault injection for a Kinesis client (tests and benchmarks)
+    chaos, endpoint_chaos   chaos profiles, injected at the endpoint and in the workers
+    service_metrics         the Kinesis and DynamoDB metrics AWS would publish, from the endpoint
+    cloudwatch              metrics, alarms and the dashboard's data, in the runtime's process
 """

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from local import model
 from local.chaos import PROFILE_NAMES, ProfileError, load_profile
+from local.cloudwatch.monitor import DASHBOARD_ROUTE
 from local.runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
 from local.template import load, unsupported_reason
 
@@ -110,12 +111,14 @@ def _up(args: argparse.Namespace) -> int:
             "functions": "functions",
             "api": "REST API",
             "mappings": "event-source mappings",
+            "dashboard": "dashboard and alarms",
         }
         following = {
             "endpoint": "creating the template's resources",
             "resources": "warming the functions",
             "functions": "serving the REST API",
             "api": "starting the event-source mappings",
+            "mappings": "reading the dashboard and the alarms",
         }
 
         def step(name: str, detail: str) -> None:
@@ -179,6 +182,7 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
         f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"
         f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
         f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
+        f"  Dashboard     {runtime.api.url if runtime.api else '?'}{DASHBOARD_ROUTE}   (or: make dashboard)\n"
         f"\nTry, in another terminal:\n"
         f"  .venv/bin/python -m local send --count 20000 {ports}   # or: make send\n"
         f"  .venv/bin/python -m local status {ports}   # or: make status\n"

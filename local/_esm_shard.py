@@ -29,6 +29,7 @@ from local._esm_batches import (
     make_event,
     on_failure_message,
 )
+from local.cloudwatch.metrics import Publish, no_metrics
 
 if TYPE_CHECKING:
     from local.esm import MappingRunner
@@ -89,6 +90,7 @@ class Settings:
     role_arn: str
     region: str = model.REGION
     stop: threading.Event = field(default_factory=threading.Event)
+    publish: Publish = no_metrics  # Lambda's IteratorAge, per invocation
 
 
 class ShardPoller(threading.Thread):
@@ -251,6 +253,9 @@ class ShardPoller(threading.Thread):
                 if not part.records:
                     parts.popleft()
                 continue
+            function = {"FunctionName": self.mapping.function_name}
+            age_ms = (self.cfg.clock() - part.records[-1].arrival) * 1000
+            self.cfg.publish("AWS/Lambda", "IteratorAge", function, age_ms)
             try:
                 result = self.runner.invoker.invoke(self.mapping.function_name, make_event(part.records))
             except Exception as exc:  # not a function error: retried until the records age out, uncounted

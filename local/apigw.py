@@ -57,6 +57,7 @@ from local._apigw_steps import (
     resource_tree,
     route,
 )
+from local.cloudwatch.metrics import Publish, no_metrics
 from local.model import ACCESS_KEY, SECRET_KEY, Invoker, RestApi
 
 __all__ = ["ApiServer", "ApiStats", "HttpRequest", "HttpResponse", "RouteHandler"]
@@ -101,12 +102,14 @@ class ApiServer:
         integration_timeout: float = INTEGRATION_TIMEOUT_S,
         clock: Callable[[], float] = time.time,  # the server's wall clock, for SigV4's window
         api_keys: Collection[str] | None = None,  # for api_key_required methods; None: any key
+        publish: Publish = no_metrics,  # Count, 4XXError, 5XXError, Latency, as API Gateway's metrics
     ) -> None:
         self.api, self.invoker, self.host, self.port = api, invoker, host, port
         self.integration_timeout = integration_timeout
         self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
         self._clock = clock
         self._api_keys = None if api_keys is None else frozenset(api_keys)
+        self._publish = publish
         self._tree = resource_tree(api)
         self._bucket = TokenBucket(api.throttle_rate or DEFAULT_RATE, api.throttle_burst or DEFAULT_BURST)
         self._validator = RequestValidator(api)
@@ -195,6 +198,10 @@ class ApiServer:
             self._counts[str(status)[0]] = self._counts.get(str(status)[0], 0) + 1
             self._counts["throttled"] += status == 429
             self._latencies.append(elapsed_ms)
+        dimensions = {"ApiName": self.api.name, "Stage": self.api.stage}
+        for name, value in (("Count", 1), ("4XXError", status // 100 == 4), ("5XXError", status // 100 == 5)):
+            self._publish("AWS/ApiGateway", name, dimensions, int(value))
+        self._publish("AWS/ApiGateway", "Latency", dimensions, elapsed_ms)
         return HttpResponse(status, tuple(headers), body)
 
     def _gateway(

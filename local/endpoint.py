@@ -12,6 +12,8 @@ few routes of its own under `/_shardline/`:
   written, write and read throttles, GetRecords calls (for `status` and the dashboard);
 - `GET|PUT /_shardline/limits`: whether writes and reads are limited; PUT `{"writes": false}`
   turns one off (or on) while running;
+- `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
+  (`local.service_metrics`);
 - `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos`), every
   fault injected so far by type, and the reshards done (`local.endpoint_chaos`).
 
@@ -38,6 +40,7 @@ from typing import IO, Any
 
 from local.chaos import ChaosProfile, profile_from_dict
 from local.model import ACCOUNT, REGION
+from local.service_metrics import SERVICE_METRICS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 READY_LINE = "shardline-endpoint-ready"
@@ -195,6 +198,11 @@ class ShardlineRoutes:
             return _json(start_response, {"ok": True})
         if path == "/_shardline/kinesis" and method == "GET":
             return _json(start_response, kinesis_counters())
+        if path == "/_shardline/metrics" and method == "GET":
+            from urllib.parse import parse_qs
+
+            after = parse_qs(environ.get("QUERY_STRING", "")).get("after", ["0"])[0]
+            return _json(start_response, SERVICE_METRICS.since(int(after) if after.isdigit() else 0))
         if path == "/_shardline/chaos" and method == "GET":
             none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
             return _json(start_response, self.chaos.report() if self.chaos is not None else none)

@@ -34,6 +34,7 @@ from typing import Any
 
 from local.chaos import OBSERVER_AGENT, REQUEST_ERROR_CODES, ChaosProfile, Reshard, rng_for
 from local.limits import THROTTLED
+from local.service_metrics import SERVICE_METRICS
 
 StartResponse = Callable[..., Any]
 
@@ -50,6 +51,7 @@ _DYNAMODB_READS_AND_WRITES = {
     "GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem",
     "BatchWriteItem", "TransactGetItems", "TransactWriteItems",
 }  # fmt: skip
+_DYNAMODB_READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
 _RECORD_FAILURE_MESSAGE = "Internal service failure."
 
 
@@ -158,6 +160,7 @@ class ChaosMiddleware:
                 return lambda start: _transaction_canceled(start, len(body.get("TransactItems", [])))
             if state.chance("requests", faults.dynamodb_throttling_rate):
                 state.count("dynamodb.throttled")
+                _throttle_metrics(operation, tables)
                 return lambda start: _error(
                     start, 400, "dynamodb", _DYNAMODB_PREFIX + "ThrottlingException",
                     "Throughput exceeds the current capacity of your table or index.",
@@ -188,6 +191,16 @@ class ChaosMiddleware:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
         raise ConnectionResetError("chaos: response lost on purpose")  # werkzeug drops the connection
+
+
+def _throttle_metrics(operation: str, tables: set[str]) -> None:
+    """What DynamoDB publishes for a throttled call: ThrottledRequests per table and operation, and
+    the read or write throttle events of each table."""
+    events = "ReadThrottleEvents" if operation in _DYNAMODB_READS else "WriteThrottleEvents"
+    for table in tables:
+        per_operation = {"TableName": table, "Operation": operation}
+        SERVICE_METRICS.add("AWS/DynamoDB", "ThrottledRequests", per_operation, 1)
+        SERVICE_METRICS.add("AWS/DynamoDB", events, {"TableName": table}, 1)
 
 
 def _service_of(environ: dict[str, Any]) -> tuple[str | None, str]:

@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from local import model
 from local._esm_shard import DONE, POLLING, WAITING_FOR_PARENT, Settings, ShardPoller, ShardStats
+from local.cloudwatch.metrics import Publish, no_metrics
 
 __all__ = ["DONE", "POLLING", "WAITING_FOR_PARENT", "MappingRunner", "ShardStats"]
 
@@ -53,6 +54,7 @@ class MappingRunner:
         shard_refresh_interval: float = 10.0,
         retry_base_delay: float = 1.0,
         retry_max_delay: float = 8.0,
+        publish: Publish = no_metrics,
     ) -> None:
         self.mapping = mapping
         self.invoker = invoker
@@ -67,6 +69,7 @@ class MappingRunner:
             stream_arn=model.stream_arn(mapping.stream_name),
             function_arn=model.function_arn(mapping.function_name),
             role_arn=function_role_arn,
+            publish=publish,
         )
         config = botocore.config.Config(
             retries={"total_max_attempts": 1},  # throttles are ours to answer, as Lambda's poller does

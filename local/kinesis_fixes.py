@@ -34,12 +34,15 @@ from moto.kinesis import models, responses, utils
 from moto.utilities.utils import md5_hash
 
 from local.limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
+from local.service_metrics import SERVICE_METRICS
 
 #: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then microseconds.
 _SEQUENCE_BASE = 49 * 10**54
 _SHARD_SPAN = 10**36
 MAX_GET_RECORDS = 10_000
 MAX_GET_RECORDS_BYTES = 10 * MiB
+
+NAMESPACE = "AWS/Kinesis"
 
 #: Counter slots per shard, in this order in `State.counters` values.
 COUNTER_NAMES = ("records_written", "bytes_written", "write_throttles", "read_throttles", "get_records_calls")
@@ -290,6 +293,8 @@ def _backend_put_record(self: models.KinesisBackend, stream_arn: str, stream_nam
         stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
         entry = {"PartitionKey": partition_key, "ExplicitHashKey": explicit_hash_key, "Data": data}
         (answer,) = _write(self, stream, [entry])
+    throttled = int(isinstance(answer, Refused) and answer.code == THROTTLED)
+    _put_metrics(stream.stream_name, "PutRecord", [entry], [_entry_size(entry)], [answer], throttled)
     if isinstance(answer, Refused):
         if answer.code == THROTTLED:
             raise ThroughputExceeded(answer.message)
@@ -317,7 +322,26 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
         else:
             results.append({"SequenceNumber": answer[1], "ShardId": answer[0]})
     failed = sum(1 for result in results if "ErrorCode" in result)
+    throttled = sum(1 for answer in answers if isinstance(answer, Refused) and answer.code == THROTTLED)
+    _put_metrics(stream.stream_name, "PutRecords", records, sizes, answers, throttled)
     return {"FailedRecordCount": failed, "Records": results}
+
+
+def _put_metrics(stream: str, action: str, entries: list[dict[str, Any]], sizes: list[int],
+                 answers: list, throttled: int) -> None:  # fmt: skip
+    """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given)."""
+    add, dims = SERVICE_METRICS.add, {"StreamName": stream}
+    written = [size for size, answer in zip(sizes, answers, strict=True) if not isinstance(answer, Refused)]
+    add(NAMESPACE, "IncomingRecords", dims, len(written))
+    add(NAMESPACE, "IncomingBytes", dims, sum(written))
+    add(NAMESPACE, "WriteProvisionedThroughputExceeded", dims, throttled)
+    add(NAMESPACE, f"{action}.Bytes", dims, sum(written))
+    add(NAMESPACE, f"{action}.Success", dims, 1)
+    if action == "PutRecords":
+        add(NAMESPACE, "PutRecords.TotalRecords", dims, len(entries))
+        add(NAMESPACE, "PutRecords.SuccessfulRecords", dims, len(written))
+        add(NAMESPACE, "PutRecords.ThrottledRecords", dims, throttled)
+        add(NAMESPACE, "PutRecords.FailedRecords", dims, len(entries) - len(written) - throttled)
 
 
 def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None,

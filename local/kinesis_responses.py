@@ -27,8 +27,9 @@ from moto.core.responses import ActionResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses, utils
 
-from local.kinesis_fixes import MAX_GET_RECORDS, STATE, ThroughputExceeded, read_after
+from local.kinesis_fixes import MAX_GET_RECORDS, NAMESPACE, STATE, ThroughputExceeded, read_after
 from local.limits import rate_exceeded_message
+from local.service_metrics import SERVICE_METRICS
 
 _FILTERS = (
     "AFTER_SHARD_ID",
@@ -75,12 +76,15 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
         key = (stream.arn, shard_id)
         if limits is not None and not limits.admit_read(key):
             STATE.count(account, stream.stream_name, shard_id, 3)
+            throttled = {"StreamName": stream.stream_name}
+            SERVICE_METRICS.add(NAMESPACE, "ReadProvisionedThroughputExceeded", throttled, 1)
             raise ThroughputExceeded(rate_exceeded_message(shard_id, stream.stream_name, account))
         records, total, more = read_after(shard, int(last), int(limit or MAX_GET_RECORDS))
         if limits is not None and total:
             limits.charge_read(key, total)
         position = records[-1].sequence_number if records else int(last)
         behind = 0 if not more else int((time.time() - records[-1].created_at) * 1000)
+        _get_metrics(stream.stream_name, records, total)
         answer: dict[str, Any] = {
             "Records": [_record(record) for record in records],
             "MillisBehindLatest": behind,
@@ -91,6 +95,18 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
         else:
             answer["NextShardIterator"] = utils.compose_shard_iterator(stream.stream_name, shard, position)
     return _json(answer)
+
+
+def _get_metrics(stream: str, records: list[models.Record], total: int) -> None:
+    """What Kinesis publishes for one GetRecords call: records, bytes, and the age of the last record."""
+    add, dims = SERVICE_METRICS.add, {"StreamName": stream}
+    age = (time.time() - records[-1].created_at) * 1000 if records else 0.0
+    add(NAMESPACE, "GetRecords.IteratorAgeMilliseconds", dims, max(0.0, age))
+    add(NAMESPACE, "GetRecords.Records", dims, len(records))
+    add(NAMESPACE, "GetRecords.Bytes", dims, total)
+    add(NAMESPACE, "GetRecords.Success", dims, 1)
+    add(NAMESPACE, "OutgoingRecords", dims, len(records))
+    add(NAMESPACE, "OutgoingBytes", dims, total)
 
 
 def _record(record: models.Record) -> dict[str, Any]:

@@ -139,6 +139,7 @@ class LocalApp:
     functions: tuple[Function, ...] = ()
     mappings: tuple[EventSourceMapping, ...] = ()
     apis: tuple[RestApi, ...] = ()
+    monitoring: tuple[Resource, ...] = ()  # the CloudWatch alarms and dashboards, resolved (local.cloudwatch)
     unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
 
     def function(self, name: str) -> Function:

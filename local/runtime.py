@@ -21,6 +21,7 @@ from typing import Any
 from local import model
 from local.apigw import ApiServer, HttpRequest, HttpResponse
 from local.chaos import ChaosProfile
+from local.cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
 from local.endpoint import Endpoint
 from local.esm import MappingRunner
 from local.provision import provision
@@ -58,6 +59,7 @@ class Runtime:
         self.functions: Functions | None = None
         self.api: ApiServer | None = None
         self.runners: list[MappingRunner] = []
+        self.monitor: Monitor | None = None
         self.started_in: float = 0.0
 
     @property
@@ -82,6 +84,8 @@ class Runtime:
             provision(self.app, self.endpoint_url)
             self._on_step("resources", _count_resources(self.app))
             settings.log_dir.mkdir(parents=True, exist_ok=True)
+            self.monitor = Monitor(self.app, endpoint_url=self.endpoint_url, log_dir=settings.log_dir)
+            publish = self.monitor.publish
             self.functions = Functions(
                 self.app.functions + settings.extra_functions,
                 endpoint_url=self.endpoint_url,
@@ -89,14 +93,15 @@ class Runtime:
                 max_workers=settings.max_workers,
                 chaos=settings.chaos.workers,
                 consumers={mapping.function_name for mapping in self.app.mappings},
+                publish=publish,
             )
             self.functions.start()
             self._on_step("functions", f"{len(self.app.functions)} warm, logs in {settings.log_dir}")
             if self.app.apis:
-                self.api = ApiServer(
-                    self.app.apis[0], self.functions, host="127.0.0.1", port=settings.api_port
-                )
+                api = self.app.apis[0]
+                self.api = ApiServer(api, self.functions, port=settings.api_port, publish=publish)
                 self.api.add_route(STATUS_ROUTE, self._status_route)
+                self.api.add_route(DASHBOARD_ROUTE, self.monitor.route)
                 self.api.start()
                 self._on_step("api", self.api_url)
             for mapping in self.app.mappings:
@@ -108,10 +113,13 @@ class Runtime:
                     endpoint_url=self.endpoint_url,
                     function_role_arn=function.role_arn,
                     retention_hours=stream.retention_hours,
+                    publish=publish,
                 )
                 runner.start()
                 self.runners.append(runner)
             self._on_step("mappings", f"{len(self.runners)} polling")
+            self.monitor.start()
+            self._on_step("dashboard", self.dashboard_summary())
         except BaseException:
             self.stop()
             raise
@@ -127,6 +135,9 @@ class Runtime:
         """
         for runner in self.runners:
             runner.stop(timeout=0)
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
         if self.functions is not None:
             self.functions.close()
             self.functions = None
@@ -139,6 +150,15 @@ class Runtime:
         if self.endpoint is not None:
             self.endpoint.stop()
             self.endpoint = None
+
+    def dashboard_summary(self) -> str:
+        """Where the dashboard is and what it evaluates, for the banner."""
+        assert self.monitor is not None
+        monitor = self.monitor
+        where = f"{self.api.url}{DASHBOARD_ROUTE}" if self.api else "(no API: not served)"
+        widgets = sum(len(board.widgets) for board in monitor.dashboards)
+        skipped = f", {len(monitor.not_evaluated)} not evaluated" if monitor.not_evaluated else ""
+        return f"{where} ({widgets} widgets, {len(monitor.alarms)} alarms evaluated{skipped})"
 
     def __enter__(self) -> Runtime:
         return self.start()

@@ -37,9 +37,7 @@ NOT_RUN = {
     "AWS::ApiGateway::Account": "the account's logging role: logs are files locally",
     "AWS::Logs::LogGroup": "function output goes to files under the run's log folder",
     "AWS::CDK::Metadata": "CDK's own bookkeeping",
-    "AWS::CloudWatch::Alarm": "not evaluated locally yet (alarms need the metrics of a later release)",
-    "AWS::CloudWatch::Dashboard": "not rendered locally yet (a later release serves it)",
-    "AWS::SNS::Topic": "alarm notifications: no alarm is evaluated locally yet",
+    "AWS::SNS::Topic": "alarm notifications: an alarm's state and history are on the dashboard instead",
 }
 # Read as part of the REST API or a function, not run on their own.
 PARTS = {
@@ -52,6 +50,7 @@ PARTS = {
     "AWS::Lambda::LayerVersion",
 }
 ENDPOINT_RESOURCES = ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::S3::Bucket")
+MONITORING_RESOURCES = ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard")  # local.cloudwatch
 NAME_PROPERTY = {
     "AWS::Kinesis::Stream": "Name",
     "AWS::DynamoDB::Table": "TableName",
@@ -133,6 +132,8 @@ class _Reader(ApiReader):
             return model.queue_url(self.endpoint_url, name)
         if kind in ("AWS::SNS::Topic", "AWS::Lambda::LayerVersion", "AWS::KMS::Key"):
             return self.get_att(logical_id, "Arn")
+        if kind == "AWS::ApiGateway::Stage":  # a stage's Ref is its name
+            return str(self.resolve(self.resources[logical_id].get("Properties", {}).get("StageName")))
         if kind.startswith("AWS::ApiGateway::"):
             return _short_id(self.stack, logical_id)
         return name
@@ -226,7 +227,7 @@ class _Reader(ApiReader):
 
     def app(self) -> model.LocalApp:
         known = {"AWS::Kinesis::Stream", "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping"}
-        known |= {"AWS::ApiGateway::RestApi", *ENDPOINT_RESOURCES, *PARTS}
+        known |= {"AWS::ApiGateway::RestApi", *ENDPOINT_RESOURCES, *MONITORING_RESOURCES, *PARTS}
         unsupported = tuple(
             (logical_id, resource["Type"])
             for logical_id, resource in self.resources.items()
@@ -247,6 +248,11 @@ class _Reader(ApiReader):
                 self.mapping(logical_id) for logical_id in self.of_type("AWS::Lambda::EventSourceMapping")
             ),
             apis=tuple(self.rest_api(logical_id) for logical_id in self.of_type("AWS::ApiGateway::RestApi")),
+            monitoring=tuple(
+                model.Resource(logical_id, kind, self.name(logical_id), self.properties(logical_id))
+                for kind in MONITORING_RESOURCES
+                for logical_id in self.of_type(kind)
+            ),
             unsupported=unsupported,
         )
 

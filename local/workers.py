@@ -41,6 +41,7 @@ from local._worker_process import (
     start_worker,
 )
 from local.chaos import WorkerFaults
+from local.cloudwatch.metrics import Publish, no_metrics
 from local.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
 
 INIT_TIMEOUT_SECONDS = 10.0  # Lambda's limit on the init phase (imports and module-level code)
@@ -142,6 +143,7 @@ class FunctionPool:
     def invoke(self, event: bytes) -> InvokeResult:
         with self._cond:
             if self.limit <= 0:
+                self._publish("Throttles", 1)
                 raise TooManyRequestsError(
                     f"Rate Exceeded. (reserved concurrency of {self.function.name} is 0)"
                 )
@@ -176,7 +178,13 @@ class FunctionPool:
             stats.invocations += 1
             stats.errors += result.function_error is not None
             stats.durations.append(result.duration_ms)
+        self._publish("Invocations", 1)
+        self._publish("Errors", int(result.function_error is not None))
+        self._publish("Duration", result.duration_ms)
         return result
+
+    def _publish(self, name: str, value: float) -> None:
+        self._owner.publish("AWS/Lambda", name, {"FunctionName": self.function.name}, value)
 
     def _replace(self, worker: Worker, outcome: Outcome) -> None:
         """A killed worker's slot is freed and a new worker started in the background."""
@@ -257,10 +265,13 @@ class Functions:
         init_timeout: float = INIT_TIMEOUT_SECONDS,
         chaos: WorkerFaults | None = None,
         consumers: Iterable[str] = (),
+        publish: Publish = no_metrics,
     ) -> None:
         """`chaos`: a profile's worker faults, for the functions it chooses (`consumers`: the names
-        its `@consumers` stands for, the event-source mappings' targets)."""
+        its `@consumers` stands for, the event-source mappings' targets). `publish`: Lambda's
+        Invocations, Errors, Throttles and Duration per function, as CloudWatch would have them."""
         self.endpoint_url = endpoint_url
+        self.publish = publish
         self.chaos = WorkerChaos(chaos, consumers) if chaos is not None and chaos.active else None
         self.log_dir = Path(log_dir)
         self.max_workers = max_workers

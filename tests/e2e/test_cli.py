@@ -99,9 +99,11 @@ def test_up_serves_status_and_send_then_ctrl_c_stops_every_process(cdk_out, tmp_
             f"http://127.0.0.1:{up.api_port}/v1",
             f"http://127.0.0.1:{up.endpoint_port}",
             "make send",
+            f"http://127.0.0.1:{up.api_port}/_dashboard",
+            "17 alarms evaluated",
         ):
             assert expected in banner
-        assert "AWS::CloudWatch::Alarm ×17" in banner  # listed, not silently dropped
+        assert "AWS::KMS::Key ×2" in banner  # what is not run is listed, not silently dropped
 
         sent = up.run("send", "--count", "500", "--json", "--timeout", "300")
         assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]

@@ -28,13 +28,24 @@ def app(cdk_out: Path) -> model.LocalApp:
 def test_every_resource_of_the_template_is_run_or_listed_with_a_reason(template, app):
     run = {s.logical_id for s in app.streams} | {r.logical_id for r in app.resources}
     run |= {f.logical_id for f in app.functions} | {m.logical_id for m in app.mappings}
-    run |= {a.logical_id for a in app.apis}
+    run |= {a.logical_id for a in app.apis} | {r.logical_id for r in app.monitoring}
     listed = {logical_id for logical_id, _ in app.unsupported}
     parts = {lid for lid, r in template["Resources"].items() if r["Type"] in PARTS}
     assert run | listed | parts == set(template["Resources"])
     assert not run & listed
     for _, kind in app.unsupported:
         assert kind in NOT_RUN, f"{kind} is listed without a reason"
+
+
+def test_alarms_and_the_dashboard_are_read_resolved(template, app):
+    kinds = {r.type for r in app.monitoring}
+    assert kinds == {"AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard"}
+    assert sum(r.type == "AWS::CloudWatch::Alarm" for r in app.monitoring) == 17
+    board = next(r for r in app.monitoring if r.type == "AWS::CloudWatch::Dashboard")
+    body = board.properties["DashboardBody"]
+    assert isinstance(body, str) and '"Ref"' not in body  # every Fn::Join part resolved
+    stage = app.apis[0].stage
+    assert f'"Stage","{stage}"' in body  # a stage's Ref is its name, as in CloudFormation
 
 
 def test_functions_run_the_template_code_with_its_settings(template, app, cdk_out):

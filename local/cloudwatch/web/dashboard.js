@@ -1,0 +1,145 @@
+// The local dashboard page: draws /_dashboard/api/board (the synthesized widgets with their series)
+// on CloudWatch's 24-column grid, with uPlot for charts and marked for text widgets, and polls it
+// every POLL_MS while "live" is checked. window.shardlineDashboard exposes what the browser test
+// reads: renders, the last server and render times, and each widget's non-empty point count.
+"use strict";
+
+const POLL_MS = 2000;
+const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"];
+const state = { charts: new Map(), renders: 0, lastServerMs: null, lastRenderMs: null, openAlarm: null };
+window.shardlineDashboard = state;
+
+const $ = (id) => document.getElementById(id);
+
+async function refresh() {
+  const query = new URLSearchParams({ range: $("range").value, period: $("period").value });
+  const fetched = performance.now();
+  const response = await fetch(`/_dashboard/api/board?${query}`, { cache: "no-store" });
+  const board = await response.json();
+  const began = performance.now();
+  state.lastFetchMs = began - fetched;
+  $("board-name").textContent = board.name;
+  drawAlarms(board.alarms, board.not_evaluated);
+  drawWidgets(board);
+  state.lastServerMs = board.server_ms;
+  state.lastRenderMs = performance.now() - began;
+  state.renders += 1;
+  $("timing").textContent =
+    `server ${board.server_ms} ms · page ${state.lastRenderMs.toFixed(1)} ms · period ${board.period}` +
+    (board.period === "widget" ? "" : " s");
+}
+
+function drawAlarms(alarms, notEvaluated) {
+  const strip = $("alarms");
+  strip.replaceChildren();
+  for (const alarm of alarms) {
+    const badge = document.createElement("button");
+    badge.className = "alarm";
+    badge.dataset.alarmState = alarm.state;
+    badge.dataset.alarmId = alarm.id;
+    badge.title = `${alarm.rule}\n${alarm.reason}`;
+    badge.textContent = `${alarm.state === "ALARM" ? "● " : ""}${alarm.name}: ${alarm.state}`;
+    badge.onclick = () => { state.openAlarm = state.openAlarm === alarm.id ? null : alarm.id; refresh(); };
+    strip.append(badge);
+    if (state.openAlarm === alarm.id) {
+      const detail = document.createElement("div");
+      detail.className = "alarm-detail";
+      const history = alarm.history.map((t) =>
+        `${new Date(t.at * 1000).toLocaleTimeString()}  ${t.old} → ${t.new}: ${t.reason}`).join("\n");
+      detail.textContent = `${alarm.metric}\n${alarm.rule}\nnow: ${alarm.reason}\n\nhistory:\n${history || "(none)"}` +
+        (alarm.description ? `\n\n${alarm.description}` : "");
+      strip.append(detail);
+    }
+  }
+  for (const reason of notEvaluated) {
+    const note = document.createElement("span");
+    note.className = "alarm";
+    note.textContent = `not evaluated: ${reason}`;
+    strip.append(note);
+  }
+}
+
+function widgetBox(widget) {
+  let box = document.querySelector(`[data-widget-index="${widget.index}"]`);
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "widget";
+    box.dataset.widgetIndex = widget.index;
+    box.style.gridColumn = `${widget.x + 1} / span ${widget.width}`;
+    box.style.gridRow = `${widget.y + 1} / span ${widget.height}`;
+    const title = document.createElement("h2");
+    const body = document.createElement("div");
+    body.className = "body";
+    box.append(title, body);
+    $("grid").append(box);
+  }
+  box.dataset.kind = widget.kind;
+  box.dataset.type = widget.type;
+  box.querySelector("h2").textContent = widget.title;
+  box.querySelector("h2").hidden = !widget.title;
+  return box;
+}
+
+function drawWidgets(board) {
+  for (const widget of board.widgets) {
+    const box = widgetBox(widget);
+    const body = box.querySelector(".body");
+    if (widget.kind === "chart") drawChart(widget, body, box);
+    else if (widget.kind === "text") body.innerHTML = marked.parse(widget.markdown);
+    else if (widget.kind === "log") drawLog(widget.rows, body, box);
+    else body.textContent = `Not drawn locally: ${widget.reason}`;
+  }
+}
+
+function drawChart(widget, body, box) {
+  const visible = widget.series.filter((s) => s.visible !== false);
+  const times = visible.length ? visible[0].points.map((p) => p[0]) : [];
+  const data = [times, ...visible.map((s) => s.points.map((p) => p[1]))];
+  const points = data.slice(1).reduce((n, ys) => n + ys.filter((y) => y !== null).length, 0);
+  box.dataset.points = points;
+  const key = `${widget.index}:${visible.map((s) => s.label).join("|")}`;
+  let chart = state.charts.get(widget.index);
+  if (chart && chart.key !== key) { chart.plot.destroy(); chart = null; }
+  const width = Math.max(body.clientWidth - 4, 100);
+  const height = Math.max(body.clientHeight - 34, 60);
+  if (!chart) {
+    body.replaceChildren();
+    const series = [{}, ...visible.map((s, i) => ({
+      label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
+    }))];
+    const plot = new uPlot({ width, height, series, scales: { x: { time: true } }, legend: { live: false } }, data, body);
+    chart = { plot, key };
+    state.charts.set(widget.index, chart);
+  } else {
+    chart.plot.setData(data);
+    if (chart.plot.width !== width || chart.plot.height !== height) chart.plot.setSize({ width, height });
+  }
+}
+
+function drawLog(rows, body, box) {
+  box.dataset.rows = rows.length;
+  if (!rows.length) { body.innerHTML = '<p class="empty">No log events match the query in this range.</p>'; return; }
+  const columns = Object.keys(rows[0]);
+  const table = document.createElement("table");
+  const head = table.createTHead().insertRow();
+  for (const column of columns) head.append(Object.assign(document.createElement("th"), { textContent: column }));
+  const tbody = table.createTBody();
+  for (const row of rows) {
+    const tr = tbody.insertRow();
+    for (const column of columns) tr.insertCell().textContent = row[column] ?? "";
+  }
+  body.replaceChildren(table);
+}
+
+async function loop() {
+  try { await refresh(); } catch (error) { $("timing").textContent = `cannot reach the runtime: ${error}`; }
+  setTimeout(() => { if ($("live").checked) loop(); else waitForLive(); }, POLL_MS);
+}
+
+function waitForLive() {
+  $("live").addEventListener("change", () => loop(), { once: true });
+}
+
+$("range").addEventListener("change", refresh);
+$("period").addEventListener("change", refresh);
+loop();

@@ -45,6 +45,7 @@ ASSETS = {
     "marked.umd.js": NODE_MODULES / "marked" / "lib" / "marked.umd.js",
     "dashboard.js": WEB / "dashboard.js",
     "dashboard.css": WEB / "dashboard.css",
+    "favicon.svg": WEB / "favicon.svg",
 }
 
 

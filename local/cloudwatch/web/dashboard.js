@@ -21,6 +21,7 @@ async function refresh() {
   $("board-name").textContent = board.name;
   drawAlarms(board.alarms, board.not_evaluated);
   drawWidgets(board);
+  await new Promise((resolve) => requestAnimationFrame(() => resolve()));  // until drawn
   state.lastServerMs = board.server_ms;
   state.lastRenderMs = performance.now() - began;
   state.renders += 1;
@@ -101,7 +102,8 @@ function drawChart(widget, body, box) {
   let chart = state.charts.get(widget.index);
   if (chart && chart.key !== key) { chart.plot.destroy(); chart = null; }
   const width = Math.max(body.clientWidth - 4, 100);
-  const height = Math.max(body.clientHeight - 34, 60);
+  const legendRows = Math.ceil(visible.length / Math.max(1, Math.floor(width / 260)));
+  const height = Math.max(body.clientHeight - 22 - 18 * legendRows, 60);
   if (!chart) {
     body.replaceChildren();
     const series = [{}, ...visible.map((s, i) => ({
@@ -140,6 +142,11 @@ function waitForLive() {
   $("live").addEventListener("change", () => loop(), { once: true });
 }
 
+// ?range=3600&period=1 preselects the pickers (a shared link, the browser test).
+for (const [name, value] of new URLSearchParams(location.search)) {
+  const select = $(name);
+  if (select && [...select.options].some((o) => o.value === value)) select.value = value;
+}
 $("range").addEventListener("change", refresh);
 $("period").addEventListener("change", refresh);
 loop();

@@ -1,0 +1,61 @@
+// Opens the local dashboard in headless Chromium (Debian's, driven by playwright-core) and reports
+// what a person would see, as JSON on stdout:
+//   node dashboard.mjs <url> <screenshot.png> <until> <timeout s>
+// <until>: "traffic" (every chart of `--charts` non-empty), "alarm" (an alarm in ALARM), "render"
+// (five renders). The report: each widget (kind, title, points, rows), the alarms' states, the
+// renders' page and server times, and the browser's console errors.
+import { chromium } from "playwright-core";
+
+const [url, screenshot, until, timeoutS, charts = ""] = process.argv.slice(2);
+const wanted = charts ? charts.split("|") : [];
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+const errors = [];
+const report = { url, until, met: false };
+try {
+  const page = await browser.newPage({ viewport: { width: 1600, height: 1400 } });
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("request", (r) => { if (!r.url().startsWith("http://127.0.0.1")) errors.push(`left loopback: ${r.url()}`); });
+  const opened = Date.now();
+  await page.goto(url, { waitUntil: "load" });
+  await page.waitForFunction(() => (window.shardlineDashboard || {}).renders >= 1, null, { timeout: 30_000 });
+  report.first_render_s = (Date.now() - opened) / 1000;
+  const deadline = Date.now() + Number(timeoutS) * 1000;
+  const renders = [];
+  let seen = 0;
+  while (Date.now() < deadline) {
+    const state = await page.evaluate(() => {
+      const s = window.shardlineDashboard;
+      const widgets = [...document.querySelectorAll(".widget")].map((w) => ({
+        index: Number(w.dataset.widgetIndex), kind: w.dataset.kind, type: w.dataset.type,
+        title: w.querySelector("h2").textContent, points: Number(w.dataset.points || 0),
+        rows: Number(w.dataset.rows || 0), canvas: !!w.querySelector("canvas"),
+        text: w.querySelector(".body").textContent.slice(0, 200),
+      }));
+      const alarms = [...document.querySelectorAll("[data-alarm-id]")].map((a) => ({
+        id: a.dataset.alarmId, state: a.dataset.alarmState, text: a.textContent }));
+      return { renders: s.renders, page_ms: s.lastRenderMs, server_ms: s.lastServerMs, fetch_ms: s.lastFetchMs, widgets, alarms };
+    });
+    if (state.renders > seen) {
+      seen = state.renders;
+      renders.push({ page_ms: state.page_ms, server_ms: state.server_ms, fetch_ms: state.fetch_ms });
+    }
+    Object.assign(report, { widgets: state.widgets, alarms: state.alarms });
+    const byTitle = new Map(state.widgets.map((w) => [w.title, w]));
+    if (until === "traffic") report.met = wanted.every((t) => (byTitle.get(t) || {}).points > 0);
+    else if (until === "alarm") report.met = state.alarms.some((a) => a.state === "ALARM");
+    else report.met = renders.length >= 5;
+    if (report.met) break;
+    await page.waitForTimeout(500);
+  }
+  report.renders = renders;
+  await page.screenshot({ path: screenshot, fullPage: true });
+  report.screenshot = screenshot;
+} finally {
+  report.errors = errors;
+  await browser.close();
+  console.log(JSON.stringify(report));
+}

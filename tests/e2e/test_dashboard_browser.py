@@ -1,0 +1,190 @@
+"""The dashboard in a real browser: headless Chromium (Debian's package, driven by playwright-core)
+opens /_dashboard while `send` runs, under chaos, and with an hour of one-second data.
+
+Screenshots go to build/test-output/; each test prints the browser's report (widgets, alarms, the
+page's render times and the server's answer times).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.server
+import json
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local._apigw_steps import HttpRequest
+from local.chaos import load_profile
+from local.cloudwatch.metrics import MetricId
+from local.cloudwatch.monitor import Monitor
+from local.runtime import Runtime
+from local.send import send
+from local.template import load
+from tests.e2e.conftest import start_runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("browser") / "dashboard.mjs"
+OUTPUT = ROOT / "build" / "test-output"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TRAFFIC_AND_CONSUMERS = (
+    "Traffic in: API requests",
+    "Traffic in: Kinesis records",
+    "Producer: user records per Kinesis record",
+    "Stream health: iterator age",
+    "event-sink: processed, duplicates skipped, DLQ",
+    "event-sink: lag",
+    "key-counter: processed, duplicates skipped, DLQ",
+    "key-counter: lag",
+)
+
+
+def browse(url: str, name: str, until: str, timeout_s: float, charts: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the browser script; its report (see dashboard.mjs)."""
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: `make setup` installs it"
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    screenshot = OUTPUT / f"{name}.png"
+    command = ["node", str(SCRIPT), url, str(screenshot), until, str(timeout_s), "|".join(charts)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps({k: v for k, v in report.items() if k != "widgets"}, indent=1)[:4000])
+    assert not report["errors"], report["errors"]  # no script error, nothing fetched off loopback
+    assert screenshot.stat().st_size > 10_000
+    return report
+
+
+def _send_in_background(runtime: Runtime, stop: threading.Event | None = None, **shape: Any) -> threading.Thread:  # noqa: E501
+    """`send` in a thread: once, or (with `stop`) again and again until `stop` is set."""
+
+    def run() -> None:
+        while True:
+            send(f"{runtime.api_url}/streams", "events", progress=False, **shape)
+            if stop is None or stop.is_set():
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_dashboard_draws_every_widget_with_live_traffic_during_a_send(runtime: Runtime) -> None:
+    sender = _send_in_background(runtime, count=6_000, rate=300, keys=200)
+    url = f"{runtime.api.url}/_dashboard?range=300&period=auto"
+    report = browse(url, "dashboard-traffic", "traffic", 120, TRAFFIC_AND_CONSUMERS)
+    sender.join(timeout=120)
+    assert report["met"], [(w["title"], w["points"]) for w in report["widgets"]]
+    widgets = report["widgets"]
+    assert len(widgets) == len(runtime.monitor.dashboards[0].widgets) == 15  # every widget, found
+    assert {w["kind"] for w in widgets} == {"text", "chart", "log"}
+    assert all(w["canvas"] for w in widgets if w["kind"] == "chart")  # drawn as charts, not tables
+    assert next(w for w in widgets if w["kind"] == "text")["text"].strip() == "shardline"  # markdown drawn
+    assert len(report["alarms"]) == 17
+
+
+def test_a_chaos_run_trips_an_alarm_that_the_page_shows(cdk_out: Path, tmp_path: Path) -> None:
+    # Heavy chaos kills consumer invocations (Lambda Errors) and poison records fill a DLQ: the
+    # alarms on both need 2 breaching periods of 5 minutes (2 of 3), so ALARM comes at the first
+    # period boundary after the faults start, as in CloudWatch: within about 5 minutes.
+    heavy = load_profile("heavy")
+    profile = dataclasses.replace(heavy, seed=13, workers=dataclasses.replace(heavy.workers, kill_every=8))
+    runtime = start_runtime(cdk_out, tmp_path, chaos=profile)
+    stop = threading.Event()
+    try:
+        sender = _send_in_background(runtime, stop, count=1_500, rate=150, keys=100, poison_rate=0.002)
+        report = browse(f"{runtime.api.url}/_dashboard?range=900", "dashboard-chaos-alarm", "alarm", 420)
+        stop.set()
+        sender.join(timeout=60)
+    finally:
+        runtime.stop()
+    assert report["met"], report["alarms"]
+    tripped = [a for a in report["alarms"] if a["state"] == "ALARM"]
+    print("in ALARM:", [a["text"] for a in tripped])
+    expected = ("Errors", "DeadLetters", "RecordsFailed")
+    assert any(word in a["id"] for a in tripped for word in expected), tripped
+
+
+class _MonitorServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@contextlib.contextmanager
+def _serve(monitor: Monitor) -> Iterator[str]:
+    """The monitor's routes on a free port, without a runtime (nothing else in the process)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            response = monitor.route(HttpRequest("GET", path, query, (), b"", "127.0.0.1"))
+            self.send_response(response.status)
+            for name, value in response.headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            self.wfile.write(response.body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = _MonitorServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def _an_hour_of_every_metric(monitor: Monitor, now: float) -> int:
+    """One value a second for an hour for every metric the dashboard and the alarms read (three
+    values a second for latencies and durations, which have percentiles): the series count."""
+    metrics = {alarm.metric for alarm in monitor.alarms}
+    for widget in monitor.dashboards[0].widgets:
+        for row in widget.get("properties", {}).get("metrics", []):
+            fields = [v for v in row if not isinstance(v, dict)]
+            if len(fields) >= 2:
+                namespace, name, *pairs = fields
+                metrics.add(MetricId.of(namespace, name, dict(zip(pairs[::2], pairs[1::2], strict=False))))
+    for metric in metrics:
+        per_second = 3 if metric.name in ("Latency", "Duration") else 1
+        for second in range(int(now) - 3600, int(now)):
+            monitor.store.put_id(metric, [float(second % 97 + i) for i in range(per_second)], second)
+    return len(metrics)
+
+
+def test_an_hour_of_one_second_data_for_every_metric_stays_responsive(cdk_out: Path, tmp_path: Path) -> None:
+    app = load(cdk_out, endpoint_url="http://127.0.0.1:9")
+    monitor = Monitor(app, endpoint_url="http://127.0.0.1:9", log_dir=tmp_path)
+    now = time.time()
+    series = _an_hour_of_every_metric(monitor, now)
+    began = time.perf_counter()
+    monitor.evaluate()
+    evaluate_ms = (time.perf_counter() - began) * 1000
+    views = (("range=3600&period=1", "dashboard-hour-1s"), ("range=3600&period=auto", "dashboard-hour-auto"))
+    for query, name in views:
+        with _serve(monitor) as base:
+            report = browse(f"{base}/_dashboard?{query}", name, "render", 90)
+        renders = report["renders"][1:] or report["renders"]  # the first render also builds the charts
+        page = statistics.median(r["page_ms"] for r in renders)
+        server = statistics.median(r["server_ms"] for r in renders)
+        fetch = statistics.median(r["fetch_ms"] for r in renders)
+        points = sum(w["points"] for w in report["widgets"])
+        print(
+            f"{name}: {series} series, {points:,} points drawn; server {server:.0f} ms, "
+            f"fetch {fetch:.0f} ms, page render {page:.0f} ms (medians of {len(renders)}); first render "
+            f"{report['first_render_s']:.2f} s after load; alarms evaluated in {evaluate_ms:.0f} ms"
+        )
+        assert report["met"] and points > 0
+        # Responsive: a refresh (every 2 s) is answered and drawn well inside its interval.
+        assert server + page < 2000, (server, page)
+
+

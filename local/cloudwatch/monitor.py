@@ -50,8 +50,8 @@ ASSETS = {
 
 
 def auto_period(range_s: int) -> int:
-    """The page's "auto" period: the finest of 1, 5, 10, 30, 60, 300 s that draws at most 360 points."""
-    return next((p for p in (1, 5, 10, 30, 60) if range_s / p <= 360), 300)
+    """The page's "auto" period: the finest of 1, 5, 10, 30, 60, 300 s that draws at most 120 points."""
+    return next((p for p in (1, 5, 10, 30, 60) if range_s / p <= 120), 300)
 
 
 class Monitor:

@@ -107,7 +107,7 @@ function drawChart(widget, body, box) {
   if (!chart) {
     body.replaceChildren();
     const series = [{}, ...visible.map((s, i) => ({
-      label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
+      label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, spanGaps: true,  // as CloudWatch joins the datapoints it has
     }))];
     const plot = new uPlot({ width, height, series, scales: { x: { time: true } }, legend: { live: false } }, data, body);
     chart = { plot, key };

@@ -1,13 +1,14 @@
 // Opens the local dashboard in headless Chromium (Debian's, driven by playwright-core) and reports
 // what a person would see, as JSON on stdout:
-//   node dashboard.mjs <url> <screenshot.png> <until> <timeout s>
-// <until>: "traffic" (every chart of `--charts` non-empty), "alarm" (an alarm in ALARM), "render"
+//   node dashboard.mjs <url> <screenshot.png> <until> <timeout s> [chart title|chart title...]
+// <until>: "traffic" (every chart named has MIN_POINTS datapoints or more), "alarm" (an alarm in ALARM), "render"
 // (five renders). The report: each widget (kind, title, points, rows), the alarms' states, the
 // renders' page and server times, and the browser's console errors.
 import { chromium } from "playwright-core";
 
 const [url, screenshot, until, timeoutS, charts = ""] = process.argv.slice(2);
 const wanted = charts ? charts.split("|") : [];
+const MIN_POINTS = 3;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
@@ -45,7 +46,7 @@ try {
     }
     Object.assign(report, { widgets: state.widgets, alarms: state.alarms });
     const byTitle = new Map(state.widgets.map((w) => [w.title, w]));
-    if (until === "traffic") report.met = wanted.every((t) => (byTitle.get(t) || {}).points > 0);
+    if (until === "traffic") report.met = wanted.every((t) => (byTitle.get(t) || {}).points >= MIN_POINTS);
     else if (until === "alarm") report.met = state.alarms.some((a) => a.state === "ALARM");
     else report.met = renders.length >= 5;
     if (report.met) break;

@@ -8,11 +8,12 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint bench soak local dashboard status send synth deploy clean
+.PHONY: help setup browser test lint bench soak local dashboard status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
 	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
+	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
 	@echo "make lint    ruff and mypy only"
 	@echo "make bench   run the benchmarks (python -m bench)"
 	@echo "make soak    1,000,000 records under the heavy chaos profile: verdict and memory (SOAK_ARGS=...)"
@@ -35,7 +36,13 @@ node_modules/.stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-test: setup
+# Debian's Chromium for the dashboard's browser tests (driven by playwright-core from npm).
+browser:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
+
+test: setup browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)

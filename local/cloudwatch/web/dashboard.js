@@ -109,7 +109,9 @@ function drawChart(widget, body, box) {
     const series = [{}, ...visible.map((s, i) => ({
       label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, spanGaps: true,  // as CloudWatch joins the datapoints it has
     }))];
-    const plot = new uPlot({ width, height, series, scales: { x: { time: true } }, legend: { live: false } }, data, body);
+    const axes = [{}, { size: 64 }];  // room for "100,000"
+    const options = { width, height, series, axes, scales: { x: { time: true } }, legend: { live: false } };
+    const plot = new uPlot(options, data, body);
     chart = { plot, key };
     state.charts.set(widget.index, chart);
   } else {

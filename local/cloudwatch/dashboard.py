@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,9 @@ __all__ = ["Dashboard", "ExpressionError"]
 
 DEFAULT_STAT, DEFAULT_PERIOD = "Average", 300
 CHART_VIEWS = ("timeSeries", "singleValue", "bar")
-_AGGREGATES = {"SUM": math.fsum, "AVG": lambda v: math.fsum(v) / len(v), "MIN": min, "MAX": max}
+_AGGREGATES: dict[str, Callable[[list[float]], float]] = {
+    "SUM": math.fsum, "AVG": lambda v: math.fsum(v) / len(v), "MIN": min, "MAX": max,
+}  # fmt: skip
 
 
 class ExpressionError(ValueError):
@@ -110,7 +112,9 @@ def _series(
     widget_stat = properties.get("stat", DEFAULT_STAT)
     widget_period = int(properties.get("period", DEFAULT_PERIOD))
     by_id: dict[str, list[float | None]] = {}
-    lines, expressions, times = [], [], []
+    lines: list[dict[str, Any]] = []
+    expressions: list[dict[str, Any]] = []
+    times: list[int] = []
     previous: list[Any] = []
     for number, row in enumerate(properties.get("metrics", [])):
         options = row[-1] if row and isinstance(row[-1], dict) else {}
@@ -129,8 +133,8 @@ def _series(
         by_id[options.get("id", f"m{number + 1}")] = [v for _, v in points]
         lines.append(_line(options, options.get("label") or f"{name} ({stat})", points))
     for options in expressions:
-        points = zip(times, _evaluate(options["expression"], by_id), strict=False)
-        lines.append(_line(options, options.get("label") or options["expression"], points))
+        computed = zip(times, _evaluate(options["expression"], by_id), strict=False)
+        lines.append(_line(options, options.get("label") or options["expression"], computed))
     return lines
 
 
@@ -176,6 +180,10 @@ def _point(node: ast.AST, series: dict[str, list[float | None]], i: int, text: s
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _AGGREGATES
         and len(node.args) == 1 and isinstance(node.args[0], ast.List)
     ):  # fmt: skip
-        values = [v for v in (_point(item, series, i, text) for item in node.args[0].elts) if v is not None]
-        return float(_AGGREGATES[node.func.id](values)) if values else None
+        present: list[float] = []
+        for item in node.args[0].elts:
+            value = _point(item, series, i, text)
+            if value is not None:
+                present.append(value)
+        return float(_AGGREGATES[node.func.id](present)) if present else None
     raise ExpressionError(f"expression {text!r}: {ast.unparse(node)!r} is not evaluated locally")

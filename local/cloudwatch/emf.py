@@ -39,7 +39,7 @@ def extract(record: Mapping[str, Any]) -> list[tuple[MetricId, list[float], floa
     if not isinstance(meta, Mapping):
         raise EmfError("_aws: expected an object")
     timestamp = meta.get("Timestamp")
-    if not _is_number(timestamp):
+    if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
         raise EmfError("_aws.Timestamp: expected epoch milliseconds (a number)")
     directives = meta.get("CloudWatchMetrics")
     if not isinstance(directives, list):
@@ -67,11 +67,11 @@ def extract(record: Mapping[str, Any]) -> list[tuple[MetricId, list[float], floa
 def _dimension_sets(record: Mapping[str, Any], sets: Any, where: str) -> list[dict[str, str]]:
     if not isinstance(sets, list):
         raise EmfError(f"{where}.Dimensions: expected an array of dimension sets")
-    out = []
+    out: list[dict[str, str]] = []
     for i, keys in enumerate(sets):
         if not isinstance(keys, list) or len(keys) > MAX_DIMENSIONS:
             raise EmfError(f"{where}.Dimensions[{i}]: expected an array of at most {MAX_DIMENSIONS} names")
-        dimensions = {}
+        dimensions: dict[str, str] = {}
         for key in keys:
             value = record.get(key) if isinstance(key, str) else None
             if not isinstance(value, str):

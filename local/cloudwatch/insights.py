@@ -92,7 +92,9 @@ def parse(text: str) -> Query:
 
 def _split(text: str) -> list[str]:
     """The commands of `text`, split on `|` outside quotes and regexes."""
-    parts, current, quote = [], [], ""
+    parts: list[str] = []
+    current: list[str] = []
+    quote = ""
     for char in text:
         if quote:
             quote = "" if char == quote else quote

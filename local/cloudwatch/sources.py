@@ -112,7 +112,7 @@ class Collector:
         for log_file in self._files:
             for line in log_file.new_lines():
                 fields = _json_object(line)
-                if is_emf(fields):
+                if fields is not None and is_emf(fields):
                     try:
                         for metric, values, timestamp in extract(fields):
                             self.store.put_id(metric, values, timestamp)

@@ -74,6 +74,11 @@ class Endpoint:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The endpoint process's id while it runs (its memory is what the soak watches)."""
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> Endpoint:
         began = time.monotonic()
         command = [sys.executable, "-m", "local.endpoint", "--host", self.host, "--port", str(self.port),
@@ -218,6 +223,28 @@ class ShardlineRoutes:
         return _json(start_response, {"error": f"no route {method} {path}"}, status="404 Not Found")
 
 
+def _stop_tracking_model_instances() -> None:
+    """moto keeps every model object it ever creates in a class-wide list (`instances_tracked`, for
+    its reset API, which the endpoint never calls). Each DynamoDB update deep-copies its item, so
+    the list grew by ~1.3 KB per update for good: 2 GB over a million counted records in the soak.
+    The endpoint creates its model objects untracked."""
+    from moto.core.common_models import BaseModel
+
+    def untracked(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return object.__new__(cls)
+
+    BaseModel.__new__ = untracked  # type: ignore[method-assign, assignment]
+    for model_class in _subclasses(BaseModel):
+        tracked = getattr(model_class, "instances_tracked", None)
+        if isinstance(tracked, list):
+            tracked.clear()
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = cls.__subclasses__()
+    return found + [sub for child in found for sub in _subclasses(child)]
+
+
 def kinesis_counters() -> dict[str, Any]:
     """The `/_shardline/kinesis` answer: per stream, per shard, state and counts (no record is touched)."""
     from moto.kinesis.models import kinesis_backends
@@ -286,6 +313,7 @@ def serve(
     # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
     moto_modules = tuple(moto_backends.list_of_moto_modules())
     moto_backends.list_of_moto_modules = lambda: moto_modules
+    _stop_tracking_model_instances()
 
     class QuietHandler(MotoRequestHandler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:

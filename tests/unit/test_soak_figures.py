@@ -30,11 +30,12 @@ def test_a_process_that_keeps_growing_is_not_flat() -> None:
     assert (verdict["worker a"]["warm_mib"], verdict["worker a"]["final_mib"]) == (100.0, 200.0)
 
 
-def test_the_endpoint_is_reported_as_bytes_per_record_held() -> None:
-    # 100 MiB more across 4,000 more records held (second quarter's median 2,500, last 6,500).
-    verdict = memory_verdict(_samples([60] * 8, endpoint_mib=[0, 0, 100, 100, 150, 150, 200, 200]))
-    assert "flat" not in verdict["endpoint"]
-    assert verdict["endpoint"]["bytes_per_record_held"] == round(100 * MiB / 4000)
+def test_the_endpoint_is_reported_as_its_growth_per_accepted_record() -> None:
+    # From the first sample (50 MiB) to the last quarter's median (250 MiB), over 100,000 records.
+    verdict = memory_verdict(_samples([60] * 8, endpoint_mib=[50, 60, 100, 100, 150, 150, 250, 250]), 100_000)
+    assert "flat" not in verdict["endpoint"]  # it holds the data: growth is expected, and shown
+    assert verdict["endpoint"]["grown_mib"] == 200.0
+    assert verdict["endpoint"]["bytes_per_accepted_record"] == round(200 * MiB / 100_000)
 
 
 def test_lag_is_the_iterator_age_and_the_backlog_of_records_not_processed() -> None:

@@ -30,7 +30,9 @@ def python_function(
     timeout_seconds: int,
     pipeline: PipelineConfig,
 ) -> lambda_.Function:
-    """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group."""
+    """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group, written in
+    Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
+    (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
@@ -49,6 +51,7 @@ def python_function(
         timeout=Duration.seconds(timeout_seconds),
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
+        logging_format=lambda_.LoggingFormat.JSON,
         environment={"POWERTOOLS_METRICS_NAMESPACE": pipeline.metrics_namespace, **environment},
     )
 

@@ -101,7 +101,14 @@ def user_trace(tb):
 
 
 def log_error(error):
-    """The runtime's text-format error log: `[ERROR] Type: message`, then the traceback."""
+    """The runtime's error log: in the text format `[ERROR] Type: message`, then the traceback;
+    in the JSON format one object with level ERROR and the error's type, message and stack."""
+    if os.environ.get("AWS_LAMBDA_LOG_FORMAT") == "JSON":
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        entry = {"timestamp": stamp, "level": "ERROR", "message": error["errorMessage"], **error}
+        sys.stdout.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        return
     lines = [f"[ERROR] {error['errorType']}: {error['errorMessage']}"]
     if error["stackTrace"]:
         lines.append("Traceback (most recent call last):")
@@ -265,17 +272,41 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+class _JsonFormatter(logging.Formatter):
+    """The runtime's JSON log format (LoggingConfig.LogFormat JSON, AWS_LAMBDA_LOG_FORMAT=JSON):
+    one object per record, with the exception's type, message and stack when there is one."""
+
+    def format(self, record):
+        entry = {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "message": record.getMessage(),
+            "logger": record.name,
+            "requestId": record.aws_request_id,
+        }
+        if record.exc_info and record.exc_info[0] is not None:
+            entry["errorType"] = record.exc_info[0].__name__
+            entry["errorMessage"] = str(record.exc_info[1])
+            entry["stackTrace"] = traceback.format_tb(record.exc_info[2])
+        return json.dumps(entry, default=str) + "\n"
+
+
 def setup_logging():
-    """The root logger handler of the runtime's text log format."""
+    """The root logger handler of the runtime's log format: text, or JSON when the function's
+    LoggingConfig says so (Lambda then tells the function with AWS_LAMBDA_LOG_FORMAT)."""
     logging.Formatter.converter = time.gmtime
     handler = logging.StreamHandler(sys.stdout)
     handler.terminator = ""
-    handler.setFormatter(
-        logging.Formatter(
-            "[%(levelname)s]\t%(asctime)s.%(msecs)03dZ\t%(aws_request_id)s\t%(message)s\n",
-            "%Y-%m-%dT%H:%M:%S",
+    if os.environ.get("AWS_LAMBDA_LOG_FORMAT") == "JSON":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter(
+                "[%(levelname)s]\t%(asctime)s.%(msecs)03dZ\t%(aws_request_id)s\t%(message)s\n",
+                "%Y-%m-%dT%H:%M:%S",
+            )
         )
-    )
     handler.addFilter(_RequestIdFilter())
     logging.getLogger().addHandler(handler)
 

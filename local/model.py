@@ -74,6 +74,7 @@ class Function:
     role_arn: str = f"arn:aws:iam::{ACCOUNT}:role/local"
     reserved_concurrency: int | None = None
     log_group: str = ""
+    log_format: str = "Text"  # LoggingConfig.LogFormat: "Text" or "JSON" (Lambda's advanced logging)
 
     @property
     def arn(self) -> str:

@@ -324,6 +324,7 @@ class _Reader(ApiReader):
             role_arn=properties.get("Role", model.Function.role_arn),
             reserved_concurrency=properties.get("ReservedConcurrentExecutions"),
             log_group=log_group,
+            log_format=properties.get("LoggingConfig", {}).get("LogFormat", "Text"),
         )
 
     def mapping(self, logical_id: str) -> model.EventSourceMapping:

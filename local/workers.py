@@ -295,6 +295,7 @@ class Functions:
             "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
             "AWS_LAMBDA_LOG_GROUP_NAME": function.log_group or f"/aws/lambda/{function.name}",
             "AWS_LAMBDA_LOG_STREAM_NAME": log_stream,
+            **({"AWS_LAMBDA_LOG_FORMAT": "JSON"} if function.log_format == "JSON" else {}),
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
             "LAMBDA_TASK_ROOT": str(function.code_dir.resolve()),

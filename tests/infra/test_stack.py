@@ -57,6 +57,7 @@ def test_functions_are_arm64_python312_traced_with_both_layers_and_explicit_logs
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert len(props["Layers"]) == 2
         assert "LogGroup" in props["LoggingConfig"]
+        assert props["LoggingConfig"]["LogFormat"] == "JSON"  # every line has a level for "Recent errors"
     parameters = template.to_json()["Parameters"]
     powertools = {
         json.dumps(layer)

@@ -54,6 +54,28 @@ def test_logs_have_start_end_report_and_emf_lines_verbatim(make_functions):
     assert emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "local-tests"
 
 
+def test_the_json_log_format_gives_every_line_a_level_and_the_request_id(make_functions):
+    # LoggingConfig.LogFormat JSON: Lambda's runtime writes the root logger's records, and an
+    # unhandled error, as JSON objects (what a Logs Insights `filter level = 'ERROR'` finds).
+    functions = make_functions(
+        function("printer", log_format="JSON"), function("failing", "app.raises", log_format="JSON")
+    )
+    printed = functions.invoke("test-printer", {"lines": 1})
+    failed = functions.invoke("test-failing", {"order": 7})
+
+    objects = [json.loads(line) for line in functions.log_path("test-printer").read_text().splitlines()
+               if line.startswith("{") and '"_aws"' not in line]  # fmt: skip
+    warning = next(entry for entry in objects if entry.get("message") == "a warning through the root logger")
+    assert warning["level"] == "WARNING" and warning["requestId"] == printed.request_id
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", warning["timestamp"])
+    assert failed.function_error == "Unhandled"
+    errors = [json.loads(line) for line in functions.log_path("test-failing").read_text().splitlines()
+              if line.startswith("{")]  # fmt: skip
+    (error,) = [entry for entry in errors if entry.get("level") == "ERROR"]
+    assert error["errorType"] == "OrderRejected" and error["message"] == "order 7 rejected"
+    assert error["requestId"] == failed.request_id and any("reject" in frame for frame in error["stackTrace"])
+
+
 def test_lines_of_concurrent_workers_never_mix_in_the_log(make_functions):
     functions = make_functions(function("printer", "app.long_lines"), max_workers=2)
     in_parallel([lambda: functions.invoke("test-printer", {"count": 0, "at": 0})] * 2)  # two warm workers

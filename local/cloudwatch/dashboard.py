@@ -127,7 +127,7 @@ def _series(
         namespace, name, *pairs = fields
         metric = MetricId.of(namespace, name, dict(zip(pairs[::2], pairs[1::2], strict=False)))
         stat = check_statistic(options.get("stat", widget_stat))
-        step = period or int(options.get("period", widget_period))
+        step = max(1, period or int(options.get("period", widget_period)))
         points = store.query(metric, stat, start=now - range_s, end=now, period=step)
         times = times or [t for t, _ in points]
         by_id[options.get("id", f"m{number + 1}")] = [v for _, v in points]

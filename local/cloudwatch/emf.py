@@ -13,6 +13,7 @@ CloudWatch does not extract a malformed line (it stays a plain log event): `extr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,4 +91,5 @@ def _values(value: Any, name: str) -> list[float]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite number: CloudWatch refuses NaN and infinities (which JSON lines can carry)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

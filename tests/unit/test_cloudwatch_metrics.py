@@ -83,6 +83,7 @@ POWERTOOLS_LINE = {
     "UserRecordsPut": 500,
     "Latency": [12.5, 30.0],
     "function_request_id": "not a dimension, not a metric",
+    "NotANumber": float("nan"),  # json.loads("NaN") gives one; CloudWatch refuses it
 }
 
 
@@ -115,6 +116,7 @@ def test_an_empty_dimension_set_is_the_metric_without_dimensions() -> None:
         ({"Dimensions": [["missing"]]}, "'missing' is not a string"),
         ({"Metrics": [{"Name": "function_request_id"}]}, "metric 'function_request_id'"),
         ({"Metrics": [{"Unit": "Count"}]}, "Metrics[0].Name"),
+        ({"Metrics": [{"Name": "NotANumber"}]}, "metric 'NotANumber'"),
     ],
 )
 def test_a_malformed_emf_line_is_not_extracted_and_the_error_says_where(change: dict, message: str) -> None:

@@ -1,6 +1,7 @@
 """The soak: a long run under a chaos profile, its end-to-end verdict, and every process's memory over time.
 
-    python -m bench.soak [--count 1000000] [--chaos heavy] [--rate 2000] [--out build/soak]   # make soak
+    python -m bench.soak [--count 1000000] [--chaos heavy] [--kill-every N] [--poison-rate R]
+                         [--rate 2000] [--out build/soak]   # make soak
 
 It runs `python -m local up --chaos PROFILE` as a child (as a user would, on free ports), `send`s
 `--count` records through the REST API, waits for every consumer group, and proves the verdict
@@ -169,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--chaos", default="heavy", help=f"{', '.join(PROFILE_NAMES)} or a profile file")
+    parser.add_argument(
+        "--kill-every", type=int, default=None,
+        help="consumer invocations between worker kills (default: the profile's; aggregation makes few "
+        "invocations: a million 100-byte records are about 130 per consumer group)",
+    )  # fmt: skip
+    parser.add_argument("--poison-rate", type=float, default=0.0001, help="share of poison records (450 KiB)")
     parser.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
     parser.add_argument("--size", type=int, default=100, help="bytes of data per record")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -179,7 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     cdk_out = args.cdk_out.resolve()
-    with UpProcess(cdk_out, args.out.resolve() / "run", extra_args=("--chaos", args.chaos)) as up:
+    chaos = args.chaos
+    if args.kill_every is not None:  # the profile, with kills as often as asked
+        derived = args.out.resolve() / "profile.json"
+        derived.parent.mkdir(parents=True, exist_ok=True)
+        derived.write_text(json.dumps({"extends": args.chaos, "workers": {"kill_every": args.kill_every}}))
+        chaos = str(derived)
+    with UpProcess(cdk_out, args.out.resolve() / "run", extra_args=("--chaos", chaos)) as up:
         up.start()
         app = load(cdk_out, endpoint_url=up.endpoint_url)
         api_url = f"http://127.0.0.1:{up.api_port}/{app.apis[0].stage}/streams"
@@ -190,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             send_began = time.monotonic() - sampler.began
             report = send(
                 api_url, stream, count=args.count, size=args.size, rate=args.rate,
-                concurrency=args.concurrency, progress=sys.stderr.isatty(),
+                concurrency=args.concurrency, poison_rate=args.poison_rate, progress=sys.stderr.isatty(),
             )  # fmt: skip
             sampler.sample()
             send_window = (send_began, time.monotonic() - sampler.began)
@@ -202,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     memory = memory_verdict(sampler.samples, len(report.accepted))
     result = {
         "profile": args.chaos,
+        "kill_every": args.kill_every,
+        "poison_rate": args.poison_rate,
         "count": args.count,
         "elapsed_s": round(elapsed, 1),
         "verdict": verdict.as_dict(),

@@ -69,8 +69,10 @@ soak: setup cdk.out/manifest.json
 local: setup cdk.out/manifest.json
 	$(PY) -m local up $(LOCAL_ARGS)
 
+DASHBOARD_URL = http://127.0.0.1:$(or $(API_PORT),3000)/_dashboard
 dashboard:
-	$(PYTHON) -m webbrowser -t http://127.0.0.1:$(or $(API_PORT),3000)/_dashboard || echo "open http://127.0.0.1:3000/_dashboard"
+	@echo "the dashboard of the running app (make local): $(DASHBOARD_URL)"
+	@$(PYTHON) -m webbrowser -t $(DASHBOARD_URL) >/dev/null 2>&1 || true
 
 status: $(VENV)/.stamp
 	$(PY) -m local status $(STATUS_ARGS)

@@ -24,6 +24,9 @@ MAX_HASH_KEY = 2**128 - 1
 MIN_PARTITION_KEY_LENGTH = 1
 MAX_PARTITION_KEY_LENGTH = 256
 
+#: A record id (the caller's, or an `Idempotency-Key` with the record's index) is 1..128 characters.
+MAX_RECORD_ID_LENGTH = 128
+
 #: `MaxRecordSizeInKiB` accepts 1024..10240 KiB.
 MIN_MAX_RECORD_SIZE = 1 * MiB
 MAX_MAX_RECORD_SIZE = 10 * MiB
@@ -71,6 +74,19 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+#: The envelope every Kinesis record the producer sends carries around its user records (a KPL
+#: aggregate, even of one record): the magic and the MD5, the aggregate's id tag (key, producer id,
+#: lane, counter and floor: at most 80 bytes), the 39-digit explicit hash key it is routed by, and
+#: the protobuf framing of one record. An upper bound: the exact size is the codec's.
+ENVELOPE_OVERHEAD = 4 + 16 + 80 + 39 + 40
+
+
+def envelope_size(data_bytes: int, key_bytes: int, id_bytes: int = 0) -> int:
+    """At most the bytes Kinesis counts for one user record sent alone in the producer's envelope:
+    its data, its partition key twice (the aggregate's and the record's), its id and the overhead."""
+    return data_bytes + 2 * key_bytes + (id_bytes + 8 if id_bytes else 0) + ENVELOPE_OVERHEAD
 
 
 def put_payload_units(record_size: int) -> int:

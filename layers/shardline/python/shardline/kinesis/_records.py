@@ -1,7 +1,8 @@
 """User records, their hash keys, and validation before anything is sent.
 
-A `UserRecord` is what a caller hands to shardline: a partition key, a data blob and, rarely,
-an explicit hash key. Its hash key (`hash_key`) decides its shard. `validate` checks a whole
+A `UserRecord` is what a caller hands to shardline: a partition key, a data blob, rarely an
+explicit hash key, and optionally the caller's own id for the record (carried to the consumers,
+which apply each id once: a record posted again with the same id is not applied twice). Its hash key (`hash_key`) decides its shard. `validate` checks a whole
 batch against `shardline.kinesis._limits` and reports every problem with the record's index and field,
 so a caller can reject a request before one byte reaches Kinesis. A partition key's length is
 counted as Kinesis counts it (`partition_key_length`: UTF-16 code units).
@@ -19,20 +20,29 @@ from shardline.kinesis._limits import (
     DEFAULT_LIMITS,
     MAX_HASH_KEY,
     MAX_PARTITION_KEY_LENGTH,
+    MAX_RECORD_ID_LENGTH,
     MIN_PARTITION_KEY_LENGTH,
     Limits,
+    envelope_size,
 )
 
 # The service's pattern: at most 39 digits (2**128-1 has 39), no leading zeros.
 _DECIMAL_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
+#: A record id: visible ASCII, no spaces (it travels in headers, JSON and DynamoDB keys unescaped).
+_RECORD_ID = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_RECORD_ID_LENGTH)
 
 
 class UserRecord(NamedTuple):
-    """One record as the user sees it. Immutable; cheap to create (the decoder makes millions)."""
+    """One record as the user sees it. Immutable; cheap to create (the decoder makes millions).
+
+    `id` is the caller's identity for the record (1 to 128 visible ASCII characters), or None.
+    shardline consumers apply a record with an id at most once per id, however often it is sent.
+    """
 
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
+    id: str | None = None
 
 
 def md5_hash_key(partition_key: str) -> int:
@@ -103,15 +113,32 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
             key_bytes = len(key.encode("utf-8"))
         except UnicodeEncodeError:
             problems.append(RecordProblem(index, "partition_key", "is not encodable as UTF-8"))
+    record_id: object = record.id
+    id_bytes = 0
+    if record_id is not None:
+        if not isinstance(record_id, str):
+            problems.append(RecordProblem(index, "id", f"must be a str or None, got {type(record_id).__name__}"))
+        elif not _RECORD_ID.fullmatch(record_id):
+            problems.append(
+                RecordProblem(
+                    index,
+                    "id",
+                    f"must be 1 to {MAX_RECORD_ID_LENGTH} visible ASCII characters (no spaces), "
+                    f"got {record_id[:40]!r}{'...' if len(record_id) > 40 else ''}",
+                )
+            )
+        else:
+            id_bytes = len(record_id)
     data: object = record.data
     if not isinstance(data, bytes):
         problems.append(RecordProblem(index, "data", f"must be bytes, got {type(data).__name__}"))
-    elif len(data) + key_bytes > limits.max_record_size:
+    elif (size := envelope_size(len(data), key_bytes, id_bytes)) > limits.max_record_size:
         problems.append(
             RecordProblem(
                 index,
                 "data",
-                f"record is {len(data) + key_bytes} bytes (data plus partition key); "
+                f"record is {len(data) + key_bytes} bytes (data plus partition key) and {size} in "
+                f"shardline's envelope (a one-record KPL aggregate carrying its ids); "
                 f"the stream accepts at most {limits.max_record_size}",
             )
         )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from shardline.errors import AggregationError
 from shardline.kinesis._records import UserRecord
-from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5
+from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint_size
+from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
 
 _HASH_KEYS = 2**128
 
@@ -56,9 +57,14 @@ def decode(payload: bytes) -> list[UserRecord]:
     """Decode a KPL aggregated record into its user records, in order.
 
     Raises `AggregationError` on a bad magic, an MD5 mismatch, truncation, or an index that
-    points outside its table. Unknown fields and tags are skipped. A record without a hash-key
-    index has `explicit_hash_key=None`.
+    points outside its table. Unknown fields and tags are skipped, but a record's `sl.id` tag
+    is its `id`. A record without a hash-key index has `explicit_hash_key=None`.
     """
+    return decode_aggregate(payload)[0]
+
+
+def decode_aggregate(payload: bytes) -> tuple[list[UserRecord], str | None]:
+    """`decode`, and the aggregate's id (the `sl.a` tag of its first record that has one), or None."""
     if not is_aggregated(payload):
         raise AggregationError("not a KPL aggregated record (missing magic F3 89 9A C2)")
     payload = bytes(payload)  # a no-op for bytes; slices of it below are the records' data
@@ -66,10 +72,10 @@ def decode(payload: bytes) -> list[UserRecord]:
     if _md5(memoryview(payload)[4:end]).digest() != payload[end:]:
         raise AggregationError("MD5 trailer does not match the aggregated record body")
     try:
-        records = _decode_canonical(payload, 4, end)
-    except (IndexError, UnicodeDecodeError):  # malformed: let the generic decoder name the fault
-        records = None
-    return records if records is not None else _decode_generic(payload[4:end])
+        decoded = _decode_canonical(payload, 4, end)
+    except (IndexError, UnicodeDecodeError, AggregationError):  # let the generic decoder name the fault
+        decoded = None
+    return decoded if decoded is not None else _decode_generic(payload[4:end])
 
 
 def _check_hash_keys(table: list[str]) -> None:
@@ -80,9 +86,9 @@ def _check_hash_keys(table: list[str]) -> None:
             raise AggregationError(f"explicit hash key {hash_key[:50]!r} is not a decimal below 2**128")
 
 
-def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None:
+def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord], str | None] | None:
     """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
-    in order, varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
+    in order (then tags, if any), varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
     Returns None at the first deviation (the generic decoder then decides), so this function
     never has to be right about malformed input. A read may run past `end` into the MD5
     trailer, but every record must end exactly where its length says, within `end`."""
@@ -102,6 +108,7 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None
     out: list[UserRecord] = []
     append = out.append
     make = tuple.__new__
+    aggregate_id: str | None = None
     while pos < end:
         if buf[pos] != 0x1A:
             return None
@@ -145,19 +152,63 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> list[UserRecord] | None
                 return None
             n = (n & 0x7F) | (b << 7)
         data_end = pos + n
-        if data_end != rec_end:
+        if data_end == rec_end:
+            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, None)))
+            pos = data_end
+            continue
+        if data_end > rec_end:
             return None
-        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk)))
-        pos = data_end
-    return out
+        tags = _read_tags(buf, data_end, rec_end, len(out))
+        if aggregate_id is None:
+            aggregate_id = tags.get(AGGREGATE_TAG)
+        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, tags.get(RECORD_ID_TAG))))
+        pos = rec_end
+    return out, aggregate_id
 
 
-def _decode_generic(buf: bytes) -> list[UserRecord]:
+def _read_tags(buf: bytes, pos: int, end: int, number: int) -> dict[str, str]:
+    """The tags (field 4) from `pos` to the record's `end`, by key (the first of a key wins);
+    other fields there are skipped."""
+    tags: dict[str, str] = {}
+    while pos < end:
+        field, pos = _read_varint(buf, pos, end)
+        if field != 0x22:
+            pos = _skip_field(buf, pos, end, field)
+            continue
+        length, pos = _read_varint(buf, pos, end)
+        tag_end = pos + length
+        if tag_end > end:
+            raise AggregationError(f"record {number}: truncated tag")
+        key = value = None
+        while pos < tag_end:
+            tag_field, pos = _read_varint(buf, pos, tag_end)
+            if tag_field == 0x0A or tag_field == 0x12:
+                size, pos = _read_varint(buf, pos, tag_end)
+                if pos + size > tag_end:
+                    raise AggregationError(f"record {number}: truncated tag")
+                try:
+                    text = buf[pos : pos + size].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise AggregationError(f"record {number}: a tag is not valid UTF-8") from None
+                if tag_field == 0x0A:
+                    key = text
+                else:
+                    value = text
+                pos += size
+            else:
+                pos = _skip_field(buf, pos, tag_end, tag_field)
+        if key is None:
+            raise AggregationError(f"record {number}: a tag without its key")
+        tags.setdefault(key, value or "")
+    return tags
+
+
+def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
     """Any valid protobuf layout: fields in any order, any varint encoding, unknown fields and
-    tags skipped. The slow path: clarity over speed."""
+    tags skipped (but shardline's two). The slow path: clarity over speed."""
     pk_table: list[str] = []
     ehk_table: list[str] = []
-    raw: list[tuple[int, int, bytes]] = []  # (partition key index, hash key index or -1, data)
+    raw: list[tuple[int, int, bytes, dict[str, str]]] = []  # (key index, hash key index or -1, data, tags)
     pos = 0
     end = len(buf)
     try:
@@ -180,22 +231,32 @@ def _decode_generic(buf: bytes) -> list[UserRecord]:
     except UnicodeDecodeError:
         raise AggregationError("a key table entry is not valid UTF-8") from None
     _check_hash_keys(ehk_table)
+    aggregate_id = next((tags[AGGREGATE_TAG] for *_, tags in raw if AGGREGATE_TAG in tags), None)
     try:
-        return [
-            UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None)
-            for pk_i, ehk_i, data in raw
+        records = [
+            UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None, tags.get(RECORD_ID_TAG))
+            for pk_i, ehk_i, data, tags in raw
         ]
     except IndexError:
         raise AggregationError("a record's key index points outside its table") from None
+    return records, aggregate_id
 
 
-def _decode_record(buf: bytes, pos: int, end: int, number: int) -> tuple[int, int, bytes]:
+def _decode_record(buf: bytes, pos: int, end: int, number: int) -> tuple[int, int, bytes, dict[str, str]]:
     pk_i = -1
     ehk_i = -1
     data = None
+    tags: dict[str, str] = {}
     while pos < end:
         field, pos = _read_varint(buf, pos, end)
-        if field == 0x1A:
+        if field == 0x22:
+            length, pos = _read_varint(buf, pos, end)
+            if pos + length > end:
+                raise AggregationError(f"record {number}: truncated tag")
+            for key, value in _read_tags(buf, pos - 1 - varint_size(length), pos + length, number).items():
+                tags.setdefault(key, value)
+            pos += length
+        elif field == 0x1A:
             length, pos = _read_varint(buf, pos, end)
             if pos + length > end:
                 raise AggregationError(f"record {number}: truncated data")
@@ -209,4 +270,4 @@ def _decode_record(buf: bytes, pos: int, end: int, number: int) -> tuple[int, in
             pos = _skip_field(buf, pos, end, field)
     if pk_i < 0 or data is None:
         raise AggregationError(f"record {number} lacks its partition key index or data")
-    return pk_i, ehk_i, data
+    return pk_i, ehk_i, data, tags

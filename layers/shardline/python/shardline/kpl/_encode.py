@@ -11,6 +11,11 @@ Wire format (the same bytes the Kinesis Producer Library writes and the KCL read
                        optional uint64 explicit_hash_key_index = 2;
                        required bytes data = 3;
                        repeated Tag tags = 4; }
+    Tag              { required string key = 1;
+                       optional string value = 2; }
+
+shardline writes two tags (`_identity`): a user record's own id, and on an aggregate's first
+record the aggregate's id. Other decoders skip tags, so they read the same user records.
 
 The protobuf is written and read by hand: the schema is frozen, it uses two wire types, and
 a hand-rolled loop is several times faster than a generic protobuf runtime in pure Python.
@@ -26,6 +31,7 @@ from itertools import chain
 from operator import add
 
 from shardline.kinesis._records import UserRecord
+from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16
@@ -38,6 +44,9 @@ _TAG_RECORD = b"\x1a"  # field 3, length-delimited
 _TAG_PK_INDEX = b"\x08"  # Record field 1, varint
 _TAG_EHK_INDEX = b"\x10"  # Record field 2, varint
 _TAG_DATA = b"\x1a"  # Record field 3, length-delimited
+_TAG_TAGS = b"\x22"  # Record field 4, length-delimited
+_TAG_TAG_KEY = b"\x0a"  # Tag field 1, length-delimited
+_TAG_TAG_VALUE = b"\x12"  # Tag field 2, length-delimited
 
 _md5 = hashlib.md5
 
@@ -74,16 +83,37 @@ def varint_size(value: int) -> int:
 # -- encoding ------------------------------------------------------------------------------
 
 
+def tag(key: str, value: str) -> bytes:
+    """One encoded `Record.tags` entry (field 4), ready to follow a record's data."""
+    key_bytes, value_bytes = key.encode("utf-8"), value.encode("utf-8")
+    body = (
+        _TAG_TAG_KEY + _encode_varint(len(key_bytes)) + key_bytes
+        + _TAG_TAG_VALUE + _encode_varint(len(value_bytes)) + value_bytes
+    )  # fmt: skip
+    return _TAG_TAGS + _encode_varint(len(body)) + body
+
+
 class AggregateBuilder:
     """Accumulates user records into one aggregate, knowing its exact encoded size at every step.
 
     `size` is the length `build()` would return now; `size_with(record)` is the length after
-    adding `record`. Both include the magic and the MD5 trailer.
+    adding `record`. Both include the magic and the MD5 trailer. `aggregate_id`, when given, is
+    written as the first record's `sl.a` tag; a record's own `id` as its `sl.id` tag.
     """
 
-    __slots__ = ("_ehk_index", "_ehk_table_parts", "_parts", "_pk_index", "_table_parts", "count", "size")
+    __slots__ = (
+        "_aggregate_tag",
+        "_ehk_index",
+        "_ehk_table_parts",
+        "_parts",
+        "_pk_index",
+        "_table_parts",
+        "count",
+        "size",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, aggregate_id: str | None = None) -> None:
+        self._aggregate_tag = tag(AGGREGATE_TAG, aggregate_id) if aggregate_id is not None else b""
         self._pk_index: dict[str, bytes] = {}
         self._ehk_index: dict[str, bytes] = {}
         self._table_parts: list[bytes] = []
@@ -94,17 +124,17 @@ class AggregateBuilder:
 
     def size_with(self, record: UserRecord) -> int:
         """Encoded size of the aggregate if `record` were added."""
-        _, pk_entry, _, ehk_entry, head = self._pieces(record)
-        return self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(record.data)
+        _, pk_entry, _, ehk_entry, head, tags = self._pieces(record)
+        return self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(record.data) + len(tags)
 
     def add(self, record: UserRecord, cap: int | None = None) -> bool:
         """Append `record` unless the aggregate would then exceed `cap` bytes; True if added.
 
         Its partition and hash keys join the tables if they are new.
         """
-        pk_ref, pk_entry, ehk_ref, ehk_entry, head = self._pieces(record)
+        pk_ref, pk_entry, ehk_ref, ehk_entry, head, tags = self._pieces(record)
         data = record.data
-        new_size = self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(data)
+        new_size = self.size + len(pk_entry) + len(ehk_entry) + len(head) + len(data) + len(tags)
         if cap is not None and new_size > cap:
             return False
         if pk_entry:
@@ -115,12 +145,15 @@ class AggregateBuilder:
             self._ehk_table_parts.append(ehk_entry)
         self._parts.append(head)
         self._parts.append(data)
+        if tags:
+            self._parts.append(tags)
         self.size = new_size
         self.count += 1
         return True
 
-    def _pieces(self, record: UserRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
-        """(key index ref, new key table entry or b"", hash key ref, new entry or b"", record head)."""
+    def _pieces(self, record: UserRecord) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]:
+        """(key index ref, new key table entry or b"", hash key ref, new entry or b"", record head,
+        the record's tags or b"")."""
         pk = record.partition_key
         pk_ref = self._pk_index.get(pk)
         pk_entry = ehk_entry = b""
@@ -137,22 +170,28 @@ class AggregateBuilder:
                 encoded = ehk.encode("ascii")
                 ehk_entry = _TAG_HASH_KEY_TABLE + _encode_varint(len(encoded)) + encoded
         data_len = len(record.data)
+        tags = self._aggregate_tag if not self.count else b""
+        if record.id is not None:
+            tags += tag(RECORD_ID_TAG, record.id)
         head = pk_ref + ehk_ref + _TAG_DATA + _encode_varint(data_len)
-        return pk_ref, pk_entry, ehk_ref, ehk_entry, _TAG_RECORD + _encode_varint(len(head) + data_len) + head
+        record_head = _TAG_RECORD + _encode_varint(len(head) + data_len + len(tags)) + head
+        return pk_ref, pk_entry, ehk_ref, ehk_entry, record_head, tags
 
     def build(self) -> bytes:
         """The aggregated record: magic, protobuf body, MD5 of the body."""
         return _frame(b"".join(self._table_parts), b"".join(self._ehk_table_parts), b"".join(self._parts))
 
 
-def encode(records: Iterable[UserRecord]) -> bytes:
-    """Encode `records` as one KPL aggregated record (tables deduplicated, order kept)."""
+def encode(records: Iterable[UserRecord], aggregate_id: str | None = None) -> bytes:
+    """Encode `records` as one KPL aggregated record (tables deduplicated, order kept), with
+    `aggregate_id` as the first record's `sl.a` tag and each record's `id` as its `sl.id` tag."""
     records = list(records)
-    if records:
-        keys, datas, hash_keys = zip(*records, strict=True)
-        if hash_keys.count(None) == len(hash_keys) and max(map(len, datas)) < _TABLE_SIZE - 8:
+    if records and aggregate_id is None:
+        keys, datas, hash_keys, ids = zip(*records, strict=True)
+        plain = hash_keys.count(None) == len(hash_keys) and ids.count(None) == len(ids)
+        if plain and max(map(len, datas)) < _TABLE_SIZE - 8:
             return _encode_columns(keys, datas)
-    return _encode_rows(records)
+    return _encode_rows(records, aggregate_id)
 
 
 def _encode_columns(keys: tuple[str, ...], datas: tuple[bytes, ...]) -> bytes:
@@ -174,9 +213,9 @@ def _encode_columns(keys: tuple[str, ...], datas: tuple[bytes, ...]) -> bytes:
     return _frame(table, b"", b"".join(chain.from_iterable(zip(prefixes, heads, datas, strict=True))))
 
 
-def _encode_rows(records: list[UserRecord]) -> bytes:
+def _encode_rows(records: list[UserRecord], aggregate_id: str | None = None) -> bytes:
     """Any records, one at a time."""
-    builder = AggregateBuilder()
+    builder = AggregateBuilder(aggregate_id)
     for record in records:
         builder.add(record)
     return builder.build()

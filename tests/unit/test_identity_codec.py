@@ -62,10 +62,8 @@ def read_by_aws_kinesis_agg(payload: bytes) -> list[tuple[str, bytes, str | None
     }
     users = deaggregate_records([event_record])
     assert all(user["kinesis"].get("aggregated") for user in users), "read as a plain record"
-    return [
-        (u["kinesis"]["partitionKey"], base64.b64decode(u["kinesis"]["data"]), u["kinesis"]["explicitHashKey"])
-        for u in users
-    ]
+    fields = [user["kinesis"] for user in users]
+    return [(f["partitionKey"], base64.b64decode(f["data"]), f["explicitHashKey"]) for f in fields]
 
 
 def user_fields(records: list[UserRecord]) -> list[tuple[str, bytes, str | None]]:

@@ -2,9 +2,10 @@
 
 A `UserRecord` is what a caller hands to shardline: a partition key, a data blob, rarely an
 explicit hash key, and optionally the caller's own id for the record (carried to the consumers,
-which apply each id once: a record posted again with the same id is not applied twice). Its hash key (`hash_key`) decides its shard. `validate` checks a whole
-batch against `shardline.kinesis._limits` and reports every problem with the record's index and field,
-so a caller can reject a request before one byte reaches Kinesis. A partition key's length is
+which apply each id once: a record posted again with the same id is not applied twice). Its
+hash key (`hash_key`) decides its shard. `validate` checks a whole batch against
+`shardline.kinesis._limits` and reports every problem with the record's index and field, so a
+caller can reject a request before one byte reaches Kinesis. A partition key's length is
 counted as Kinesis counts it (`partition_key_length`: UTF-16 code units).
 """
 
@@ -29,7 +30,7 @@ from shardline.kinesis._limits import (
 # The service's pattern: at most 39 digits (2**128-1 has 39), no leading zeros.
 _DECIMAL_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 #: A record id: visible ASCII, no spaces (it travels in headers, JSON and DynamoDB keys unescaped).
-_RECORD_ID = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_RECORD_ID_LENGTH)
+_RECORD_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_RECORD_ID_LENGTH}}}")
 
 
 class UserRecord(NamedTuple):
@@ -117,7 +118,8 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
     id_bytes = 0
     if record_id is not None:
         if not isinstance(record_id, str):
-            problems.append(RecordProblem(index, "id", f"must be a str or None, got {type(record_id).__name__}"))
+            kind = type(record_id).__name__
+            problems.append(RecordProblem(index, "id", f"must be a str or None, got {kind}"))
         elif not _RECORD_ID.fullmatch(record_id):
             problems.append(
                 RecordProblem(

@@ -88,7 +88,8 @@ def _check_hash_keys(table: list[str]) -> None:
 
 def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord], str | None] | None:
     """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
-    in order (then tags, if any), varints of at most two bytes. Reads `buf[pos:end]` in place (no copy of the body).
+    in order (then tags, if any), varints of at most two bytes. Reads `buf[pos:end]` in place
+    (no copy of the body).
     Returns None at the first deviation (the generic decoder then decides), so this function
     never has to be right about malformed input. A read may run past `end` into the MD5
     trailer, but every record must end exactly where its length says, within `end`."""
@@ -234,8 +235,8 @@ def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
     aggregate_id = next((tags[AGGREGATE_TAG] for *_, tags in raw if AGGREGATE_TAG in tags), None)
     try:
         records = [
-            UserRecord(pk_table[pk_i], data, ehk_table[ehk_i] if ehk_i >= 0 else None, tags.get(RECORD_ID_TAG))
-            for pk_i, ehk_i, data, tags in raw
+            UserRecord(pk_table[k], data, ehk_table[e] if e >= 0 else None, tags.get(RECORD_ID_TAG))
+            for k, e, data, tags in raw
         ]
     except IndexError:
         raise AggregationError("a record's key index points outside its table") from None

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import codec, consumer, imports, lambda_event, notes, peers, producer_backlog, units
+from bench import codec, consumer, identity, imports, lambda_event, notes, peers, producer_backlog, units
 from bench.inputs import partition_keys, user_records
 from bench.report import Report, Row, Target, render, write_json
 
@@ -77,6 +77,16 @@ def _units_section(report: Report, problems: list[str], seed: int, record_count:
         problems += [f"PUT units ({scenario}): {violation}" for violation in sent["violations"]]
         if sent["problem"]:
             problems.append(f"PUT units ({scenario}): {sent['problem']}")
+
+
+def _identity_section(report: Report, problems: list[str], seed: int, quick: bool) -> None:
+    count, sink_count = (20_000, 5_000) if quick else (100_000, 20_000)
+    _log(f"identity: bytes and PUT units over {count:,} records, DynamoDB writes of the sinks")
+    rows, details, found = identity.measure(seed=seed, record_count=count, sink_records=sink_count)
+    report.rows += rows
+    report.details["identity"] = details
+    report.notes += identity.notes(details)
+    problems += found
 
 
 def _consumer_section(
@@ -200,6 +210,7 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     workloads = _codec_section(report, problems, seed, repeats)
     _lambda_section(report, problems, seed + 2, repeats)
     _units_section(report, problems, seed + 3, 20_000 if quick else 100_000)
+    _identity_section(report, problems, seed + 9, quick)
     consumer_workload = consumer.make_workload(seed + 4)
     _consumer_section(report, problems, consumer_workload, repeats)
     _backlog_section(report, problems, quick)

@@ -11,17 +11,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
+from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
+
 NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 STAGE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 #: Stages whose data outlives the stack unless `retainData` says otherwise.
 PRODUCTION_STAGES = ("prod", "production")
 #: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
-#: wraps the body in headers and a requestContext: a body above this bound would be answered by the
-#: gateway with a 5xx instead of by shardline with its 413.
-LAMBDA_SYNC_PAYLOAD = 6 * 1024 * 1024
+#: holds the body JSON-escaped (a quote or a newline grows to 2 bytes: a 5.8 MB body of JSON records
+#: can become 8.7 MB) beside headers and a requestContext. `maxBodyBytes` bounds the body as the event
+#: holds it (shardline.aws_lambda counts it so and answers 413 above it), and leaves the envelope room:
+#: a body within the bound always reaches the function, never the gateway's own failure.
+LAMBDA_SYNC_PAYLOAD = LAMBDA_PAYLOAD_BYTES
 EVENT_ENVELOPE = 128 * 1024
 MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
-DEFAULT_MAX_BODY_BYTES = 6_000_000
+DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 SINKS = ("events", "counter")
 

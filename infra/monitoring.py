@@ -110,12 +110,15 @@ class Monitoring(Construct):
             )
             producer = {"service": "shardline-producer", "StreamName": stream.name}
             self._alarm(
-                f"{name}ProducerExpired",
-                _shardline(self.namespace, "UserRecordExpired", producer),
+                f"{name}ProducerNotLanded",
+                _shardline(self.namespace, "UserRecordsNotLanded", producer),
                 0,
-                f"{name}: records failed as Expired (TTL or deadline) and were answered as failed to their "
-                "callers. Runbook: the stream is saturated (dashboard: throttled, PutRecords) or the "
-                "function's time is short; add shards, or check callers retry the failed entries.",
+                f"{name}: the producer could not land records in time (throttled or expired, Kinesis "
+                "unavailable, or replies lost and never confirmed) and answered them as failed: each "
+                "entry says written false or unconfirmed, and callers must resend them (with their ids). "
+                "Runbook: dashboard 'Producer: not landed, sealed, resent' and 'Stream health: "
+                "throttled'; add shards if throttled, check Kinesis health if aggregates are sealed; "
+                "check callers resend failed entries (API 207/503).",
             )
         self._alarm(
             "ProducerErrors",
@@ -251,12 +254,12 @@ class Monitoring(Construct):
                 left=[
                     _shardline(self.namespace, "UserRecordsPerKinesisRecord", p, "Average") for p in producer
                 ],
-                width=8,
+                width=6,
             ),
             graph(
                 title="Producer: retries per record",
                 left=[_shardline(self.namespace, "RetriesPerRecord", p, "Average") for p in producer],
-                width=8,
+                width=6,
             ),
             graph(
                 title="Producer: errors and expired",
@@ -265,7 +268,21 @@ class Monitoring(Construct):
                     for p in producer
                     for m in ("AllErrors", "UserRecordExpired")
                 ],
-                width=8,
+                width=6,
+            ),
+            graph(
+                title="Producer: not landed, sealed, resent",
+                left=[
+                    _shardline(self.namespace, m, p)
+                    for p in producer
+                    for m in (
+                        "UserRecordsNotLanded",
+                        "AggregatesSealed",
+                        "SealedAggregatesResent",
+                        "AggregatesRerouted",
+                    )
+                ],
+                width=6,
             ),
             graph(
                 title="Stream health: iterator age",
@@ -297,7 +314,20 @@ class Monitoring(Construct):
                         _shardline(self.namespace, m, dimensions)
                         for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
                     ],
-                    width=8,
+                    width=6,
+                ),
+                graph(
+                    # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
+                    title=f"{name}: copies and client ids skipped",
+                    left=[
+                        _shardline(self.namespace, m, dimensions)
+                        for m in (
+                            "AggregateCopiesSkipped",
+                            "OutOfRangeRecordsSkipped",
+                            "ClientIdDuplicatesSkipped",
+                        )
+                    ],
+                    width=6,
                 ),
                 graph(
                     title=f"{name}: lag",
@@ -305,7 +335,7 @@ class Monitoring(Construct):
                         _shardline(self.namespace, "MillisBehindLatest", dimensions, "Maximum"),
                         _lambda("IteratorAge", group.function.function_name, "Maximum"),
                     ],
-                    width=8,
+                    width=6,
                 ),
                 graph(
                     title=f"{name}: lease table throttles",
@@ -319,7 +349,7 @@ class Monitoring(Construct):
                             dynamodb.Operation.TRANSACT_WRITE_ITEMS,
                         )
                     ],
-                    width=8,
+                    width=6,
                 ),
             )
         log_groups = [api.function.log_group.log_group_name] + [

@@ -34,6 +34,10 @@ RECORDS_MODEL = {
                     "explicitHashKey": apigw.JsonSchema(
                         type=apigw.JsonSchemaType.STRING, pattern="^(0|[1-9][0-9]{0,38})$"
                     ),
+                    # The client's id of the record: shardline consumers apply each id once.
+                    "id": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=128, pattern="^[!-~]+$"
+                    ),
                 },
             ),
         )
@@ -41,13 +45,12 @@ RECORDS_MODEL = {
 }
 
 
-#: The producer's Kinesis actions on its streams, and no other.
-PRODUCER_KINESIS_ACTIONS = [
-    "kinesis:GetRecords",
-    "kinesis:GetShardIterator",
-    "kinesis:ListShards",
-    "kinesis:PutRecords",
-]
+#: The producer's Kinesis actions on its streams, and no other: it writes and lists shards (its shard
+#: map). It never reads the stream: a lost reply is settled by identity (the aggregate's id, which
+#: consumers deduplicate), not by reading back, so the internet-facing role cannot read a record.
+PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
+#: ... and on a stream's customer-managed key, only what writing needs (never kms:Decrypt).
+PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
 
 
 class ProducerApi(Construct):
@@ -89,8 +92,7 @@ class ProducerApi(Construct):
                 ).to_environ(),
             },
         )
-        # GetShardIterator/GetRecords (and Decrypt): a PutRecords whose reply was lost is settled
-        # by reading the shards back, never retried blindly (shardline.producer's reconciler).
+        # Write-only: PutRecords and ListShards on its streams, GenerateDataKey on their keys.
         self.function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=PRODUCER_KINESIS_ACTIONS,
@@ -99,7 +101,7 @@ class ProducerApi(Construct):
         )
         for stream in streams:
             if stream.key is not None:
-                stream.key.grant(self.function, "kms:GenerateDataKey", "kms:Decrypt")
+                stream.key.grant(self.function, *PRODUCER_KMS_ACTIONS)
 
         access_logs = logs.LogGroup(
             self,
@@ -163,7 +165,11 @@ class ProducerApi(Construct):
             api_key_required=config.auth == "api-key",
             request_validator=validator,
             request_models={"application/json": model},
-            request_parameters={"method.request.path.stream": True},
+            # Idempotency-Key (optional): records without an id get "<key>:<index>" (shardline.aws_lambda).
+            request_parameters={
+                "method.request.path.stream": True,
+                "method.request.header.Idempotency-Key": False,
+            },
         )
         if config.auth == "api-key":
             plan = self.api.add_usage_plan(

@@ -6,13 +6,17 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
+from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
+
 _SINK_KEYS = {
     "events": (("pk", dynamodb.AttributeType.STRING), ("sk", dynamodb.AttributeType.STRING)),
     "counter": (("partitionKey", dynamodb.AttributeType.STRING), None),
 }
 
 
-def _table(scope: Construct, construct_id: str, partition, sort=None, *, retain: bool) -> dynamodb.Table:
+def _table(
+    scope: Construct, construct_id: str, partition, sort=None, *, retain: bool, ttl: str | None = None
+) -> dynamodb.Table:
     # A stage that keeps its data (prod by default) keeps its tables, and guards them against deletion;
     # the others go with their stack.
     return dynamodb.Table(
@@ -27,6 +31,7 @@ def _table(scope: Construct, construct_id: str, partition, sort=None, *, retain:
         encryption=dynamodb.TableEncryption.AWS_MANAGED,
         removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         deletion_protection=retain,
+        time_to_live_attribute=ttl,
     )
 
 
@@ -36,6 +41,7 @@ def lease_table(scope: Construct, construct_id: str, *, retain: bool) -> dynamod
 
 
 def sink_table(scope: Construct, construct_id: str, sink: str, *, retain: bool) -> dynamodb.Table:
-    """`events`: one item per user record (pk, sk); `counter`: one item per partition key."""
+    """`events`: one item per user record (pk, sk); `counter`: one item per partition key. Both also
+    hold a guard item per client id (`shardline.consumer.once`), which expires with its `expiresAt`."""
     partition, sort = _SINK_KEYS[sink]
-    return _table(scope, construct_id, partition, sort, retain=retain)
+    return _table(scope, construct_id, partition, sort, retain=retain, ttl=EXPIRES_AT_ATTRIBUTE)

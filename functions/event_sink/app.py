@@ -5,6 +5,21 @@ it in the same transaction as the checkpoint, so a crash or a replay leaves neit
 duplicate (exactly-once effects). The Lambda function is the event-source mapping's target, with
 ReportBatchItemFailures on.
 
+Identity, and what applies a record once:
+
+- A producer retry (a lost PutRecords reply) puts a second copy of the same aggregate in the
+  stream: the consumer skips it by its aggregate id, before this handler sees it. Nothing to do.
+- A client re-POST (a request that failed as a whole, posted again) is a new Kinesis record. A
+  record with a client id (`ConsumedRecord.id`: the record's HTTP `id`, or
+  `<Idempotency-Key>:<index>`) is applied once by a guard item keyed on that id, written in the
+  same transaction as the record's item (`shardline.consumer.once`): the first copy writes both,
+  a later copy's guard fails its condition and the consumer skips that record as already applied
+  (metric `ClientIdDuplicatesSkipped`). A record without a client id is applied once per producer
+  retry, but a client re-POST of it is a new record and gets an item of its own.
+
+That is the rule for a sink of your own: return `once(table, key_of(record.id))` beside your writes
+whenever `record.id` is set, with a key no item of yours can have.
+
 Sink table (hash key `pk` S, range key `sk` S), one item per user record:
 
     pk                   "<stream name>#<shard id>"
@@ -16,6 +31,16 @@ Sink table (hash key `pk` S, range key `sk` S), one item per user record:
     explicitHashKey      S  when the producer set one
     data                 B  the payload, as sent
     approximateArrival   N  epoch seconds (milliseconds precision) Kinesis received the record
+    recordId             S  the client's id of the record, when it has one
+    aggregateId          S  the id of the shardline aggregate it came in (producer.lane.counter.floor)
+
+and one guard item per client id:
+
+    pk                   "once#<client id>"
+    sk                   "once"                (no record item's sk: those are digits)
+    shardlineOnce        N  1
+    expiresAt            N  epoch seconds: the record's arrival + ONCE_TTL_SECONDS (7 days), the
+                            table's TTL attribute; a re-POST later than that is a new record
 
 129 digits is the longest sequence number the Kinesis API allows, and a KPL aggregate (1 MiB, at
 least 6 bytes a sub-record) holds fewer than 10**6 records, so `sk` sorts as the shard does: a Query
@@ -35,11 +60,13 @@ from functools import partial
 from typing import Any
 
 from shardline.aws_lambda import ConsumerFunction
-from shardline.consumer import ConsumedRecord
+from shardline.consumer import ConsumedRecord, once
 
 SEQUENCE_DIGITS = 129
 SUB_SEQUENCE_DIGITS = 6
 MAX_DATA_BYTES = 400 * 1024 - 2 * 1024  # DynamoDB's item limit, less room for the keys and attributes
+#: How long a client id's guard is kept: a re-POST of the same id within it is not applied again.
+ONCE_TTL_SECONDS = 7 * 24 * 3600
 
 
 def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None) -> dict[str, Any]:
@@ -50,8 +77,13 @@ def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None
     }
 
 
+def guard_key(record_id: str) -> dict[str, Any]:
+    """The sink table key of the guard item of a client id."""
+    return {"pk": {"S": f"once#{record_id}"}, "sk": {"S": "once"}}
+
+
 def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
-    """The user logic: one Put per record, committed with the checkpoint."""
+    """The user logic: one Put per record (and its id's guard), committed with the checkpoint."""
     if len(record.data) > MAX_DATA_BYTES:
         raise ValueError(f"{len(record.data)} bytes of data do not fit in a DynamoDB item")
     item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
@@ -65,7 +97,14 @@ def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
         item["subSequenceNumber"] = {"N": str(record.sub_sequence_number)}
     if record.explicit_hash_key is not None:
         item["explicitHashKey"] = {"S": record.explicit_hash_key}
-    return [{"Put": {"TableName": table, "Item": item}}]
+    if record.aggregate_id is not None:
+        item["aggregateId"] = {"S": record.aggregate_id}
+    writes: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": item}}]
+    if record.id is not None:
+        item["recordId"] = {"S": record.id}
+        expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
+        writes.append(once(table, guard_key(record.id), expires_at=expires_at))
+    return writes
 
 
 function = ConsumerFunction(lambda table: partial(to_sink, table))

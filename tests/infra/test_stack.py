@@ -137,15 +137,19 @@ def _statements(template: Template, role_prefix: str) -> list[dict]:
     ]
 
 
-def test_the_producer_may_only_list_shards_put_and_read_back_records_on_its_stream(template):
+def test_1_the_producer_role_may_only_write_and_list_shards_never_read_or_decrypt(template):
     statements = _statements(template, "ProducerFunction")
     kinesis = [s for s in statements if any(a.startswith("kinesis:") for a in _actions(s))]
-    own = ["kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:PutRecords"]
-    assert len(kinesis) == 1 and sorted(_actions(kinesis[0])) == own  # reading back: lost replies
+    own = ["kinesis:ListShards", "kinesis:PutRecords"]
+    assert len(kinesis) == 1 and sorted(_actions(kinesis[0])) == own
     assert "StreameventsStream" in json.dumps(kinesis[0]["Resource"])
-    others = {a for s in statements for a in _actions(s)} - set(own)
-    allowed = {"kms:GenerateDataKey", "kms:Decrypt", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
-    assert others <= allowed
+    actions = {a for s in statements for a in _actions(s)}
+    reads = {"kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:SubscribeToShard", "kms:Decrypt"}
+    assert not actions & reads, "the internet-facing role cannot read the stream"
+    assert not any(a.endswith("*") for a in actions), "no wildcard action can hide a read"
+    assert actions - set(own) <= {"kms:GenerateDataKey", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    kms = [s for s in statements if "kms:GenerateDataKey" in _actions(s)]
+    assert kms and all(s["Effect"] == "Allow" and "StreameventsKey" in json.dumps(s["Resource"]) for s in kms)
 
 
 def test_each_consumer_reads_its_stream_and_writes_only_its_tables_and_queue(template):
@@ -179,7 +183,7 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
     }
     expected = {
         ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds"): "StreamName",
-        ("shardline/dev", "UserRecordExpired"): "StreamName",
+        ("shardline/dev", "UserRecordsNotLanded"): "StreamName",
         ("AWS/Lambda", "IteratorAge"): "FunctionName",
         ("AWS/Lambda", "Errors"): "FunctionName",
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"): "QueueName",
@@ -197,6 +201,30 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
     assert len(topics) == 1 and "KmsMasterKeyId" in next(iter(topics.values()))["Properties"]
     topic = next(iter(topics))
     assert all(json.dumps(a["Properties"]["AlarmActions"]) == json.dumps([{"Ref": topic}]) for a in alarms)
+
+
+def test_records_the_producer_could_not_land_page_per_stream(template):
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    [not_landed] = [a for a in alarms if a["MetricName"] == "UserRecordsNotLanded"]
+    assert not_landed["Namespace"] == "shardline/dev" and not_landed["Statistic"] == "Sum"
+    assert not_landed["Threshold"] == 0 and not_landed["ComparisonOperator"] == "GreaterThanThreshold"
+    dimensions = {d["Name"]: d["Value"] for d in not_landed["Dimensions"]}
+    # What the producer function publishes (Powertools' service and the StreamName it adds).
+    assert dimensions["service"] == "shardline-producer" and "StreamName" in dimensions
+    assert "Runbook:" in not_landed["AlarmDescription"] and "resend" in not_landed["AlarmDescription"]
+
+
+def test_sink_tables_expire_client_id_guards_by_their_ttl_attribute(template):
+    tables = resources(template, "AWS::DynamoDB::Table").values()
+    ttl = {
+        tuple(k["AttributeName"] for k in t["Properties"]["KeySchema"]): t["Properties"].get(
+            "TimeToLiveSpecification"
+        )
+        for t in tables
+    }
+    expected = {"AttributeName": "expiresAt", "Enabled": True}
+    assert ttl[("pk", "sk")] == expected and ttl[("partitionKey",)] == expected
+    assert ttl[("leaseKey",)] is None
 
 
 def test_alarms_page_on_loss_and_delay_only_over_several_periods_with_a_runbook(template):
@@ -228,6 +256,8 @@ def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(t
         "Producer: user records per Kinesis record",
         "Producer: retries per record",
         "Producer: errors and expired",
+        "Producer: not landed, sealed, resent",
+        "event-sink: copies and client ids skipped",
         "Stream health: iterator age",
         "event-sink: processed, duplicates skipped, DLQ",
         "key-counter: lag",

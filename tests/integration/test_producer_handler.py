@@ -15,6 +15,7 @@ import random
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -78,11 +79,13 @@ def rest_event(
     is_base64_encoded: bool = False,
     method: str = "POST",
     path: str | None = None,
+    extra_headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """An API Gateway REST proxy event for POST /streams/{stream}/records (stage "prod"); another
     `method`, or another `path` (then as a greedy `/{proxy+}` resource delivers it)."""
     request_id = request_id or str(uuid.uuid4())
     headers = {
+        **(extra_headers or {}),
         "Accept": "application/json",
         "Host": "abc123defg.execute-api.us-east-1.amazonaws.com",
         "User-Agent": "integration-test",
@@ -428,8 +431,11 @@ def test_malformed_json_is_400(invoke, stream):
 
 def test_bad_configuration_is_500_without_details(invoke, stream, monkeypatch):
     monkeypatch.setenv("SHARDLINE_STREAMS", "{not json")
-    status, body, _ = invoke(rest_event(json.dumps({"records": []})))
-    assert status == 500 and body == {"message": "internal error"}
+    request_id = "5f0c7a52-internal-error"
+    status, body, _ = invoke(rest_event(json.dumps({"records": []}), request_id=request_id))
+    assert status == 500
+    assert body == {"message": f"internal error; request id {request_id}", "requestId": request_id}
+    assert "SHARDLINE_STREAMS" not in json.dumps(body), "the exception's text is logged, never answered"
     assert any(log["level"] == "ERROR" and "SHARDLINE_STREAMS" in log["exception"] for log in invoke.logs)
 
 
@@ -502,7 +508,8 @@ def test_a_hot_shard_fails_exactly_its_records_with_207(invoke, stream):
     assert failed == expected_failed
     for i in failed:
         assert body["records"][i]["errorCode"] == "Expired" and body["records"][i]["attempts"] >= 1
-        assert set(body["records"][i]) == {"errorCode", "errorMessage", "attempts"}
+        assert set(body["records"][i]) == {"errorCode", "errorMessage", "attempts", "written", "retry"}
+        assert body["records"][i]["written"] is False and body["records"][i]["retry"] == "resend"
     written = {i: UserRecord(key, f"r{i}".encode()) for i, key in enumerate(keys) if i not in failed}
     stored = landed(client, name)
     assert len(stored) == len(written)
@@ -568,3 +575,188 @@ def test_kinesis_mock_and_validation_agree_on_the_partition_key_limit_in_utf16_u
     # The whole request is refused: InvalidArgumentException from kinesis-mock (ValidationException
     # is what the service's own model validation would say).
     assert refused.value.response["Error"]["Code"] in ("InvalidArgumentException", "ValidationException")
+
+
+# -- identity: a client's re-POST is applied once by the example consumers ------------------------
+
+FUNCTIONS = APP_PATH.parents[1]
+EVENTS, COUNTS = "events", "counts"
+
+
+def function_module(name: str) -> ModuleType:
+    """functions/<name>/app.py, imported once (a consumer group's handler module)."""
+    module_name = f"shardline_producer_test_{name}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, FUNCTIONS / name / "app.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+class Sinks:
+    """Both example consumer groups run over the whole stream (the testing kit's ESM replay and
+    in-memory lease table, whose sink tables apply the handlers' transactions as DynamoDB does)."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        from functools import partial
+
+        from shardline.consumer import KinesisConsumer
+        from shardline.testing import InMemoryLeaseTable, MappingReplay, read_shard
+
+        self.events = function_module("event_sink")
+        self.counter = function_module("key_counter")
+        self.tables: dict[str, Any] = {}
+        self.metrics: dict[str, dict[str, Any]] = {}
+        groups = ((EVENTS, ["pk", "sk"], self.events.to_sink), (COUNTS, ["partitionKey"], self.counter.count))
+        for table, key, handler in groups:
+            leases = InMemoryLeaseTable(key_schema={table: key})
+            consumer = KinesisConsumer(f"group-{table}", leases, kinesis=client)
+            consumer.handler(partial(handler, table))
+            for shard in client.list_shards(StreamName=name)["Shards"]:
+                replay = MappingReplay(read_shard(client, name, shard["ShardId"]), batch_size=7)
+                replay.drain(consumer.process)
+            self.tables[table] = leases
+            self.metrics[table] = consumer.metrics.snapshot()
+
+    def event_items(self) -> list[dict[str, Any]]:
+        return [item for item in self.tables[EVENTS].items(EVENTS) if item["sk"]["S"] != "once"]
+
+    def event_guards(self) -> list[dict[str, Any]]:
+        return [item for item in self.tables[EVENTS].items(EVENTS) if item["sk"]["S"] == "once"]
+
+    def counts(self) -> dict[str, int]:
+        items = self.tables[COUNTS].items(COUNTS)
+        return {i["partitionKey"]["S"]: int(i["count"]["N"]) for i in items if not self.counter.is_guard(i)}
+
+    def counter_guards(self) -> list[dict[str, Any]]:
+        return [item for item in self.tables[COUNTS].items(COUNTS) if self.counter.is_guard(item)]
+
+
+def post(invoke: Invoker, records: list[dict[str, Any]], key: str | None = None, **kwargs: Any) -> tuple:
+    headers = {"Idempotency-Key": key} if key is not None else None
+    return invoke(rest_event(json.dumps({"records": records}), extra_headers=headers), **kwargs)
+
+
+def stream_copies(client: Any, name: str) -> Counter[str]:
+    """How many user records with each client id the stream holds (Kinesis-level copies)."""
+    return Counter(user.id for entries in read_stream(client, name).values() for _, _, user in entries)
+
+
+def test_4_a_client_repost_is_never_applied_twice_after_a_503_a_lost_answer_or_a_reset(invoke, stream):
+    client, name = stream
+    endpoint = client.meta.endpoint_url
+    expected: dict[str, str] = {}  # client id -> partition key
+
+    # A: every reply lost (the writes landed): nothing confirmed in time -> 503, all unconfirmed.
+    batch_a = [{"json": {"a": i}, "partitionKey": f"user-{i % 5}"} for i in range(12)]
+    faulty = FaultyKinesis(kinesis_client(endpoint), rng=random.Random(4))
+    faulty.lose_replies(10_000, landed=True)
+    invoke.app.set_kinesis_client(faulty)
+    status, body, headers = post(invoke, batch_a, "req-A", remaining_ms=7_500)
+    assert status == 503, body
+    assert int(headers["retry-after"]) >= 1
+    assert [entry["id"] for entry in body["records"]] == [f"req-A:{i}" for i in range(12)]
+    assert {(entry["written"], entry["retry"]) for entry in body["records"]} == {
+        ("unconfirmed", "resend-same-id")
+    }
+    assert faulty.injected["PutRecords:ReplyLost"] >= 1
+    invoke.app.set_kinesis_client(None)
+    status, body, _ = post(invoke, batch_a, "req-A")  # the client posts it again, as it was
+    assert status == 200 and [entry["id"] for entry in body["records"]] == [f"req-A:{i}" for i in range(12)]
+    expected |= {f"req-A:{i}": record["partitionKey"] for i, record in enumerate(batch_a)}
+
+    # B: written and answered 200, but the answer never reached the client (a 504 at the gateway,
+    # a reset connection): it posts the request again with the same key.
+    batch_b = [{"data": b64(f"b{i}".encode()), "partitionKey": f"user-{i % 3}"} for i in range(10)]
+    assert post(invoke, batch_b, "req-B")[0] == 200
+    assert post(invoke, batch_b, "req-B")[0] == 200
+    expected |= {f"req-B:{i}": record["partitionKey"] for i, record in enumerate(batch_b)}
+
+    # C: ids of its own per record; two replies lost after writing (the producer resends the sealed
+    # aggregates: Kinesis copies), then the client, whose connection reset, posts it again.
+    batch_c = [{"json": i, "partitionKey": f"order-{i}", "id": f"order-{i}"} for i in range(8)]
+    faulty = FaultyKinesis(kinesis_client(endpoint), rng=random.Random(5))
+    faulty.lose_replies(2, landed=True)
+    invoke.app.set_kinesis_client(faulty)
+    status, body, _ = post(invoke, batch_c)
+    assert status == 200, body
+    invoke.app.set_kinesis_client(None)
+    status, body, _ = post(invoke, batch_c)
+    assert status == 200 and [entry["id"] for entry in body["records"]] == [f"order-{i}" for i in range(8)]
+    expected |= {f"order-{i}": f"order-{i}" for i in range(8)}
+
+    copies = stream_copies(client, name)
+    assert set(copies) == set(expected)
+    assert all(copies[record_id] >= 2 for record_id in expected), "every id reached Kinesis at least twice"
+
+    sinks = Sinks(client, name)
+
+    record_ids = Counter(item["recordId"]["S"] for item in sinks.event_items())
+    assert record_ids == Counter(set(expected)), "the event sink holds each id once"
+    assert len(sinks.event_guards()) == len(expected)
+    assert sinks.counts() == dict(Counter(expected.values())), "the counter counts each id once"
+    for table in (EVENTS, COUNTS):
+        metrics = sinks.metrics[table]
+        assert metrics["ClientIdDuplicatesSkipped"] > 0, "re-posts skipped by their client ids"
+        assert metrics["AggregateCopiesSkipped"] > 0, "producer resends skipped by their aggregate ids"
+        assert metrics["RecordsFailed"] == 0
+
+
+def test_7_consumers_expose_the_identity_and_the_example_sinks_use_it(invoke, stream):
+    from shardline.consumer import is_once_guard
+    from shardline.kpl._identity import AggregateId
+
+    client, name = stream
+    records = [
+        {"json": {"n": 0}, "partitionKey": "alice", "id": "evt-0"},
+        {"json": {"n": 1}, "partitionKey": "bob"},  # gets "req-7:1"
+        {"json": {"n": 2}, "partitionKey": "alice", "id": "evt-2"},
+    ]
+    assert post(invoke, records, "req-7")[0] == 200
+    anonymous = [{"json": {"n": 3}, "partitionKey": "carol"}]
+    assert post(invoke, anonymous)[0] == 200
+    assert post(invoke, anonymous)[0] == 200  # a re-POST of a record without an id: a new record
+
+    sinks = Sinks(client, name)
+
+    items = sinks.event_items()
+    by_id = {item.get("recordId", {}).get("S"): item for item in items}
+    assert set(by_id) == {"evt-0", "req-7:1", "evt-2", None}
+    for record_id in ("evt-0", "req-7:1", "evt-2"):
+        item = by_id[record_id]
+        aggregate = AggregateId.parse(item["aggregateId"]["S"])
+        assert aggregate.counter >= 1 and aggregate.key == f"{aggregate.producer}.{aggregate.lane}"
+    anonymous_items = [item for item in items if "recordId" not in item]
+    assert len(anonymous_items) == 2, "without an id, a client re-POST is a new record: applied again"
+    assert all("aggregateId" in item for item in items)
+
+    guards = {item["pk"]["S"]: item for item in sinks.event_guards()}
+    assert set(guards) == {"once#evt-0", "once#req-7:1", "once#evt-2"}
+    for record_id, guard in ((r, guards[f"once#{r}"]) for r in ("evt-0", "req-7:1", "evt-2")):
+        arrival = float(by_id[record_id]["approximateArrival"]["N"])
+        assert int(guard["expiresAt"]["N"]) == int(arrival) + sinks.events.ONCE_TTL_SECONDS
+
+    assert sinks.counts() == {"alice": 2, "bob": 1, "carol": 2}
+    counter_guards = sinks.counter_guards()
+    assert len(counter_guards) == 3 and all("count" not in guard for guard in counter_guards)
+    assert all(len(guard["partitionKey"]["S"]) > 256 for guard in counter_guards), "no partition key's length"
+
+    # The rule for a sink of one's own, as the examples show it: the writes of a record with an id
+    # carry one `once` guard for that id; a record without an id carries none.
+    from shardline.consumer import ConsumedRecord
+
+    def consumed(record_id: str | None) -> ConsumedRecord:
+        return ConsumedRecord(
+            name, "shardId-000000000000", "1", 0, "k", None, b"x", 1.0, "p.0.1.1", record_id
+        )
+
+    for handler in (partial_sink(sinks.events.to_sink, EVENTS), partial_sink(sinks.counter.count, COUNTS)):
+        assert sum(map(is_once_guard, handler(consumed("abc")))) == 1
+        assert sum(map(is_once_guard, handler(consumed(None)))) == 0
+
+
+def partial_sink(handler: Any, table: str) -> Any:
+    return lambda record: handler(table, record)

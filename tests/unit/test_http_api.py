@@ -418,7 +418,10 @@ def test_too_large_body_is_413_before_parsing_it():
     assert response.status == 400
     response, put = call(body + "}")
     assert response.status == 413 and put.calls == []
-    assert response.body["message"] == "the body is 4097 bytes; at most 4096 are accepted"
+    assert response.body["message"] == (
+        "the body takes 4097 bytes in the Lambda event (JSON-escaped, as API Gateway passes it); "
+        "at most 4096 are accepted: send fewer records per request"
+    )
 
 
 def test_body_size_counts_utf8_bytes_not_characters():
@@ -470,11 +473,19 @@ def test_some_failed_is_207_and_names_exactly_the_failed_records():
     assert response.status == 207 and "Retry-After" not in response.headers
     assert response.body["failedRecordCount"] == 2
     assert [i for i, entry in enumerate(response.body["records"]) if "errorCode" in entry] == [1, 3]
-    assert response.body["records"][1] == {"errorCode": "Expired", "errorMessage": "Expired!", "attempts": 2}
+    assert response.body["records"][1] == {
+        "errorCode": "Expired",
+        "errorMessage": "the record's shard was over its write limit until the deadline (2 attempts)",
+        "attempts": 2,
+        "written": False,
+        "retry": "resend",
+    }
     assert response.body["records"][3] == {
         "errorCode": "InternalFailure",
-        "errorMessage": "InternalFailure!",
+        "errorMessage": "the stream could not take the record (InternalFailure)",
         "attempts": 1,
+        "written": False,
+        "retry": "resend",
     }
 
 
@@ -664,8 +675,316 @@ def test_bad_bounds_raise(name, value):
         settings_from_env({name: value})
 
 
-def test_producer_config_follows_the_stream_limits_and_never_resends_a_landed_record():
-    # The pipeline's consumers (shardline's) deliver out-of-range members: a resend would apply twice.
-    assert producer_config(ROUTE) == ProducerConfig(retry_wrong_shard=False)
+def test_producer_config_follows_the_stream_limits():
+    assert producer_config(ROUTE) == ProducerConfig()
     big = producer_config(StreamRoute("b", "b", Limits.for_max_record_size(10 * MiB)))
     assert big.limits.max_record_size == 10 * MiB and big.collection_max_size == 10 * MiB
+
+
+# -- identity: record ids and Idempotency-Key -----------------------------------------------------
+
+
+def unconfirmed(*codes: str) -> RecordResult:
+    """A failed result some of whose copies went unanswered: a copy may be in the stream."""
+    return failed(*codes)._replace(unconfirmed=True)
+
+
+def test_a_record_id_travels_to_the_producer_and_comes_back_in_its_entry():
+    body = json_body(
+        {"data": "", "partitionKey": "a", "id": "order-1"},
+        {"data": "", "partitionKey": "b"},
+        {"json": 1, "partitionKey": "c", "id": "x" * 128},
+    )
+    put = Recorder([ok("1"), ok("2"), failed("InternalFailure")])
+    response, put = call(body, put=put)
+
+    assert [record.id for record in put.calls[0][1]] == ["order-1", None, "x" * 128]
+    assert response.status == 207
+    assert [entry.get("id") for entry in response.body["records"]] == ["order-1", None, "x" * 128]
+    assert response.body["records"][0]["sequenceNumber"] == "1"
+
+
+def test_idempotency_key_names_every_record_without_an_id_by_its_index():
+    body = json_body(
+        {"data": "", "partitionKey": "a"},
+        {"data": "", "partitionKey": "b", "id": "mine"},
+        {"data": "", "partitionKey": "c", "id": None},
+    )
+    response = handle(
+        "orders", body, content_type="application/json", is_base64_encoded=False,
+        settings=SETTINGS, put=(put := Recorder()), idempotency_key="req-7f3a",
+    )  # fmt: skip
+
+    assert response.status == 200
+    assert [record.id for record in put.calls[0][1]] == ["req-7f3a:0", "mine", "req-7f3a:2"]
+    assert [entry["id"] for entry in response.body["records"]] == ["req-7f3a:0", "mine", "req-7f3a:2"]
+
+
+def test_a_request_posted_again_with_the_same_key_carries_the_same_ids():
+    body = json_body(*[{"data": b64(bytes([i])), "partitionKey": f"k{i}"} for i in range(3)])
+    ids = []
+    for _ in range(2):
+        _, put = call_with_key(body, "same")
+        ids.append([record.id for record in put.calls[0][1]])
+    assert ids[0] == ids[1] == ["same:0", "same:1", "same:2"]
+
+
+def call_with_key(body: str, key: Any, put: Recorder | None = None, settings: ApiSettings = SETTINGS):
+    put = put if put is not None else Recorder()
+    response = handle(
+        "orders", body, content_type="application/json", is_base64_encoded=False,
+        settings=settings, put=put, idempotency_key=key,
+    )  # fmt: skip
+    return response, put
+
+
+@pytest.mark.parametrize(
+    ("key", "message_part"),
+    [
+        ("", "1 to 120 visible ASCII"),
+        ("has space", "1 to 120 visible ASCII"),
+        ("k" * 121, "got 121 characters"),
+        ("clé", "with others"),
+        ("tab\there", "with others"),
+        (["one", "two"], "give one Idempotency-Key header, not 2"),
+    ],
+)
+def test_a_bad_idempotency_key_is_400_naming_the_header_and_nothing_is_sent(key, message_part):
+    response, put = call_with_key(json_body({"data": "", "partitionKey": "k"}), key)
+    assert response.status == 400 and put.calls == []
+    assert response.body["header"] == "Idempotency-Key"
+    assert message_part in response.body["message"]
+
+
+def test_the_longest_key_leaves_room_for_any_index():
+    records = [{"data": "", "partitionKey": "k"}] * 5
+    response, put = call_with_key(json_body(*records), "k" * 120)
+    assert response.status == 200
+    assert put.calls[0][1][-1].id == "k" * 120 + ":4"
+    response, _ = call_with_key(json_body(*records), ["same", "same"])  # one value, repeated
+    assert response.status == 200
+
+
+@pytest.mark.parametrize(
+    ("record_id", "message_part"),
+    [
+        ("", "1 to 128 visible ASCII"),
+        ("a b", "1 to 128 visible ASCII"),
+        ("é", "1 to 128 visible ASCII"),
+        ("x" * 129, "1 to 128 visible ASCII"),
+        (7, "must be a string, got number"),
+        (["a"], "must be a string, got array"),
+    ],
+)
+def test_an_invalid_record_id_is_400_naming_the_id_field(record_id, message_part):
+    good = {"data": "", "partitionKey": "ok"}
+    response, put = call(json_body(good, {"data": "", "partitionKey": "k", "id": record_id}))
+    assert response.status == 400 and put.calls == []
+    assert errors(response) == [(1, "id")]
+    assert message_part in response.body["errors"][0]["message"]
+
+
+def test_two_records_with_one_id_are_400_naming_both_indexes():
+    body = json_body(
+        {"data": "", "partitionKey": "a", "id": "dup"},
+        {"data": "", "partitionKey": "b", "id": "other"},
+        {"data": "", "partitionKey": "c", "id": "dup"},
+    )
+    response, put = call(body)
+    assert response.status == 400 and put.calls == []
+    assert response.body["errors"] == [{"index": 2, "field": "id", "message": "is the id of record 0 too"}]
+
+
+def test_an_own_id_that_equals_a_derived_one_is_a_duplicate_too():
+    body = json_body({"data": "", "partitionKey": "a"}, {"data": "", "partitionKey": "b", "id": "key:0"})
+    response, put = call_with_key(body, "key")
+    assert response.status == 400 and put.calls == []
+    assert response.body["errors"] == [{"index": 1, "field": "id", "message": "is the id of record 0 too"}]
+
+
+def test_an_id_counts_toward_the_record_size():
+    data = b64(b"x" * (MiB - 1 - 300))  # fits without an id, not with a 128-character one
+    response, _ = call(json_body({"data": data, "partitionKey": "k"}), settings=BIG_BODY)
+    assert response.status == 200
+    response, _ = call(json_body({"data": data, "partitionKey": "k", "id": "i" * 128}), settings=BIG_BODY)
+    assert response.status == 400 and errors(response) == [(0, "data")]
+
+
+BIG_BODY = ApiSettings(streams={"orders": ROUTE})
+
+
+# -- the body bound counts the Lambda event API Gateway builds ------------------------------------
+
+
+def proxy_event(body: str) -> dict[str, Any]:
+    """A REST proxy event shaped as API Gateway sends it (headers twice, a request context)."""
+    headers = {"Content-Type": "application/json", "Host": "x.execute-api.us-east-1.amazonaws.com"}
+    return {
+        "resource": "/streams/{stream}/records",
+        "path": "/streams/orders/records",
+        "httpMethod": "POST",
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "pathParameters": {"stream": "orders"},
+        "requestContext": {"requestId": "r-1", "stage": "v1", "identity": {"sourceIp": "198.51.100.7"}},
+        "body": body,
+        "isBase64Encoded": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json_body({"json": {"note": 'say "hi"\\n', "path": "a/b"}, "partitionKey": "k"}),
+        json_body({"json": "clé 😀 中", "partitionKey": "k"}),
+        json.dumps({"records": [{"json": "x", "partitionKey": "k"}]}, indent=2),
+    ],
+)
+def test_the_event_size_is_counted_as_the_gateway_serializes_the_event(body):
+    from shardline.aws_lambda import event_body_bytes
+    from shardline.aws_lambda._producer_function import envelope_bytes
+
+    event = proxy_event(body)
+    # The local runtime's gateway measures `json.dumps(event)`: the count must never fall short.
+    assert envelope_bytes(event) + event_body_bytes(body, is_base64_encoded=False) == len(json.dumps(event))
+    assert event_body_bytes(body, is_base64_encoded=False) >= len(body.encode())
+
+
+def test_a_body_under_the_bound_whose_escaped_event_is_over_it_is_413():
+    quotes = json_body(*[{"json": '"' * 60, "partitionKey": f"k{i}"} for i in range(4)])
+    assert len(quotes.encode()) < len(json.dumps(quotes)) - 2  # a quote in the body grows to \" in the event
+    response, put = call(quotes, settings=ApiSettings(streams={"orders": ROUTE}, max_body_bytes=len(quotes)))
+    assert response.status == 413 and put.calls == []
+    assert "in the Lambda event" in response.body["message"]
+
+
+def test_a_58_mb_body_that_escapes_past_lambdas_6_mb_is_413_not_sent():
+    # The issue's case: a body under the 6,000,000-byte default that API Gateway's escaping grows
+    # past Lambda's 6 MB invocation payload. shardline answers 413 instead of sending it.
+    record = {"json": {"q": "x" * 6000 + '"' * 3000}, "partitionKey": "k"}  # a quote is 2 bytes, then 4
+    body = json_body(*[record] * 480)
+    assert 5_700_000 < len(body.encode()) < DEFAULT_MAX_BODY_BYTES < 6 * MiB < len(json.dumps(body))
+    assert len(json.dumps(body)) / len(body) > 1.45  # the issue's 5.8 MB body became 8.7 MB
+    settings = ApiSettings(streams={"orders": ROUTE}, max_records_per_request=1000)
+
+    response, put = call(body, settings=settings)
+
+    assert response.status == 413 and put.calls == []
+    assert f"at most {DEFAULT_MAX_BODY_BYTES}" in response.body["message"]
+
+
+def test_the_envelope_counts_toward_lambdas_limit_whatever_max_body_bytes_says():
+    from shardline.aws_lambda import event_body_bytes
+
+    body = json_body({"data": b64(b"x" * 1000), "partitionKey": "k"})
+    assert event_body_bytes(body, is_base64_encoded=False) == len(body) + body.count('"')
+    generous = ApiSettings(streams={"orders": ROUTE}, max_body_bytes=10 * MiB)
+    fits = handle(
+        "orders", body, content_type="application/json", is_base64_encoded=False, settings=generous,
+        put=Recorder(), envelope_bytes=6 * MiB - len(body) - body.count('"') - 2,
+    )  # fmt: skip
+    assert fits.status == 200
+    over = handle(
+        "orders", body, content_type="application/json", is_base64_encoded=False, settings=generous,
+        put=Recorder(), envelope_bytes=6 * MiB - len(body) - body.count('"') - 1,
+    )  # fmt: skip
+    assert over.status == 413
+
+
+def test_a_base64_encoded_body_counts_as_its_base64_text():
+    from shardline.aws_lambda import event_body_bytes
+
+    text = b64(json_body({"json": '"' * 100, "partitionKey": "k"}).encode())
+    assert event_body_bytes(text, is_base64_encoded=True) == len(text)
+
+
+# -- failed entries say whether the record was written, and what to do --------------------------
+
+
+def test_a_lost_reply_never_settled_is_unconfirmed_and_says_to_resend_with_the_same_id():
+    results = [ok("1"), unconfirmed("Internal", "Expired"), unconfirmed("ServiceUnavailable", "Expired")]
+    response = results_response(results, ids=["a", "b", None])
+
+    assert response.status == 207
+    entries = response.body["records"]
+    assert entries[1] == {
+        "id": "b",
+        "errorCode": "Expired",
+        "errorMessage": "no answer from Kinesis confirmed this record before the deadline (last: Internal): "
+        "a copy may be in the stream",
+        "attempts": 1,
+        "written": "unconfirmed",
+        "retry": "resend-same-id",
+    }
+    assert entries[2]["written"] == "unconfirmed" and entries[2]["retry"] == "resend-may-duplicate"
+    assert "id" not in entries[2]
+    assert log_fields(response)["unconfirmed"] == 2
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        failed("Expired"),
+        failed(THROTTLED, "Expired"),
+        failed("PartitionerError"),
+        failed("KMSAccessDeniedException"),
+        failed("InvalidArgumentException"),
+    ],
+)
+def test_a_record_no_copy_of_which_can_land_is_written_false_and_safe_to_resend(result):
+    entry = result_entry(result, "id-1")
+    assert entry["written"] is False and entry["retry"] == "resend" and entry["id"] == "id-1"
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        [unconfirmed("Internal", "Expired"), unconfirmed("InternalFailure", "Expired")],  # lost replies only
+        [unconfirmed("MalformedResponse", "Expired"), failed(THROTTLED, "Expired")],
+        [unconfirmed("RecordCountMismatch", "Expired"), failed("Expired")],
+        [failed("ServiceUnavailable", "Expired"), failed("KMSThrottlingException")],  # a brownout
+        [failed("Internal", "Expired"), failed("Internal")],  # unreachable: connection refused
+    ],
+)
+def test_nothing_written_in_a_brownout_or_with_lost_replies_is_503_never_a_207(results):
+    response = results_response(results, ids=[f"k:{i}" for i in range(len(results))])
+    assert response.status == 503
+    assert response.headers == {"Retry-After": "1"}
+    assert "same Idempotency-Key and ids" in response.body["message"]
+    assert [entry["id"] for entry in response.body["records"]] == [f"k:{i}" for i in range(len(results))]
+    assert all(entry["written"] in (False, "unconfirmed") for entry in response.body["records"])
+
+
+def test_kinesis_refusing_the_function_itself_is_a_500_with_the_request_id():
+    results = [failed("AccessDeniedException"), failed("AccessDeniedException")]
+    response = results_response(results, ids=["a", "b"], request_id="req-42")
+    assert response.status == 500
+    assert response.body["requestId"] == "req-42"
+    assert "AccessDeniedException" in response.body["message"] and "req-42" in response.body["message"]
+    assert [entry["written"] for entry in response.body["records"]] == [False, False]
+
+
+def test_no_answer_echoes_kinesis_or_exception_text():
+    leaky = "ReadTimeoutError: Read timeout on endpoint URL: https://10.1.2.3:4566/ account 123456789012"
+
+    def result(code: str, last: str, *, unconfirmed: bool = False) -> RecordResult:
+        attempt = Attempt(0.0, 1.0, False, code, leaky)
+        return RecordResult(
+            False, error_code=last, error_message=leaky, attempts=(attempt,), unconfirmed=unconfirmed
+        )
+
+    results = [
+        result("Internal", "Internal"),
+        result(THROTTLED, THROTTLED),
+        result("Internal", "Expired", unconfirmed=True),
+    ]
+    for response in (results_response(results), results_response(results[2:])):
+        assert "10.1.2.3" not in response.json() and "ReadTimeoutError" not in response.json()
+
+
+def test_the_internal_error_answer_names_the_request_not_the_exception():
+    from shardline.aws_lambda._http_response import internal_error_response
+
+    response = internal_error_response("req-9")
+    assert response.status == 500
+    assert response.body == {"message": "internal error; request id req-9", "requestId": "req-9"}

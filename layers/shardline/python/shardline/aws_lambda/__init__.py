@@ -6,8 +6,9 @@ environment contract, and metrics as CloudWatch EMF.
     handler = ProducerFunction().handler                                    # functions/producer
     handler = ConsumerFunction(lambda sink_table: my_record_handler).handler  # a consumer group
 
-The HTTP contract is pure Python: `_http_request` (parse and check a request: 404, 415, 413, 400),
-`_http_response` (200/207/503 answers, 404 for a missing stream or route, 405, log fields),
+The HTTP contract is pure Python: `_http_request` (parse and check a request: 404, 415, 413, 400;
+record ids and `Idempotency-Key`), `_http_response` (200/207/503/500 answers with `written` and
+`retry` on each failed entry, 404 for a missing stream or route, 405, log fields),
 `_http_settings` (streams and bounds from the environment), `_http_records` (record objects to
 `UserRecord`s). `_environment` declares every
 variable the functions read. Only `ProducerFunction`, `ConsumerFunction` and `publish_metrics`
@@ -27,10 +28,12 @@ if TYPE_CHECKING:
     from shardline.aws_lambda._environment import ConsumerEnvironment as ConsumerEnvironment
     from shardline.aws_lambda._environment import ProducerEnvironment as ProducerEnvironment
     from shardline.aws_lambda._http_records import to_user_records as to_user_records
+    from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER as IDEMPOTENCY_KEY_HEADER
     from shardline.aws_lambda._http_request import JSON_MEDIA_TYPE as JSON_MEDIA_TYPE
     from shardline.aws_lambda._http_request import NDJSON_MEDIA_TYPE as NDJSON_MEDIA_TYPE
     from shardline.aws_lambda._http_request import PutFunction as PutFunction
     from shardline.aws_lambda._http_request import PutRequest as PutRequest
+    from shardline.aws_lambda._http_request import event_body_bytes as event_body_bytes
     from shardline.aws_lambda._http_request import handle as handle
     from shardline.aws_lambda._http_request import parse_request as parse_request
     from shardline.aws_lambda._http_response import RETRY_AFTER_SECONDS as RETRY_AFTER_SECONDS
@@ -41,7 +44,9 @@ if TYPE_CHECKING:
     from shardline.aws_lambda._http_response import results_response as results_response
     from shardline.aws_lambda._http_response import validation_response as validation_response
     from shardline.aws_lambda._http_settings import DEADLINE_MARGIN_SECONDS as DEADLINE_MARGIN_SECONDS
+    from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES as LAMBDA_PAYLOAD_BYTES
     from shardline.aws_lambda._http_settings import MAX_FLUSH_SECONDS as MAX_FLUSH_SECONDS
+    from shardline.aws_lambda._http_settings import MAX_IDEMPOTENCY_KEY_LENGTH as MAX_IDEMPOTENCY_KEY_LENGTH
     from shardline.aws_lambda._http_settings import ApiSettings as ApiSettings
     from shardline.aws_lambda._http_settings import StreamRoute as StreamRoute
     from shardline.aws_lambda._http_settings import parse_streams as parse_streams
@@ -59,6 +64,8 @@ _EXPORTS = {
     "ConsumerEnvironment": "_environment",
     "POWERTOOLS_VARIABLES": "_environment",
     "handle": "_http_request",
+    "event_body_bytes": "_http_request",
+    "IDEMPOTENCY_KEY_HEADER": "_http_request",
     "parse_request": "_http_request",
     "PutRequest": "_http_request",
     "PutFunction": "_http_request",
@@ -78,6 +85,8 @@ _EXPORTS = {
     "producer_config": "_http_settings",
     "DEADLINE_MARGIN_SECONDS": "_http_settings",
     "MAX_FLUSH_SECONDS": "_http_settings",
+    "MAX_IDEMPOTENCY_KEY_LENGTH": "_http_settings",
+    "LAMBDA_PAYLOAD_BYTES": "_http_settings",
     "to_user_records": "_http_records",
 }
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 |---|---|---|---|
 | producer | `SHARDLINE_STREAMS` | JSON `{"<route>": {"streamName", "maxRecordSize"?}}` | `{}` |
 | producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
-| producer | `MAX_BODY_BYTES` | int >= 1 | 6000000 |
+| producer | `MAX_BODY_BYTES` | int >= 1 (the body as the Lambda event holds it, escaped) | 6000000 |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
@@ -29,6 +29,7 @@ from shardline.errors import ConfigurationError
 
 DEFAULT_MAX_RECORDS_PER_REQUEST = 500
 #: Lambda takes 6 MB (6,291,456 bytes) synchronously, proxy event included: leave room for it.
+#: Counted as the body sits in the event (JSON-escaped by API Gateway), not as the client sent it.
 DEFAULT_MAX_BODY_BYTES = 6_000_000
 
 #: Variables Powertools reads; a function may set them beside the contract's own.

@@ -1,8 +1,12 @@
 """Record objects of the producer's HTTP contract to `UserRecord`s, with every problem named.
 
-A record object is `{"data": <base64>, "partitionKey": str, "explicitHashKey": str?}`, or has
-`"json": <any JSON value>` instead of `data` (sent as compact UTF-8 JSON). Problems are reported
-with the record's index and the field as the HTTP contract names it; messages never echo payloads.
+A record object is `{"data": <base64>, "partitionKey": str, "explicitHashKey": str?, "id": str?}`,
+or has `"json": <any JSON value>` instead of `data` (sent as compact UTF-8 JSON). `id` is the
+client's identity for the record (1 to 128 visible ASCII characters): shardline consumers apply a
+record with an id once, however often it is posted. A request's `Idempotency-Key` (see
+`_http_request`) gives every record without its own id the id `<key>:<index>`. Two records of
+one request may not share an id. Problems are reported with the record's index and the field as
+the HTTP contract names it; messages never echo payloads.
 """
 
 from __future__ import annotations
@@ -17,38 +21,62 @@ from shardline.errors import InvalidRecord, RecordProblem
 from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
 from shardline.kinesis._records import UserRecord, find_problems
 
-_RECORD_FIELDS = frozenset({"data", "json", "partitionKey", "explicitHashKey"})
+_RECORD_FIELDS = frozenset({"data", "json", "partitionKey", "explicitHashKey", "id"})
 _LIBRARY_FIELDS = {"partition_key": "partitionKey", "explicit_hash_key": "explicitHashKey"}
 
 
-def to_user_records(items: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> list[UserRecord]:
-    """Convert every record object, or raise `InvalidRecord` listing every problem of every record."""
+def to_user_records(
+    items: Sequence[Any], limits: Limits = DEFAULT_LIMITS, *, idempotency_key: str | None = None
+) -> list[UserRecord]:
+    """Convert every record object, or raise `InvalidRecord` listing every problem of every record.
+
+    With `idempotency_key` (already checked: `_http_request.check_idempotency_key`), a record
+    without its own `id` gets `<key>:<index>`."""
     records: list[UserRecord] = []
     problems: list[RecordProblem] = []
+    first_index: dict[str, int] = {}
     for index, item in enumerate(items):
-        record, found = to_user_record(index, item, limits)
+        default_id = None if idempotency_key is None else derived_id(idempotency_key, index)
+        record, found = to_user_record(index, item, limits, default_id=default_id)
         problems.extend(found)
-        if record is not None:
-            records.append(record)
+        if record is None:
+            continue
+        records.append(record)
+        if record.id is not None:
+            earlier = first_index.setdefault(record.id, index)
+            if earlier != index:
+                problems.append(RecordProblem(index, "id", f"is the id of record {earlier} too"))
     if problems:
         raise InvalidRecord(problems)
     return records
 
 
+def derived_id(idempotency_key: str, index: int) -> str:
+    """The id a record without its own gets from the request's `Idempotency-Key`."""
+    return f"{idempotency_key}:{index}"
+
+
 def to_user_record(
-    index: int, item: Any, limits: Limits = DEFAULT_LIMITS
+    index: int, item: Any, limits: Limits = DEFAULT_LIMITS, *, default_id: str | None = None
 ) -> tuple[UserRecord | None, list[RecordProblem]]:
-    """One record object as a `UserRecord`, or None and its problems, fields named as in the contract."""
+    """One record object as a `UserRecord`, or None and its problems, fields named as in the contract.
+    `default_id` is the record's id when it gives none of its own."""
     if not isinstance(item, dict):
         return None, [RecordProblem(index, "record", f"must be a JSON object, got {_json_type(item)}")]
     payload_field, data, payload_problem = _payload(index, item)
     problems = _unknown_field_problems(index, item)
     problems += [payload_problem] if payload_problem is not None else []
     problems += _key_type_problems(index, item)
-    key, explicit = item.get("partitionKey"), item.get("explicitHashKey")
-    if not isinstance(key, str) or not (explicit is None or isinstance(explicit, str)):
+    key, explicit, record_id = item.get("partitionKey"), item.get("explicitHashKey"), item.get("id")
+    if record_id is not None and not isinstance(record_id, str):
+        problems.append(RecordProblem(index, "id", f"must be a string, got {_json_type(record_id)}"))
+    if (
+        not isinstance(key, str)
+        or not (explicit is None or isinstance(explicit, str))
+        or not (record_id is None or isinstance(record_id, str))
+    ):
         return None, problems
-    record = UserRecord(key, data or b"", explicit)
+    record = UserRecord(key, data or b"", explicit, record_id if record_id is not None else default_id)
     problems += _kinesis_problems(index, record, payload_field, limits, check_size=data is not None)
     return (None, problems) if problems else (record, [])
 

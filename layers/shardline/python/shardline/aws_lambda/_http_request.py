@@ -4,21 +4,34 @@ Pure Python (no Powertools, no AWS client): the Lambda handler in `functions/pro
 event, calls `handle` with a `put` callable that runs shardline's Producer, and returns the
 `ApiResponse` it gets back. Everything about a request to that route is decided here:
 
-- the body is `{"records": [{"data": <base64>, "partitionKey": ..., "explicitHashKey": ...}]}`
-  (`application/json`) or one such record object per line (`application/x-ndjson`); a record
-  may carry `"json": <any JSON value>` instead of `"data"` (sent as compact UTF-8 JSON);
+- the body is `{"records": [{"data": <base64>, "partitionKey": ..., "explicitHashKey": ...,
+  "id": ...}]}` (`application/json`) or one such record object per line (`application/x-ndjson`);
+  a record may carry `"json": <any JSON value>` instead of `"data"` (sent as compact UTF-8 JSON);
+- identity: a record's `id` (1 to 128 visible ASCII characters) is the client's name for it, and
+  shardline consumers apply each id once. An `Idempotency-Key` header (1 to 120 visible ASCII
+  characters, one per request) gives every record without its own `id` the id `<key>:<index>`
+  (its position in the request), so a request posted again as it was, with the same header, is
+  applied once. Two records of one request may not share an id (400 naming both). Answers carry
+  each record's id;
 - every record is checked before anything is sent: one bad record answers 400 with every
   problem as `{index, field, message}`, and `put` is never called;
 - a partition key is 1 to 256 UTF-16 code units, as Kinesis counts it (an emoji counts 2);
-- unknown stream 404, wrong content type 415, too many records or too large a body 413,
-  malformed JSON 400;
-- results answer 200 (all written), 207 (some failed: retry exactly those), 404 (nothing written:
-  the route's Kinesis stream does not exist, so retrying cannot help) or 503 with `Retry-After`
-  (nothing written because the stream throttled or was unavailable);
+- unknown stream 404, wrong content type 415, a bad `Idempotency-Key` 400 (naming the header),
+  too many records or too large a body 413, malformed JSON 400;
+- the body bound counts the body as the Lambda event carries it: API Gateway puts the body in a
+  JSON string of the event, escaped (a quote, a backslash or a newline takes 2 bytes, a non-ASCII
+  character is counted as its `\\uXXXX` escapes, 6 or 12 bytes), or base64 text when it passes
+  the body base64-encoded. A body over `max_body_bytes` so counted, or whose event would not fit
+  Lambda's 6 MB (6,291,456-byte) invocation payload, is answered 413 by shardline;
+- results answer 200 (all written), 207 (per-record outcomes: retry exactly the failed ones), 404
+  (nothing written: the route's Kinesis stream does not exist, so retrying cannot help), 503 with
+  `Retry-After` (nothing written: throttled, unavailable or unanswered) or 500 (nothing written:
+  the stream refused the function itself, a deployment fault); see `_http_response` for the entries;
 - before `handle` is reached, the adapter (`_producer_function`) answers a path the API does not
   serve with 404 and another method on `/streams/{stream}/records` with 405 and `Allow: POST`.
 
-Messages never echo record payloads or keys, so responses and logs can be kept as they are.
+Messages never echo record payloads or keys, nor internal exception text, so responses and logs
+can be kept as they are.
 """
 
 from __future__ import annotations
@@ -26,13 +39,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shardline.aws_lambda._http_records import to_user_records
 from shardline.aws_lambda._http_response import ApiResponse, results_response, validation_response
-from shardline.aws_lambda._http_settings import ApiSettings, StreamRoute
+from shardline.aws_lambda._http_settings import (
+    DEFAULT_EVENT_ENVELOPE_BYTES,
+    LAMBDA_PAYLOAD_BYTES,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    ApiSettings,
+    StreamRoute,
+)
 from shardline.errors import InvalidRecord, RequestRejected
 from shardline.kinesis._records import UserRecord
 from shardline.producer._result import RecordResult
@@ -41,6 +61,9 @@ JSON_MEDIA_TYPE = "application/json"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 
 _UTF8 = frozenset({"utf-8", "utf8"})
+#: The header that names a request: records without an id of their own get `<key>:<index>`.
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+_IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +86,15 @@ def handle(
     is_base64_encoded: bool,
     settings: ApiSettings,
     put: PutFunction,
+    idempotency_key: str | Sequence[str] | None = None,
+    envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
+    request_id: str | None = None,
 ) -> ApiResponse:
-    """Answer one request: check all of it, then `put` the records and shape their results."""
+    """Answer one request: check all of it, then `put` the records and shape their results.
+
+    `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
+    `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
+    body); `request_id` names the request in a 500."""
     try:
         request = parse_request(
             route_name,
@@ -72,10 +102,18 @@ def handle(
             content_type=content_type,
             is_base64_encoded=is_base64_encoded,
             settings=settings,
+            idempotency_key=idempotency_key,
+            envelope_bytes=envelope_bytes,
         )
     except RequestRejected as rejected:
         return rejected.response
-    return results_response(put(request.route, request.records), route=request.route)
+    results = put(request.route, request.records)
+    return results_response(
+        results,
+        route=request.route,
+        ids=[record.id for record in request.records],
+        request_id=request_id,
+    )
 
 
 def parse_request(
@@ -85,21 +123,83 @@ def parse_request(
     content_type: str | None,
     is_base64_encoded: bool,
     settings: ApiSettings,
+    idempotency_key: str | Sequence[str] | None = None,
+    envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
 ) -> PutRequest:
-    """The route and records of a request, or `RequestRejected` (404, 415, 413, 400) — in that order."""
+    """The route and records of a request, or `RequestRejected` (404, 415, 400 for the header, 413
+    for the body, 400, 413 for the count, 400 for the records) — in that order."""
     route = settings.streams.get(route_name)
     if route is None:
         raise _rejected(404, f"unknown stream {route_name[:128]!r}")
     media_type = request_media_type(content_type)
+    key = check_idempotency_key(idempotency_key)
+    check_event_size(
+        body,
+        is_base64_encoded=is_base64_encoded,
+        max_body_bytes=settings.max_body_bytes,
+        envelope_bytes=envelope_bytes,
+    )
     text = body_text(body, is_base64_encoded=is_base64_encoded, max_body_bytes=settings.max_body_bytes)
     if media_type == NDJSON_MEDIA_TYPE:
         items = parse_ndjson_body(text, max_records=settings.max_records_per_request)
     else:
         items = parse_json_body(text, max_records=settings.max_records_per_request)
     try:
-        return PutRequest(route, to_user_records(items, route.limits))
+        return PutRequest(route, to_user_records(items, route.limits, idempotency_key=key))
     except InvalidRecord as invalid:
         raise RequestRejected(validation_response(invalid.problems)) from None
+
+
+def check_idempotency_key(value: str | Sequence[str] | None) -> str | None:
+    """The request's `Idempotency-Key`, or None without one; 400 naming the header if it is not 1 to
+    `MAX_IDEMPOTENCY_KEY_LENGTH` visible ASCII characters, or is given more than once."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        distinct = list(dict.fromkeys(value))
+        if not distinct:
+            return None
+        if len(distinct) > 1:
+            raise _header_rejected(f"give one {IDEMPOTENCY_KEY_HEADER} header, not {len(distinct)}")
+        value = distinct[0]
+    if not _IDEMPOTENCY_KEY.fullmatch(value):
+        raise _header_rejected(
+            f"the {IDEMPOTENCY_KEY_HEADER} header must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} visible "
+            f"ASCII characters (no spaces), got {len(value)} characters"
+            + ("" if value.isascii() and value.isprintable() and " " not in value else " with others")
+        )
+    return value
+
+
+def event_body_bytes(body: str | None, *, is_base64_encoded: bool) -> int:
+    """Bytes the body takes in the Lambda event API Gateway builds: a JSON string, escaped.
+
+    Base64 text (a body API Gateway passed encoded) has nothing to escape. Otherwise a quote, a
+    backslash and a control character grow to their escapes, and a non-ASCII character is counted
+    as its `\\uXXXX` escapes (6 bytes; 12 beyond U+FFFF), which is at least its UTF-8 size: the
+    count never falls short of what the event holds, whichever way the gateway escapes."""
+    if body is None:
+        return 0
+    if is_base64_encoded:
+        return len(body)
+    return len(json.dumps(body)) - 2  # ensure_ascii: an ASCII string, so characters are bytes
+
+
+def check_event_size(
+    body: str | None, *, is_base64_encoded: bool, max_body_bytes: int, envelope_bytes: int
+) -> None:
+    """413 unless the body, as the event carries it, is at most `max_body_bytes` and the whole
+    event (`envelope_bytes` beside the body) fits Lambda's invocation payload."""
+    if body is None:
+        return
+    bound = min(max_body_bytes, LAMBDA_PAYLOAD_BYTES - envelope_bytes - 2)
+    size = event_body_bytes(body, is_base64_encoded=is_base64_encoded)
+    if size > bound:
+        raise _rejected(
+            413,
+            f"the body takes {size} bytes in the Lambda event (JSON-escaped, as API Gateway passes it); "
+            f"at most {bound} are accepted: send fewer records per request",
+        )
 
 
 def request_media_type(content_type: str | None) -> str:
@@ -186,6 +286,10 @@ def _reject_constant(name: str) -> Any:
 
 def _too_large_body(size: int, max_body_bytes: int) -> RequestRejected:
     return _rejected(413, f"the body is {size} bytes; at most {max_body_bytes} are accepted")
+
+
+def _header_rejected(message: str) -> RequestRejected:
+    return RequestRejected(ApiResponse(400, {"message": message, "header": IDEMPOTENCY_KEY_HEADER}))
 
 
 def _rejected(status: int, message: str) -> RequestRejected:

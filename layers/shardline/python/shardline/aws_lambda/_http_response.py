@@ -1,10 +1,38 @@
 """Answers of the producer's HTTP API: status, JSON body and headers, and what to log of them.
 
-Results answer 200 (all written), 207 (some failed: retry exactly those, same order), 404 (nothing
-written because the route's Kinesis stream does not exist: no retry can help) or 503 with
-`Retry-After` (nothing written because the stream throttled or was unavailable); a request with
-bad records answers 400 listing every problem. A path the API does not serve answers 404, a method
-it does not serve 405 with `Allow`. Messages never echo record payloads or keys.
+Results (one entry per record, in request order, under `"records"`, with `"failedRecordCount"`):
+
+- 200: every record written. Nothing to do.
+- 207: per-record outcomes (some written, or some refused for their own reasons): resend exactly
+  the failed entries' records, as they were (same ids).
+- 503 + `Retry-After`: nothing written (every record throttled, the stream unavailable in a
+  brownout, or no reply): after `Retry-After` seconds, post the request again as it was (same
+  `Idempotency-Key`, same ids).
+- 404: nothing written, the route's Kinesis stream does not exist: no retry helps.
+- 500: nothing written, Kinesis refused the function itself (AccessDenied, ...): a deployment
+  fault (alarmed); post again once it is fixed.
+
+An entry written: `{"id"?, "shardId", "sequenceNumber", "subSequenceNumber", "attempts"}` — the
+position Kinesis returned for that very record (`subSequenceNumber`: its index in the aggregate).
+
+A failed entry: `{"id"?, "errorCode", "errorMessage", "attempts", "written", "retry"}`:
+
+- `"written": false` — no copy of the record is in the stream, nor can one land later (never sent,
+  or Kinesis refused every copy). `"retry": "resend"`: sending it again cannot duplicate it.
+- `"written": "unconfirmed"` — a reply from Kinesis was lost (a timeout, a reset connection, a 5xx,
+  a malformed answer) and no later answer confirmed the record before the deadline: a copy may be
+  in the stream. With an id, `"retry": "resend-same-id"`: send it again with the same id; shardline
+  consumers apply an id once, so it is neither lost nor applied twice. Without an id, `"retry":
+  "resend-may-duplicate"`: a resend may be applied twice and no resend may lose it — give records
+  ids to avoid the choice.
+
+`id` is present when the record has one (its own, or `<Idempotency-Key>:<index>`). `attempts`
+counts the trips to Kinesis. `errorMessage` is shardline's own sentence for the outcome: never a
+payload, a key, an endpoint or internal exception text (those go to the function's log).
+
+A request with bad records answers 400 listing every problem. A path the API does not serve answers
+404, a method it does not serve 405 with `Allow`. An unexpected failure answers 500 with a generic
+message and the request id (`{"message", "requestId"}`); its details are logged, never answered.
 """
 
 from __future__ import annotations
@@ -15,7 +43,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shardline.errors import EXPIRED, PARTITIONER_ERROR, UNAVAILABLE_ERROR_CODES, RecordProblem
+from shardline.errors import (
+    EXPIRED,
+    PARTITIONER_ERROR,
+    PERMANENT_ERROR_CODES,
+    THROTTLE_ERROR_CODES,
+    UNAVAILABLE_ERROR_CODES,
+    RecordProblem,
+)
 from shardline.producer._result import RecordResult
 
 if TYPE_CHECKING:
@@ -27,6 +62,21 @@ RETRY_AFTER_SECONDS = 1
 STREAM_NOT_FOUND = "ResourceNotFoundException"
 #: Codes of results that never reached Kinesis (decisions, not attempts).
 _NOT_SENT_CODES = frozenset({EXPIRED, PARTITIONER_ERROR})
+#: The producer's code for a call that failed without an answer from Kinesis (a timeout, a reset or
+#: refused connection): like a brownout, nothing written for now.
+TRANSPORT_FAILURE = "Internal"
+_TRANSIENT_CODES = UNAVAILABLE_ERROR_CODES | {TRANSPORT_FAILURE}
+#: Request-level refusals of the function itself (its role, its key, its request): a deployment fault.
+_DEPLOYMENT_CODES = PERMANENT_ERROR_CODES - {STREAM_NOT_FOUND}
+
+#: `written` of a failed entry whose record may be in the stream (a lost reply never settled).
+UNCONFIRMED = "unconfirmed"
+#: `retry` of a failed entry: no copy is in the stream; sending it again cannot duplicate it.
+RESEND = "resend"
+#: ... a copy may be in the stream and the record has an id: resend it with the same id.
+RESEND_SAME_ID = "resend-same-id"
+#: ... a copy may be in the stream and the record has no id: a resend may be applied twice.
+RESEND_MAY_DUPLICATE = "resend-may-duplicate"
 _MAX_LOGGED_PROBLEMS = 20
 
 
@@ -60,17 +110,35 @@ def results_response(
     retry_after: int = RETRY_AFTER_SECONDS,
     *,
     route: StreamRoute | None = None,
+    ids: Sequence[str | None] | None = None,
+    request_id: str | None = None,
 ) -> ApiResponse:
-    """200 if every record was written, 404 if none could be because the stream does not exist,
-    503 (+ Retry-After) if none could be for now, else 207. `route` names the stream in the 404."""
+    """200 if every record was written; 404 if none could be because the stream does not exist; 503
+    (+ Retry-After) if none was written because the stream throttled, was unavailable or did not
+    answer; 500 if Kinesis refused the function itself; else 207. `ids[i]` is record i's id (or
+    None); `route` names the stream in the 404, `request_id` the request in the 500."""
     failed = sum(1 for result in results if not result.success)
     if results and failed == len(results) and all(is_stream_missing(result) for result in results):
         return stream_missing_response(route)
-    body = {"failedRecordCount": failed, "records": [result_entry(result) for result in results]}
+    record_ids = list(ids) if ids is not None else [None] * len(results)
+    entries = [result_entry(result, record_id) for result, record_id in zip(results, record_ids, strict=True)]
+    body: dict[str, Any] = {"failedRecordCount": failed, "records": entries}
     if failed == 0:
         return ApiResponse(200, body)
-    if failed == len(results) and all(is_unavailable(result) for result in results):
-        return ApiResponse(503, body, {"Retry-After": str(retry_after)})
+    if failed == len(results) and all(is_unconfirmed(result) or is_unavailable(result) for result in results):
+        message = (
+            "nothing was written: the stream is throttled, unavailable or did not answer; post the "
+            f"request again as it was (same Idempotency-Key and ids) after {retry_after} s"
+        )
+        return ApiResponse(503, {"message": message, **body}, {"Retry-After": str(retry_after)})
+    if failed == len(results) and all(is_refused_deployment(result) for result in results):
+        code = next(result.error_code for result in results)
+        message = (
+            f"nothing was written: Kinesis refused the producer function ({code}), a deployment fault"
+            + (f"; request id {request_id}" if request_id else "")
+        )
+        named = {"requestId": request_id} if request_id else {}
+        return ApiResponse(500, {"message": message, **named, **body})
     return ApiResponse(207, body)
 
 
@@ -82,6 +150,13 @@ def stream_missing_response(route: StreamRoute | None = None) -> ApiResponse:
     return ApiResponse(
         404, {"message": f"stream {route.name!r}{physical} does not exist; nothing was written"}
     )
+
+
+def internal_error_response(request_id: str | None) -> ApiResponse:
+    """500 for an unexpected failure: a generic message and the request id, never the exception's
+    text (it is logged with its traceback under the same request id)."""
+    message = "internal error" + (f"; request id {request_id}" if request_id else "")
+    return ApiResponse(500, {"message": message, **({"requestId": request_id} if request_id else {})})
 
 
 def route_not_found_response(method: str, path: str) -> ApiResponse:
@@ -100,22 +175,73 @@ def method_not_allowed_response(method: str, path: str, allowed: Sequence[str] =
     )
 
 
-def result_entry(result: RecordResult) -> dict[str, Any]:
+def result_entry(result: RecordResult, record_id: str | None = None) -> dict[str, Any]:
     """One record's outcome as the API spells it; `attempts` counts the trips to Kinesis."""
     attempts = sum(1 for attempt in result.attempts if attempt.error_code not in _NOT_SENT_CODES)
+    entry: dict[str, Any] = {} if record_id is None else {"id": record_id}
     if result.success:
-        return {
+        entry |= {
             "shardId": result.shard_id,
             "sequenceNumber": result.sequence_number,
             "subSequenceNumber": result.sub_sequence_number,
             "attempts": attempts,
         }
-    return {"errorCode": result.error_code, "errorMessage": result.error_message, "attempts": attempts}
+        return entry
+    unconfirmed = is_unconfirmed(result)
+    retry = RESEND_SAME_ID if record_id is not None else RESEND_MAY_DUPLICATE
+    retry = retry if unconfirmed else RESEND
+    entry |= {
+        "errorCode": result.error_code,
+        "errorMessage": error_message(result, attempts),
+        "attempts": attempts,
+        "written": UNCONFIRMED if unconfirmed else False,
+        "retry": retry,
+    }
+    return entry
+
+
+def is_unconfirmed(result: RecordResult) -> bool:
+    """True if `result` failed while a copy of its record may be in the stream (a reply was lost)."""
+    return not result.success and result.unconfirmed
+
+
+def error_message(result: RecordResult, attempts: int) -> str:
+    """shardline's sentence for a failed result: its code and what happened, never Kinesis's or an
+    exception's own text (they can name endpoints, accounts and internals)."""
+    code = result.error_code or "Unknown"
+    tried = [a.error_code for a in result.attempts if not a.success and a.error_code not in _NOT_SENT_CODES]
+    last = tried[-1] if tried else None
+    if is_unconfirmed(result):
+        return (
+            f"no answer from Kinesis confirmed this record before the deadline (last: {last or code}): "
+            "a copy may be in the stream"
+        )
+    if code == EXPIRED:
+        if not tried:
+            return "the deadline passed before the record could be sent"
+        if all(c in THROTTLE_ERROR_CODES for c in tried):
+            return f"the record's shard was over its write limit until the deadline ({attempts} attempts)"
+        return f"the deadline passed after {attempts} attempts; Kinesis refused the last ({last})"
+    if code == PARTITIONER_ERROR:
+        return "the record could not be assigned a shard; it was not sent"
+    if code in THROTTLE_ERROR_CODES:
+        return f"the record's shard is over its write limit ({code})"
+    if code == TRANSPORT_FAILURE:
+        return "Kinesis could not be reached (no answer, Internal)"
+    if code in UNAVAILABLE_ERROR_CODES:
+        return f"the stream could not take the record ({code})"
+    return f"Kinesis refused the record ({code})"
+
+
+def is_refused_deployment(result: RecordResult) -> bool:
+    """True if `result` failed because Kinesis refused the function itself (role, key, request)."""
+    return _failed_only_with(result, _DEPLOYMENT_CODES, allow_no_attempt=False)
 
 
 def is_unavailable(result: RecordResult) -> bool:
-    """True if `result` failed only because the stream throttled or was unavailable (or time ran out)."""
-    return _failed_only_with(result, UNAVAILABLE_ERROR_CODES, allow_no_attempt=True)
+    """True if `result` failed only because the stream throttled, was unavailable or unreachable (or
+    time ran out)."""
+    return _failed_only_with(result, _TRANSIENT_CODES, allow_no_attempt=True)
 
 
 def is_stream_missing(result: RecordResult) -> bool:
@@ -146,6 +272,9 @@ def log_fields(response: ApiResponse) -> dict[str, Any]:
         codes = Counter(entry["errorCode"] for entry in body["records"] if "errorCode" in entry)
         if codes:
             fields["errorCodes"] = dict(codes)
+        unconfirmed = sum(1 for entry in body["records"] if entry.get("written") == UNCONFIRMED)
+        if unconfirmed:
+            fields["unconfirmed"] = unconfirmed
     else:
         fields["reason"] = body.get("message")  # "message" is taken by the log record
         if "errors" in body:

@@ -16,7 +16,7 @@ from shardline.aws_lambda._environment import (
     ProducerEnvironment,
 )
 from shardline.errors import ConfigurationError
-from shardline.kinesis._limits import DEFAULT_LIMITS, Limits
+from shardline.kinesis._limits import DEFAULT_LIMITS, MAX_RECORD_ID_LENGTH, Limits
 from shardline.producer._config import ProducerConfig
 
 #: API Gateway (REST) gives up on an integration after 29 s: flushing longer is wasted work.
@@ -26,6 +26,15 @@ API_GATEWAY_TIMEOUT_SECONDS = 29.0
 DEADLINE_MARGIN_SECONDS = 6.0
 #: Longest a flush may run: the API Gateway timeout minus the margin.
 MAX_FLUSH_SECONDS = API_GATEWAY_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
+#: Lambda's synchronous invocation payload ("6 MB"): the whole event API Gateway sends, as JSON.
+LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024
+#: What a REST proxy event holds beside its body when the adapter cannot measure it: headers twice
+#: (`headers` and `multiValueHeaders`, API Gateway takes 10 KiB of them), the query string twice,
+#: and the request context. The producer function measures the event it was given instead.
+DEFAULT_EVENT_ENVELOPE_BYTES = 64 * 1024
+#: `Idempotency-Key` is at most this long, so that `<key>:<index>` stays a valid record id
+#: (`MAX_RECORD_ID_LENGTH`) for any index a request can hold (7 digits and the colon).
+MAX_IDEMPOTENCY_KEY_LENGTH = MAX_RECORD_ID_LENGTH - 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +79,8 @@ def parse_streams(text: str) -> dict[str, StreamRoute]:
 
 
 def producer_config(route: StreamRoute) -> ProducerConfig:
-    """The producer settings for a route: its stream's limits, requests as large as they allow.
-    A member that landed out of its shard's range across a reshard is not sent again: the
-    pipeline's consumers are shardline's, which deliver it, so a second copy would apply twice."""
-    return ProducerConfig(
-        limits=route.limits, collection_max_size=route.limits.max_request_size, retry_wrong_shard=False
-    )
+    """The producer settings for a route: its stream's limits, requests as large as they allow."""
+    return ProducerConfig(limits=route.limits, collection_max_size=route.limits.max_request_size)
 
 
 def _stream_route(name: str, spec: object) -> StreamRoute:

@@ -15,14 +15,16 @@ elsewhere, as boto3 reads it).
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardline.aws_lambda._emf import publish_metrics
-from shardline.aws_lambda._http_request import handle
+from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER, handle
 from shardline.aws_lambda._http_response import (
     ApiResponse,
+    internal_error_response,
     log_fields,
     method_not_allowed_response,
     route_not_found_response,
@@ -93,6 +95,9 @@ class ProducerFunction:
                 is_base64_encoded=bool(event.is_base64_encoded),
                 settings=settings_from_env(),
                 put=self._put,
+                idempotency_key=header_values(event.raw_event, IDEMPOTENCY_KEY_HEADER),
+                envelope_bytes=envelope_bytes(event.raw_event),
+                request_id=request_id(event.raw_event),
             )
             return respond(answer, stream=stream)
 
@@ -124,10 +129,11 @@ class ProducerFunction:
 
         @self.app.exception_handler(Exception)  # type: ignore[untyped-decorator]  # Powertools leaves it untyped
         def internal_error(exc: Exception) -> Response[str]:
-            """Log the failure (with its traceback) and answer 500 without details."""
+            """Log the failure (with its traceback) and answer 500 with the request id, no details."""
             self.logger.exception("request failed")
             self.metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=1)
-            return Response(500, content_type="application/json", body='{"message":"internal error"}')
+            answer = internal_error_response(request_id(self.app.current_event.raw_event))
+            return Response(answer.status, content_type="application/json", body=answer.json())
 
         @self.logger.inject_lambda_context(
             correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False
@@ -173,3 +179,27 @@ class ProducerFunction:
             self.metrics.add_dimension(name="StreamName", value=route.stream_name)
             publish_metrics(self.metrics, snapshot, since=self._snapshots.get(key))
             self._snapshots[key] = snapshot
+
+
+def header_values(event: Mapping[str, Any], name: str) -> list[str] | None:
+    """Every value of header `name` (case-insensitive) in a REST proxy event, or None without it."""
+    wanted = name.lower()
+    for field in ("multiValueHeaders", "headers"):
+        headers = event.get(field) or {}
+        values = [value for key, value in headers.items() if key.lower() == wanted]
+        if values:
+            flat = [item for value in values for item in (value if isinstance(value, list) else [value])]
+            return [str(item) for item in flat]
+    return None
+
+
+def envelope_bytes(event: Mapping[str, Any]) -> int:
+    """Bytes of the Lambda event beside its body (the event serialized with an empty body)."""
+    return len(json.dumps({**event, "body": ""}))
+
+
+def request_id(event: Mapping[str, Any]) -> str | None:
+    """API Gateway's request id (the correlation id of the function's logs)."""
+    context = event.get("requestContext") or {}
+    value = context.get("requestId") if isinstance(context, Mapping) else None
+    return str(value) if value else None

@@ -4,7 +4,8 @@
 
 The properties are the template's, resolved (`local.template`); a setting the emulator has no
 use for (encryption keys, point-in-time recovery, lifecycle rules, public-access blocks) is left
-out here and named in `SKIPPED_PROPERTIES`, so start-up can say what is not emulated.
+out here and named in `SKIPPED_PROPERTIES`, so start-up can say what is not emulated. A table's
+`TimeToLiveSpecification` is set with UpdateTimeToLive, as CloudFormation does after creating it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
     def table(resource: model.Resource) -> None:
         settings = {key: resource.properties[key] for key in TABLE_PROPERTIES if key in resource.properties}
         dynamodb.create_table(TableName=resource.name, **settings)
+        ttl = resource.properties.get("TimeToLiveSpecification")
+        if ttl is not None:
+            dynamodb.get_waiter("table_exists").wait(TableName=resource.name)
+            dynamodb.update_time_to_live(TableName=resource.name, TimeToLiveSpecification=ttl)
 
     def queue(resource: model.Resource) -> None:
         attributes = {

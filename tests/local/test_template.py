@@ -142,8 +142,15 @@ def test_provision_creates_every_stream_table_queue_and_bucket(cdk_out, tmp_path
         kinesis = client("kinesis", endpoint.url)
         summary = kinesis.describe_stream_summary(StreamName=app.streams[0].name)["StreamDescriptionSummary"]
         assert (summary["StreamStatus"], summary["OpenShardCount"]) == ("ACTIVE", 4)
-        tables = set(client("dynamodb", endpoint.url).list_tables()["TableNames"])
+        dynamodb = client("dynamodb", endpoint.url)
+        tables = set(dynamodb.list_tables()["TableNames"])
         assert {r.name for r in app.resources if r.type == "AWS::DynamoDB::Table"} <= tables
+        expiring = [r for r in app.resources if "TimeToLiveSpecification" in r.properties]
+        assert expiring, "the sink tables expire their client-id guards"
+        for resource in expiring:  # honoured, as CloudFormation sets it: UpdateTimeToLive
+            ttl = dynamodb.describe_time_to_live(TableName=resource.name)["TimeToLiveDescription"]
+            wanted = resource.properties["TimeToLiveSpecification"]["AttributeName"]
+            assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", wanted)
         queues = {url.rsplit("/", 1)[1] for url in client("sqs", endpoint.url).list_queues()["QueueUrls"]}
         assert {r.name for r in app.resources if r.type == "AWS::SQS::Queue"} <= queues
         buckets = {b["Name"] for b in client("s3", endpoint.url).list_buckets()["Buckets"]}

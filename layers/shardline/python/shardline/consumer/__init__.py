@@ -10,12 +10,21 @@
     def lambda_handler(event, context):
         return consumer.process(event, context)   # {"batchItemFailures": [...]}
 
+Identity: a Kinesis record that is a copy of a shardline aggregate already applied (a lost
+PutRecords reply, retried) is skipped — the lease row remembers the aggregates each shard applied,
+written with the checkpoint — so a handler sees each of the producer's user records once, as a
+transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record; a
+sink guards on it with `once(table, key)` (a guard item written in the checkpoint's transaction),
+so that a client's re-POST of the same id is applied once too. A record without a client id that
+a client posts again is a new record.
+
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
 whose they are), `_handler_deadline` (interrupting a handler at the time budget),
-`_deaggregation` (events to user records), `_leases` (the KCL-compatible lease/checkpoint
-table), `_dead_letters` (poison records, whole, in SQS or S3), `_resharding` (parents before
-children), `_metrics`.
+`_deaggregation` (events to user records, with their ids), `_dedup` (the aggregates a shard
+applied: producer-retry dedup), `_once` (client-id guards), `_leases` (the KCL-compatible
+lease/checkpoint table), `_dead_letters` (poison records, whole, in SQS or S3), `_resharding`
+(parents before children, and their dedup state handed down), `_metrics`.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ if TYPE_CHECKING:
     from shardline.consumer._leases import Lease as Lease
     from shardline.consumer._leases import LeaseTable as LeaseTable
     from shardline.consumer._metrics import ConsumerMetrics as ConsumerMetrics
+    from shardline.consumer._once import is_once_guard as is_once_guard
+    from shardline.consumer._once import once as once
     from shardline.consumer._resharding import ShardLineage as ShardLineage
     from shardline.consumer._settings import BatchHandler as BatchHandler
     from shardline.consumer._settings import BatchWrites as BatchWrites
@@ -69,6 +80,8 @@ _EXPORTS = {
     "DEAD_LETTER_VERSION": "_dead_letters",
     "ShardLineage": "_resharding",
     "ConsumerMetrics": "_metrics",
+    "once": "_once",
+    "is_once_guard": "_once",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",
     "SinkConflict": "shardline.errors",

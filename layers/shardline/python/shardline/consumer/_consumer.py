@@ -18,7 +18,8 @@ replay. A record that keeps failing — its handler raises or hangs, its sink wr
 its delivery kills the process — goes, whole, to the dead-letter queue after `max_attempts`, and
 the shard moves on. A handler may return DynamoDB writes (TransactWriteItems entries): they are
 committed in the same transaction as the checkpoint, so a crash leaves both or neither —
-exactly-once effects.
+exactly-once effects. Copies of a shardline aggregate (a producer's retry after a lost reply) are
+skipped by identity (`_dedup`), and a handler's `once` guard applies each client id once.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The dead-letter queue of a consumer group: poison records, whole, in SQS (or S3 when too large).
 
 Unlike the event-source mapping's on-failure destination (metadata only), each message carries
-the user record itself — base64 payload, keys, sequence numbers — and the last error, so it can
-be inspected and replayed. A message that would exceed SQS's 1 MiB goes to the group's S3
-bucket, and SQS carries a pointer to it (the SQS extended-client pattern).
+the user record itself — base64 payload, keys, sequence numbers, and its ids when it has them
+(`aggregateId`, `recordId`) — and the last error, so it can be inspected and replayed. A
+message that would exceed SQS's 1 MiB goes to the group's S3 bucket, and SQS carries a pointer
+to it (the SQS extended-client pattern).
 
 Every dead letter has an `id` derived from the group and the record's position (stream, shard,
 sequence and sub-sequence number): sending one twice — a crash between SendMessage and the
@@ -138,6 +139,10 @@ def dead_letter_message(
         "attempts": attempts,
         "deadLetteredAt": now,
     }
+    if record.aggregate_id is not None:  # the ids it arrived with (issue 23), when it has them
+        message["aggregateId"] = record.aggregate_id
+    if record.id is not None:
+        message["recordId"] = record.id
     if details:
         message["details"] = dict(details)
     return message

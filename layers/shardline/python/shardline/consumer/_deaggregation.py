@@ -1,9 +1,18 @@
 """Lambda Kinesis events to user records: every field checked, base64, KPL de-aggregation, positions.
 
 A Kinesis record that is not a KPL aggregate — or claims to be one but fails its MD5 or cannot be
-decoded — is passed through as one user record (as the KCL does), and counted. A sub-record whose
-hash key lies outside the shard's range is delivered, never dropped, and counted (the KCL drops
-the whole aggregate in that case).
+decoded — is passed through as one user record (as the KCL does), and counted.
+
+Identity (issue 23): a user record carries the ids it arrived with — `ConsumedRecord.id`, the
+caller's own (the `sl.id` tag), and `ConsumedRecord.aggregate_id`, the id of the shardline
+aggregate it came in (the `sl.a` tag), None for records of other producers. shardline's producer
+re-routes an aggregate whose members span shards (after a reshard) to each member's shard, the
+same aggregate each time; so, for an aggregate that carries a valid shardline id, a member whose
+hash key lies outside the shard's range is skipped, never delivered (`OutOfRangeRecordsSkipped`):
+the copy in that member's own shard delivers it. A member outside the range of a foreign
+aggregate (no id) is delivered, never dropped, and counted (`OutOfRangeRecords`; the KCL drops
+the whole aggregate in that case). With a `dedup` run (`_dedup.DedupRun`), a Kinesis record that
+is a copy of an aggregate already applied is skipped whole (`AggregateCopiesSkipped`).
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from typing import Any, NamedTuple, Protocol
 from shardline.errors import AggregationError, EventError
 from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
-from shardline.kpl._decode import decode, is_aggregated
+from shardline.kpl._decode import decode_aggregate, is_aggregated
+from shardline.kpl._identity import AggregateId
 
 
 class ConsumedRecord(NamedTuple):
@@ -26,6 +36,10 @@ class ConsumedRecord(NamedTuple):
 
     `sub_sequence_number` is its index in a KPL aggregate, None when the Kinesis record was not
     aggregated. `approximate_arrival` is the epoch seconds Kinesis received the Kinesis record.
+    `aggregate_id` is the id of the shardline aggregate it came in (`AggregateId.parse` reads
+    it), None outside one; `id` is the caller's own id for the record (HTTP: its `id`, or
+    `<Idempotency-Key>:<index>`), None when it was given none. A sink that must apply a client
+    id once guards on it (`shardline.consumer.once`); copies of an aggregate are skipped for you.
     """
 
     stream: str
@@ -36,6 +50,8 @@ class ConsumedRecord(NamedTuple):
     explicit_hash_key: str | None
     data: bytes
     approximate_arrival: float
+    aggregate_id: str | None = None
+    id: str | None = None
 
     @property
     def position(self) -> Position:
@@ -57,6 +73,18 @@ class _HashRange(Protocol):
     def __contains__(self, hash_key: object) -> bool: ...
 
 
+class _Dedup(Protocol):
+    """What de-aggregation asks of the applied-aggregate state (`_dedup.DedupRun`)."""
+
+    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool: ...
+
+    def replayed(self, sequence: str) -> bool: ...
+
+    def covered(self) -> list[int] | None: ...
+
+    def ends_at(self, sub_sequence: int | None, partial: bool = False) -> None: ...
+
+
 class KinesisRecord(NamedTuple):
     """One record of a Lambda Kinesis event, checked and base64-decoded."""
 
@@ -76,6 +104,18 @@ def _field(record: Mapping[str, Any], index: int, *path: str) -> Any:
             raise EventError(index, ".".join(path[: depth + 1]), "is missing")
         value = value[name]
     return value
+
+
+def _is_shardline_id(value: str) -> bool:
+    try:
+        AggregateId.parse(value)
+    except AggregationError:
+        return False
+    return True
+
+
+def _within(key_hash: int, ranges: list[int]) -> bool:
+    return any(ranges[at] <= key_hash <= ranges[at + 1] for at in range(0, len(ranges), 2))
 
 
 def _decimal(value: object) -> bool:
@@ -151,8 +191,9 @@ def deaggregate(
     """Every user record of the event's Kinesis records, in order.
 
     Raises `EventError` (index and field) for a malformed record, before returning anything.
-    `hash_range`, when given, is the shard's: sub-records outside it are counted
-    (`OutOfRangeRecords`) and still delivered. Counts go to `metrics` when given.
+    `hash_range`, when given, is the shard's: members of a shardline aggregate (one with an id)
+    outside it are skipped (`OutOfRangeRecordsSkipped`), sub-records of other aggregates outside
+    it are counted (`OutOfRangeRecords`) and still delivered. Counts go to `metrics` when given.
     """
     records = [read_record(event_record, index) for index, event_record in enumerate(kinesis_event_records)]
     return user_records(records, hash_range=hash_range, metrics=metrics)
@@ -163,32 +204,77 @@ def user_records(
     *,
     hash_range: _HashRange | None = None,
     metrics: _Counter | None = None,
+    dedup: _Dedup | None = None,
 ) -> list[ConsumedRecord]:
-    """The user records of checked Kinesis records (`read_event`), in order: see `deaggregate`."""
+    """The user records of checked Kinesis records (`read_event`), in order: see `deaggregate`.
+
+    With `dedup`, each shardline aggregate is first offered to `dedup.admit` (False: a copy of an
+    aggregate already applied, skipped whole), then told where its last delivered member is."""
     out: list[ConsumedRecord] = []
+    append = out.append
     make = tuple.__new__  # ConsumedRecord is a NamedTuple: skip its Python-level __new__
-    passed_through = out_of_range = 0
+    passed_through = out_of_range = skipped_out_of_range = copies = replayed = 0
     for stream, shard_id, sequence, key, explicit, data, arrival in records:
         if is_aggregated(data):
             try:
-                users = decode(data)
+                users, aggregate_id = decode_aggregate(data)
             except AggregationError:
                 users = None
                 passed_through += 1
             if users is not None:
-                for sub, user in enumerate(users):
-                    if hash_range is not None and hash_key(user) not in hash_range:
-                        out_of_range += 1
-                    out.append(
-                        make(
-                            ConsumedRecord,
-                            (stream, shard_id, sequence, sub, user[0], user[2], user[1], arrival),
-                        )
-                    )
+                covered = None
+                if aggregate_id is not None and dedup is not None:
+                    if not dedup.admit(aggregate_id, sequence, arrival):
+                        if dedup.replayed(sequence):
+                            replayed += len(users)
+                        else:
+                            copies += 1
+                        continue
+                    before, outside = len(out), skipped_out_of_range
+                    covered = dedup.covered()
+                if hash_range is None and covered is None:
+                    for sub, (user_key, user_data, user_explicit, user_id) in enumerate(users):
+                        append(
+                            make(
+                                ConsumedRecord,
+                                (
+                                    stream, shard_id, sequence, sub, user_key, user_explicit,
+                                    user_data, arrival, aggregate_id, user_id,
+                                ),
+                            )
+                        )  # fmt: skip
+                else:
+                    skip_outside = aggregate_id is not None and _is_shardline_id(aggregate_id)
+                    for sub, user in enumerate(users):
+                        key_hash = hash_key(user)
+                        if hash_range is not None and key_hash not in hash_range:
+                            if skip_outside:
+                                skipped_out_of_range += 1
+                                continue
+                            out_of_range += 1
+                        if covered is not None and _within(key_hash, covered):
+                            replayed += 1  # a parent applied it (a copy re-routed after a merge)
+                            continue
+                        append(
+                            make(
+                                ConsumedRecord,
+                                (
+                                    stream, shard_id, sequence, sub, user[0], user[2],
+                                    user[1], arrival, aggregate_id, user[3],
+                                ),
+                            )
+                        )  # fmt: skip
+                if aggregate_id is not None and dedup is not None:
+                    dedup.ends_at(out[-1][3] if len(out) > before else None, skipped_out_of_range > outside)
                 continue
-        out.append(make(ConsumedRecord, (stream, shard_id, sequence, None, key, explicit, data, arrival)))
+        append(
+            make(ConsumedRecord, (stream, shard_id, sequence, None, key, explicit, data, arrival, None, None))
+        )
     if metrics is not None:
-        metrics.count("UserRecords", len(out))
+        metrics.count("UserRecords", len(out) + replayed)
         metrics.count("CorruptAggregatesPassedThrough", passed_through)
         metrics.count("OutOfRangeRecords", out_of_range)
+        metrics.count("OutOfRangeRecordsSkipped", skipped_out_of_range)
+        metrics.count("AggregateCopiesSkipped", copies)
+        metrics.count("DuplicatesSkipped", replayed)
     return out

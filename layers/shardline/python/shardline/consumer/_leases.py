@@ -10,7 +10,9 @@ for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoi
 `childShardIds` (string set). Columns of ours: `failedSequenceNumber`,
 `failedSubSequenceNumber`, `failedAttempts` and `lastError` (the record that keeps failing, for
 poison-record handling), `inflightSequenceNumber` (the first sequence number of a delivery that
-began and has not answered yet: still there when the next delivery begins, the process died), and
+began and has not answered yet: still there when the next delivery begins, the process died),
+`appliedAggregates` (the shardline aggregates applied in this shard within the dedup horizon,
+compact JSON: `_dedup`; set by the checkpoint's own write, never by a write of its own) and
 `updatedAt` (epoch seconds of the last write).
 
 Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
@@ -71,6 +73,7 @@ class Lease:
     failed_attempts: int = 0
     last_error: str | None = None
     inflight: str | None = None  # first sequence number of a delivery that has not answered
+    applied_aggregates: str | None = None  # `appliedAggregates`: the dedup state (`_dedup`)
 
 
 def _lease_of(item: Mapping[str, Any]) -> Lease:
@@ -91,6 +94,7 @@ def _lease_of(item: Mapping[str, Any]) -> Lease:
         failed_attempts=int(item.get("failedAttempts", {"N": "0"})["N"]),
         last_error=item.get("lastError", {}).get("S"),
         inflight=item.get("inflightSequenceNumber", {}).get("S"),
+        applied_aggregates=item.get("appliedAggregates", {}).get("S"),
     )
 
 
@@ -287,25 +291,29 @@ class LeaseTable:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def checkpoint(self, lease: Lease, position: Position, *, release: bool = False) -> Lease:
+    def checkpoint(
+        self, lease: Lease, position: Position, *, release: bool = False, applied: str | None = None
+    ) -> Lease:
         """Move the checkpoint forward to `position` under `lease`. Returns the updated lease.
 
         A position at or below the current checkpoint changes nothing. Raises `LeaseLost` if the
         lease was taken since. `release=True` also removes the delivery's in-flight mark.
+        `applied` (None: unchanged) is the applied-aggregate state at `position` (`_dedup`),
+        written by the same write ("" removes it).
         """
         if position <= lease.checkpoint:
             return lease
         try:
-            self._client.update_item(**self._checkpoint_update(lease, position, release))
+            self._client.update_item(**self._checkpoint_update(lease, position, release, applied))
         except ClientError as exc:
             if _code(exc) != CONDITION_FAILED:
-                return self._confirm_landed(lease, position, exc)
+                return self._confirm_landed(lease, position, exc, applied)
             return self._confirm_landed(
-                lease, position, LeaseLost(f"lease {lease.key} was taken by another owner")
+                lease, position, LeaseLost(f"lease {lease.key} was taken by another owner"), applied
             )
         except Exception as exc:  # timeout, reset: did it land?
-            return self._confirm_landed(lease, position, exc)
-        return self._advanced(lease, position, release)
+            return self._confirm_landed(lease, position, exc, applied)
+        return self._advanced(lease, position, release, applied)
 
     def checkpoint_with(
         self,
@@ -314,20 +322,22 @@ class LeaseTable:
         writes: Sequence[Mapping[str, Any]],
         *,
         release: bool = False,
+        applied: str | None = None,
     ) -> Lease:
         """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction: both or neither.
 
         At most `MAX_TRANSACTION_ITEMS - 1` writes. Raises `LeaseLost` when the lease was taken,
         `SinkConflict` when one of `writes` failed its own condition, `SinkRejected` when DynamoDB
-        refused one as invalid — each saying which writes, when DynamoDB did.
+        refused one as invalid — each saying which writes, when DynamoDB did. `applied`: as in
+        `checkpoint`, in the checkpoint's own item of the transaction.
         """
         if not writes:
-            return self.checkpoint(lease, position, release=release)
+            return self.checkpoint(lease, position, release=release, applied=applied)
         if len(writes) > MAX_TRANSACTION_ITEMS - 1:
             raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         if position <= lease.checkpoint:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        update = self._checkpoint_update(lease, position, release)
+        update = self._checkpoint_update(lease, position, release, applied)
         del update["ReturnValues"]
         # Idempotent retries of this very transaction (same lease, position and writes) only.
         identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
@@ -343,12 +353,14 @@ class LeaseTable:
                 reasons = exc.response.get("CancellationReasons") or []
                 codes = [reason.get("Code", "None") for reason in reasons]
                 if codes and codes[0] == CANCELED_BY_CONDITION:
-                    return self._confirm_landed(lease, position, LeaseLost(f"lease {lease.key} was taken"))
+                    return self._confirm_landed(
+                        lease, position, LeaseLost(f"lease {lease.key} was taken"), applied
+                    )
                 _raise_for_sink_writes(reasons, exc)
-            return self._confirm_landed(lease, position, exc)
+            return self._confirm_landed(lease, position, exc, applied)
         except Exception as exc:
-            return self._confirm_landed(lease, position, exc)
-        return self._advanced(lease, position, release)
+            return self._confirm_landed(lease, position, exc, applied)
+        return self._advanced(lease, position, release, applied)
 
     def _transact(self, items: list[Mapping[str, Any]], token: str) -> None:
         """TransactWriteItems, again (up to `TRANSIENT_ATTEMPTS` times, with jittered backoff) while
@@ -433,7 +445,9 @@ class LeaseTable:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _checkpoint_update(self, lease: Lease, position: Position, release: bool = False) -> dict[str, Any]:
+    def _checkpoint_update(
+        self, lease: Lease, position: Position, release: bool = False, applied: str | None = None
+    ) -> dict[str, Any]:
         removed = []
         if lease.failed_at is not None and lease.failed_at <= position:
             removed += ["failedSequenceNumber", "failedSubSequenceNumber", "failedAttempts", "lastError"]
@@ -444,6 +458,13 @@ class LeaseTable:
             "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now, "
             "leaseOwner = :owner, leaseCounter = :next"
         )
+        values: dict[str, Any] = {}
+        if applied is not None and applied != (lease.applied_aggregates or ""):
+            if applied:
+                expression += ", appliedAggregates = :applied"
+                values[":applied"] = {"S": applied}
+            else:
+                removed.append("appliedAggregates")
         if removed:
             expression += " REMOVE " + ", ".join(removed)
         return {
@@ -462,15 +483,20 @@ class LeaseTable:
                 ":next": {"N": str(lease.counter + 1)},
                 ":old_seq": {"S": lease.checkpoint.sequence},
                 ":old_sub": {"N": str(lease.checkpoint.sub_sequence)},
+                **values,
             },
             "ReturnValues": "NONE",
         }
 
-    def _advanced(self, lease: Lease, position: Position, release: bool = False) -> Lease:
+    def _advanced(
+        self, lease: Lease, position: Position, release: bool = False, applied: str | None = None
+    ) -> Lease:
         if lease.failed_at is not None and lease.failed_at <= position:
             lease = replace(lease, failed_at=None, failed_attempts=0, last_error=None)
         if release:
             lease = replace(lease, inflight=None)
+        if applied is not None:
+            lease = replace(lease, applied_aggregates=applied or None)
         return replace(lease, counter=lease.counter + 1, checkpoint=position, owner_switches=0)
 
     def _confirm_held(self, lease: Lease, error: Exception) -> None:
@@ -479,15 +505,17 @@ class LeaseTable:
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
 
-    def _confirm_landed(self, lease: Lease, position: Position, error: Exception) -> Lease:
+    def _confirm_landed(
+        self, lease: Lease, position: Position, error: Exception, applied: str | None = None
+    ) -> Lease:
         """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
         stored = self.get(lease.key)
         if stored is not None and (stored.counter, stored.owner, stored.checkpoint) == (
             lease.counter + 1,
             lease.owner,
             position,
-        ):
-            return self._advanced(lease, position, stored.inflight is None)  # it landed; the reply was lost
+        ):  # it landed; the reply was lost
+            return self._advanced(lease, position, stored.inflight is None, applied)
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
         raise error

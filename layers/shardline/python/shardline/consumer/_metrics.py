@@ -27,8 +27,12 @@ class ConsumerMetrics:
         "CheckpointsWritten",
         "LeaseLosses",
         "BatchesWaitingForParent",
-        "OutOfRangeRecords",
+        "OutOfRangeRecords",  # members of foreign aggregates outside the shard's range (delivered)
         "CorruptAggregatesPassedThrough",
+        "AggregateCopiesSkipped",  # Kinesis records skipped as copies of aggregates already applied
+        "OutOfRangeRecordsSkipped",  # members of shardline aggregates outside the shard's range
+        "ClientIdDuplicatesSkipped",  # records whose `once` guard was already there
+        "DedupLanesEvicted",  # producer lanes dropped from the dedup state to bound its size
     )
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:

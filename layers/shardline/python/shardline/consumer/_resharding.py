@@ -5,6 +5,11 @@ learns each shard's parents and hash range from ListShards, and decides whether 
 every parent that has a lease row must be at SHARD_END. A parent is marked SHARD_END here once it
 is closed and nothing is left after its checkpoint (probed with GetRecords from the checkpoint).
 A parent without a row, or no longer listed (trimmed past retention), does not block.
+
+A finished parent's applied-aggregate state (`_dedup`, its row's `appliedAggregates`) is final:
+`inherited` hands the parents' states (their union, and what a merged child needs of aggregates
+a parent applied only in part) to a child whose row has none yet, so a copy of an aggregate a
+parent applied, landing in the child after the reshard, is skipped there too.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._dedup import AppliedAggregates
 from shardline.consumer._leases import Lease, LeaseTable
 from shardline.errors import AggregationError
 from shardline.kinesis._positions import SHARD_END
@@ -34,6 +40,7 @@ class ShardLineage:
         self._table = table
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard
         self._finished: set[str] = set()  # parent lease keys seen at SHARD_END (final: no re-read)
+        self._final_states: dict[str, str] = {}  # finished parent lease key -> its appliedAggregates
 
     def parents(self, stream: str, shard_id: str) -> tuple[str, ...]:
         shard = self._shard(stream, shard_id)
@@ -61,7 +68,26 @@ class ShardLineage:
             ):
                 return False
             self._finished.add(key)
+            if row.applied_aggregates:
+                self._final_states[key] = row.applied_aggregates
         return True
+
+    def inherited(self, stream: str, shard_id: str, parent_keys: Iterable[str]) -> str | None:
+        """The applied-aggregate state child `shard_id` starts from: its finished parents' states
+        (after `parents_finished` said True for them) with their hash ranges
+        (`AppliedAggregates.inherit`), serialized; None when they had none."""
+        parents = [
+            (
+                AppliedAggregates.parse(self._final_states[key]),
+                self.hash_range(stream, key.rsplit(":", 1)[-1]),
+            )
+            for key in parent_keys
+            if key in self._final_states
+        ]
+        if not parents:
+            return None
+        child = self.hash_range(stream, shard_id)
+        return AppliedAggregates.inherit(parents, child).serialize() or None
 
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:
         shards = self._shards.get(stream)

@@ -16,6 +16,13 @@ lease row, and after `max_attempts` dead-lettered, so no record blocks the shard
 - a delivery whose process died (out of memory, the function's timeout): the next delivery of
   the same batch finds its in-flight mark, blames the first record past the checkpoint, and
   checkpoints after every record so that the record that kills it is next in line.
+
+Identity (issue 23) enters at two call sites, its logic kept elsewhere: de-aggregation skips a
+Kinesis record that is a copy of an aggregate already applied (`_dedup.DedupRun`, from the lease
+row's state, or the parents' at a child's start), and every checkpoint writes, in the same write,
+the applied-aggregate state at its position; a record whose writes are refused because its
+`once` guard's condition failed is already applied: its writes are dropped and the checkpoint
+passes it (`ClientIdDuplicatesSkipped`), whatever `sink_conflicts` says.
 """
 
 from __future__ import annotations
@@ -29,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, user_records
+from shardline.consumer._dedup import DedupRun
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
 from shardline.consumer._leases import Lease, LeaseTable
 from shardline.consumer._metrics import ConsumerMetrics
+from shardline.consumer._once import is_once_guard
 from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, BatchWrites, ConsumerSettings, RecordHandler
 from shardline.consumer._transaction import KeyLookup, PendingTransaction, RecordWrites, checked_writes
@@ -99,6 +108,7 @@ class ShardRun:
         self.marked = False  # our in-flight mark is in the lease row
         self.careful = False  # checkpoint after every record: a crash then names its record
         self.deadline = HandlerDeadline(None)
+        self.dedup: DedupRun | None = None  # the applied-aggregate state, from the lease row
 
     def run(self) -> str | None:
         """Process the shard's records; the sequence number to retry from, or None."""
@@ -143,7 +153,11 @@ class ShardRun:
             metrics.count("BatchesWaitingForParent")
             return first
         hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
-        records = user_records(self.records, hash_range=hash_range, metrics=metrics)
+        stored = self.lease.applied_aggregates
+        if stored is None and lineage is not None and parent_keys:
+            stored = lineage.inherited(self.stream, self.shard_id, parent_keys)  # from its parents' states
+        self.dedup = DedupRun(stored, metrics, self.lease.checkpoint)
+        records = user_records(self.records, hash_range=hash_range, metrics=metrics, dedup=self.dedup)
         fresh = records[_first_after(records, self.lease.checkpoint) :]
         metrics.count("DuplicatesSkipped", len(records) - len(fresh))
         if fresh:
@@ -262,7 +276,7 @@ class ShardRun:
         if writes:
             if not self.pending.fits(writes):
                 self._commit()  # what is done so far; these writes start the next one
-            self.pending.add(record, writes, self.done)
+            self.pending.add(record, writes, self.done, covering)
         self.done = record
         self.since_checkpoint += covering
 
@@ -364,17 +378,25 @@ class ShardRun:
         follows it commits after — unless it must be retried, which stops the run (`_RetryFrom`).
         """
         while self.done is not None and self.lease is not None and self.done.position > self.lease.checkpoint:
+            position = self.done.position
             try:
                 self.lease = self.group.table.checkpoint_with(
-                    self.lease, self.done.position, self.pending.writes, release=release and self.marked
+                    self.lease,
+                    position,
+                    self.pending.writes,
+                    release=release and self.marked,
+                    applied=self._applied_at(position),
                 )
             except (SinkConflict, SinkRejected) as refused:
                 culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
+                guarded = culprit is not None and _guard_refused(refused, culprit, self.pending)
                 if culprit is None:
                     culprit, refused = self._isolate(refused)
+                    guarded = culprit is not None and _guard_refused(refused, culprit)
                 if culprit is not None:
-                    self._reject(culprit, refused)
+                    self._reject(culprit, refused, guarded)
                 continue
+            self._committed(position)
             self.pending.clear()
             self.since_checkpoint = 0
             self.checkpointed_at = self.group.clock()
@@ -390,16 +412,28 @@ class ShardRun:
         groups = list(self.pending.groups)
         for index, group in enumerate(groups):
             assert self.lease is not None
+            position = group.record.position
             try:
-                self.lease = self.group.table.checkpoint_with(self.lease, group.record.position, group.writes)
+                self.lease = self.group.table.checkpoint_with(
+                    self.lease, position, group.writes, applied=self._applied_at(position)
+                )
             except (SinkConflict, SinkRejected) as alone:
                 self.pending.keep(groups[index:])
                 return group, alone
+            self._committed(position)
             self.group.metrics.count("CheckpointsWritten")
         self.pending.clear()
         return None, refused
 
-    def _reject(self, culprit: RecordWrites, refused: SinkConflict | SinkRejected) -> None:
+    def _applied_at(self, position: Position) -> str | None:
+        """The applied-aggregate state a checkpoint at `position` writes (None: leave it)."""
+        return self.dedup.state_at(position) if self.dedup is not None else None
+
+    def _committed(self, position: Position) -> None:
+        if self.dedup is not None:
+            self.dedup.committed(position)
+
+    def _reject(self, culprit: RecordWrites, refused: SinkConflict | SinkRejected, guarded: bool) -> None:
         groups = self.pending.groups
         at = groups.index(culprit)
         done, after = self.done, groups[at + 1 :]
@@ -407,7 +441,9 @@ class ShardRun:
         self.done = culprit.before
         self._commit()  # the records before the culprit
         metrics = self.group.metrics
-        if isinstance(refused, SinkConflict) and self.settings.sink_conflicts == "skip":
+        if guarded:
+            metrics.count("ClientIdDuplicatesSkipped")  # its `once` guard is there: already applied
+        elif isinstance(refused, SinkConflict) and self.settings.sink_conflicts == "skip":
             metrics.count("SinkConflictsSkipped")  # its effect is already there
         else:
             metrics.count("RecordsFailed")
@@ -436,6 +472,22 @@ class ShardRun:
             if checkpoint is None or checkpoint.is_sentinel or int(sequence) >= int(checkpoint.sequence):
                 return sequence
         return self.records[-1].sequence_number
+
+
+def _guard_refused(
+    refused: SinkConflict | SinkRejected, culprit: RecordWrites, pending: PendingTransaction | None = None
+) -> bool:
+    """Did the cancelled transaction blame a `once` guard of `culprit` (one record's writes)?
+    `refused.indexes` count in `pending.writes`, or, without `pending`, in `culprit.writes`."""
+    if not isinstance(refused, SinkConflict) or culprit.covering != 1:
+        return False  # a batch handler's one list for several records: whose guard is unknown
+    writes = pending.writes if pending is not None else culprit.writes
+    return any(
+        index < len(writes)
+        and is_once_guard(writes[index])
+        and (pending is None or pending.owner(index) is culprit)
+        for index in refused.indexes
+    )
 
 
 def _writes_by_record(

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from shardline.consumer._deaggregation import ConsumedRecord
 from shardline.consumer._leases import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS
+from shardline.consumer._once import GUARD_ATTRIBUTES, is_once_guard
 from shardline.consumer._settings import Writes
 
 #: Writes that may ride with one checkpoint.
@@ -34,11 +35,13 @@ def _unknown_keys(table: str) -> tuple[str, ...] | None:
 
 
 class RecordWrites(NamedTuple):
-    """One record's sink writes, and the last record done before it (None: none in this run)."""
+    """One record's sink writes, and the last record done before it (None: none in this run).
+    `covering` > 1: the writes of that many records up to `record` (a batch handler's one list)."""
 
     record: ConsumedRecord
     writes: list[Mapping[str, Any]]
     before: ConsumedRecord | None
+    covering: int = 1
 
 
 class PendingTransaction:
@@ -60,9 +63,13 @@ class PendingTransaction:
         )
 
     def add(
-        self, record: ConsumedRecord, writes: list[Mapping[str, Any]], before: ConsumedRecord | None
+        self,
+        record: ConsumedRecord,
+        writes: list[Mapping[str, Any]],
+        before: ConsumedRecord | None,
+        covering: int = 1,
     ) -> None:
-        self.groups.append(RecordWrites(record, writes, before))
+        self.groups.append(RecordWrites(record, writes, before, covering))
         self.writes.extend(writes)
         self.items.update(item_of(write, self.keys) for write in writes)
         self.size += sum(size_of(write) for write in writes)
@@ -159,7 +166,12 @@ def item_of(write: Mapping[str, Any], keys: KeyLookup = _unknown_keys) -> str:
     if kind == "Put":
         item = operation.get("Item") or {}
         names = keys(table) if isinstance(table, str) else None
-        target = {name: item.get(name) for name in names} if names else item
+        if names:
+            target = {name: item.get(name) for name in names}
+        elif is_once_guard(write):  # its key is the item but the guard's own attributes
+            target = {name: value for name, value in item.items() if name not in GUARD_ATTRIBUTES}
+        else:
+            target = item
     return json.dumps([table, target], sort_keys=True, default=str)
 
 

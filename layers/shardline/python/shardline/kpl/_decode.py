@@ -10,6 +10,7 @@ from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint
 from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
 
 _HASH_KEYS = 2**128
+_ID_TAG_HEAD = b"\x0a\x05" + RECORD_ID_TAG.encode() + b"\x12"  # a tag's key "sl.id", then its value
 
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -159,6 +160,18 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             continue
         if data_end > rec_end:
             return None
+        # shardline's own layout of a record's id alone: 22 L 0A 05 "sl.id" 12 N <id> (N < 128)
+        if (
+            buf[data_end] == 0x22
+            and buf[data_end + 10] < 0x80
+            and buf[data_end + 2 : data_end + 10] == _ID_TAG_HEAD
+            and buf[data_end + 1] == buf[data_end + 10] + 9
+            and data_end + 11 + buf[data_end + 10] == rec_end
+        ):
+            record_id = buf[data_end + 11 : rec_end].decode("utf-8")
+            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id)))
+            pos = rec_end
+            continue
         tags = _read_tags(buf, data_end, rec_end, len(out))
         if aggregate_id is None:
             aggregate_id = tags.get(AGGREGATE_TAG)

@@ -13,7 +13,9 @@
   memory, read and write counters (`LeaseWrite` names the kinds of write), and `fail_next` to
   inject a failure before or after a write lands.
 - `kinesis_event` / `event_record`: Lambda Kinesis events from user records (KPL-aggregated or not)
-  or from GetRecords output, with Kinesis-shaped sequence numbers.
+  or from GetRecords output, with Kinesis-shaped sequence numbers; records with client ids and
+  aggregates with shardline aggregate ids (`producer=`), and `copies` of event records (a
+  retried PutRecords) at later sequence numbers.
 - `MappingReplay`: replays a shard as the event-source mapping does (batches, retries of crashed
   batches, restarts at `batchItemFailures`); `read_shard` reads a real shard to replay it.
 - `FakeLambdaContext`: request id, function name and a remaining time you control.
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING
 from shardline._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from shardline.testing._events import SEQUENCE_STEP as SEQUENCE_STEP
+    from shardline.testing._events import copies as copies
     from shardline.testing._events import event_record as event_record
     from shardline.testing._events import kinesis_event as kinesis_event
     from shardline.testing._lease_table import InMemoryLeaseTable as InMemoryLeaseTable
@@ -39,6 +43,8 @@ _EXPORTS = {
     "LeaseWrite": "_lease_table",
     "kinesis_event": "_events",
     "event_record": "_events",
+    "copies": "_events",
+    "SEQUENCE_STEP": "_events",
     "MappingReplay": "_replay",
     "FakeLambdaContext": "_replay",
     "read_shard": "_replay",

@@ -8,6 +8,17 @@ sends them: partition key "a" (Lambda's event carries no explicit hash key, so t
 not seen), and a group of one record goes plain, with its own partition key. With
 `aggregate=False` each user record is one Kinesis record. Sequence numbers are Kinesis-shaped:
 56-digit decimal strings increasing along the shard.
+
+Identity: a `UserRecord` with an `id` carries it (its `sl.id` tag: `ConsumedRecord.id`). With
+`producer`, every group — a lone record too — is an aggregate with a shardline aggregate id
+(`ConsumedRecord.aggregate_id`), numbered as a producer numbers them in the shard's lane:
+`AggregateId(producer, "<shard number>", n, n)` for n = `first_counter`, … (every earlier
+aggregate settled). `aggregate_ids` gives each aggregate's id instead, in order. A copy of an
+aggregate (the same id, a lost reply retried) is the same payload again at a later sequence
+number: `copies`.
+
+    event = kinesis_event(records, producer="p1")
+    again = copies(event["Records"][:1], first_sequence=last_sequence + SEQUENCE_STEP)
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from typing import Any
 
 from shardline.kinesis._records import UserRecord
 from shardline.kpl._encode import encode
+from shardline.kpl._identity import AggregateId
 from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
 
 #: A real-looking first sequence number (56 digits); later records add `SEQUENCE_STEP` each.
@@ -37,11 +49,15 @@ def kinesis_event(
     records_per_aggregate: int = 100,
     first_sequence: int = FIRST_SEQUENCE,
     arrival: float | None = None,
+    producer: str | None = None,
+    first_counter: int = 1,
+    aggregate_ids: Iterable[str] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """`{"Records": [...]}` carrying `records` in order, from one shard of `stream`.
 
     Sequence numbers start at `first_sequence` (continue a shard with the last one plus
     `SEQUENCE_STEP`); `arrival` is the approximate arrival time in epoch seconds (default: now).
+    `producer` / `aggregate_ids`: aggregates with shardline aggregate ids (module docstring).
     """
     if records_per_aggregate < 1:
         raise ValueError("records_per_aggregate must be at least 1")
@@ -49,8 +65,24 @@ def kinesis_event(
     arrived = time.time() if arrival is None else arrival
     entries: list[tuple[str, bytes]] = []
     groups = [users[i : i + records_per_aggregate] for i in range(0, len(users), records_per_aggregate)]
-    for group in groups if aggregate else [[user] for user in users]:
-        if len(group) == 1:  # the producer sends a lone record with its own keys
+    if not aggregate:
+        groups = [[user] for user in users]
+    ids: list[str] | None = None
+    if aggregate_ids is not None:
+        ids = list(aggregate_ids)
+        if len(ids) != len(groups):
+            raise ValueError(f"{len(ids)} aggregate ids for {len(groups)} aggregates")
+    elif producer is not None:
+        lane = str(int(shard_id.rsplit("-", 1)[-1]))
+        ids = [
+            AggregateId(producer, lane, counter, counter).encode()
+            for counter in range(first_counter, first_counter + len(groups))
+        ]
+    for index, group in enumerate(groups):
+        if ids is not None:  # shardline's producer: an aggregate, a lone record keeping its keys
+            key = group[0].partition_key if len(group) == 1 else AGGREGATE_PARTITION_KEY
+            entries.append((key, encode(group, ids[index])))
+        elif len(group) == 1:  # the producer sends a lone record with its own keys
             entries.append((group[0].partition_key, group[0].data))
         else:
             entries.append((AGGREGATE_PARTITION_KEY, encode(group)))
@@ -69,6 +101,33 @@ def kinesis_event(
             for index, (key, data) in enumerate(entries)
         ]
     }
+
+
+def copies(
+    event_records: Iterable[Mapping[str, Any]], *, first_sequence: int, arrival: float | None = None
+) -> list[dict[str, Any]]:
+    """Copies of Lambda event records (the same payloads and keys, so the same aggregate ids), as
+    a retried PutRecords lands them: at new sequence numbers from `first_sequence` on, arriving
+    at `arrival` (default: the originals' arrival times)."""
+    out: list[dict[str, Any]] = []
+    for index, original in enumerate(event_records):
+        arn, event_id, kinesis = original["eventSourceARN"], original["eventID"], original["kinesis"]
+        stream = arn.split(":stream/", 1)[1]
+        out.append(
+            event_record(
+                stream,
+                event_id.split(":", 1)[0],
+                {
+                    "PartitionKey": kinesis["partitionKey"],
+                    "Data": base64.b64decode(kinesis["data"]),
+                    "SequenceNumber": str(first_sequence + index * SEQUENCE_STEP),
+                    "ApproximateArrivalTimestamp": (
+                        kinesis["approximateArrivalTimestamp"] if arrival is None else arrival
+                    ),
+                },
+            )
+        )
+    return out
 
 
 def event_record(stream: str, shard_id: str, record: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,13 @@
 Rows live in a dict; every write is fenced exactly as in `LeaseTable` (conditional on the stored
 `leaseCounter`, which it increments; checkpoints compare-and-swap on the stored position and only
 move forward), and `checkpoint_with` applies the sink writes to in-memory tables in the same step
-(`_sink_tables`), so a test reads what a handler committed. `reads` counts GetItem calls and
-`writes` counts write requests by kind, as DynamoDB would bill them (one that fails its condition
-included). `fail_next` injects a failure into the next call of an operation, before or after its
-write lands.
+(`_sink_tables`), so a test reads what a handler committed. A checkpoint keeps the
+applied-aggregate state it is given (`Lease.applied_aggregates`, the row's `appliedAggregates`),
+and a `once` guard whose item is already there cancels the transaction at its index
+(`SinkConflict`), as DynamoDB's ConditionalCheckFailed does: the consumer then skips the record.
+`reads` counts GetItem calls and `writes` counts write requests by kind, as DynamoDB would bill
+them (one that fails its condition included). `fail_next` injects a failure into the next call
+of an operation, before or after its write lands.
 """
 
 from __future__ import annotations
@@ -99,10 +102,20 @@ class InMemoryLeaseTable(LeaseTable):
     def total_writes(self) -> int:
         return sum(self.writes.values())
 
-    def place(self, key: str, checkpoint: Position, owner: str = "previous-invocation") -> None:
-        """Between calls: put `key`'s row at `checkpoint`, as another invocation left it."""
+    def place(
+        self,
+        key: str,
+        checkpoint: Position,
+        owner: str = "previous-invocation",
+        *,
+        applied_aggregates: str | None = None,
+    ) -> None:
+        """Between calls: put `key`'s row at `checkpoint` (with `applied_aggregates`, the dedup
+        state), as another invocation left it."""
         current = self._rows.get(key)
-        self._rows[key] = Lease(key, owner, current.counter if current else 1, checkpoint)
+        self._rows[key] = Lease(
+            key, owner, current.counter if current else 1, checkpoint, applied_aggregates=applied_aggregates
+        )
 
     def sink_key(self, table_name: str) -> tuple[str, ...] | None:
         """The declared key attributes of a sink table (as `LeaseTable` learns them with DescribeTable)."""
@@ -195,11 +208,13 @@ class InMemoryLeaseTable(LeaseTable):
 
         return self._faulted("release", release)
 
-    def checkpoint(self, lease: Lease, position: Position, *, release: bool = False) -> Lease:
+    def checkpoint(
+        self, lease: Lease, position: Position, *, release: bool = False, applied: str | None = None
+    ) -> Lease:
         def checkpoint() -> Lease:
             if position <= lease.checkpoint:
                 return lease
-            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release)
+            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release, applied)
 
         return self._faulted("checkpoint", checkpoint, lease)
 
@@ -210,10 +225,11 @@ class InMemoryLeaseTable(LeaseTable):
         writes: Sequence[Mapping[str, Any]],
         *,
         release: bool = False,
+        applied: str | None = None,
     ) -> Lease:
         def transaction() -> Lease:
             if not writes:
-                return self.checkpoint(lease, position, release=release)
+                return self.checkpoint(lease, position, release=release, applied=applied)
             if len(writes) > MAX_TRANSACTION_ITEMS - 1:
                 raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
             if position <= lease.checkpoint:
@@ -235,7 +251,7 @@ class InMemoryLeaseTable(LeaseTable):
             except SinkConflict:
                 self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
                 raise
-            return self._advance(lease, position, LeaseWrite.TRANSACTION, release)
+            return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied)
 
         return self._faulted("checkpoint_with", transaction, lease)
 
@@ -320,9 +336,18 @@ class InMemoryLeaseTable(LeaseTable):
             raise LeaseLost(f"lease {lease.key} was taken by another owner, or its checkpoint moved")
         return stored
 
-    def _advance(self, lease: Lease, position: Position, kind: LeaseWrite, release: bool = False) -> Lease:
+    def _advance(
+        self,
+        lease: Lease,
+        position: Position,
+        kind: LeaseWrite,
+        release: bool = False,
+        applied: str | None = None,
+    ) -> Lease:
         stored = self._fence(lease, kind)
         advanced = replace(lease, checkpoint=position, owner_switches=0, counter=lease.counter + 1)
+        if applied is not None:
+            advanced = replace(advanced, applied_aggregates=applied or None)
         if lease.failed_at is not None and lease.failed_at <= position:
             advanced = replace(advanced, failed_at=None, failed_attempts=0, last_error=None)
         if release:
@@ -337,6 +362,9 @@ class InMemoryLeaseTable(LeaseTable):
             failed_attempts=advanced.failed_attempts,
             last_error=advanced.last_error,
             inflight=None if release else stored.inflight,
+            applied_aggregates=(
+                advanced.applied_aggregates if applied is not None else stored.applied_aggregates
+            ),
         )
         self.writes[kind] += 1
         return advanced

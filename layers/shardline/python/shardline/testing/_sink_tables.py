@@ -2,7 +2,9 @@
 applied all or nothing, or refused as DynamoDB refuses them.
 
 What is modelled, and checked against DynamoDB (moto) in shardline's tests:
-- `Put` (replaces the item; its key attributes come from the table's declared key schema),
+- `Put` (replaces the item; its key attributes come from the table's declared key schema, or,
+  for a `shardline.consumer.once` guard into an undeclared table, are the guard's item but its
+  `shardlineOnce` and `expiresAt`),
   `Delete`, `ConditionCheck`, and `Update` with `SET a = :v`, `ADD a :n` (numbers) and
   `REMOVE a` clauses, names plain or `#placeholders`;
 - `ConditionExpression` of `attribute_not_exists(a)` or `attribute_exists(a)`: a failed one
@@ -25,6 +27,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._once import GUARD_ATTRIBUTES, is_once_guard
 from shardline.consumer._transaction import MAX_ITEM_BYTES, item_bytes
 from shardline.errors import SinkConflict
 
@@ -108,6 +111,9 @@ class SinkTables:
     def _key_of(self, kind: str, table: str, operation: Mapping[str, Any]) -> Item:
         schema = self.key_schema.get(table)
         if kind == "Put":
+            if schema is None and is_once_guard({kind: operation}):
+                item = operation["Item"]
+                return {name: value for name, value in item.items() if name not in GUARD_ATTRIBUTES}
             if schema is None:
                 raise ValueError(
                     f"a Put into {table!r}: declare the table's key attributes, "

@@ -1,0 +1,492 @@
+"""Producer-retry dedup: which shardline aggregates a shard has applied, kept in its lease row.
+
+Kinesis has no idempotent producer: a PutRecords whose reply was lost is sent again, and the
+shard may then hold two copies of an aggregate (the producer resends one whose outcome it does
+not know only inside the identical aggregate, with the same `AggregateId`). The consumer applies
+each aggregate once: a Kinesis record whose aggregate is already applied is skipped whole.
+
+The state (`AppliedAggregates`), per lane (`AggregateId.key`, `<producer>.<lane>`):
+
+- `w`: every counter <= w is applied here or settled (the producer will never send it again,
+  and no copy of it can still land) — a copy at or below it is skipped;
+- the counters above `w` applied here, as closed ranges;
+- the newest arrival time (ApproximateArrivalTimestamp, epoch seconds) of an aggregate of the
+  lane folded in.
+
+An aggregate joins the state when the checkpoint *wholly passes* its Kinesis record (every user
+record of it is done): its counter joins the ranges, `w = max(w, floor - 1)`, and ranges at or
+next to `w` fold into it. A checkpoint inside an aggregate does not add it (after a crash the
+rest of that copy must still run; the checkpoint's sub-sequence skips what was done). The state
+written with a checkpoint at position P therefore holds exactly the aggregates wholly passed at
+P, whatever crashes: the checkpoint and the state are one attribute set of one write
+(`appliedAggregates`, in the same UpdateItem or transaction). Within a run, an aggregate seen
+earlier in the same batch is also a copy (`DedupRun`).
+
+Lanes whose newest arrival is more than `DEDUP_HORIZON_S` behind the newest arrival the state
+has folded in are dropped: the producer never resends an aggregate more than `RESEND_HORIZON_S`
+(120 s) after its first send, so a copy cannot arrive that late. A child shard starts from the
+union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates).
+
+Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<producer>.<lane>":[w,t,a,b,...]}}`,
+a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
+an active lane costs its key (~19 characters) plus w and t: about 45 bytes, and ~10 more per
+gap (a range above w, from an aggregate still unsettled — in flight, or confirmed elsewhere —
+while later ones are applied; it folds into w as the producer's floor passes it, at most
+`RESEND_HORIZON_S` later). 50 producers (2 lanes each, restarting now
+and then) writing 100,000 aggregates with lost, throttled and misrouted sends keep it under 8 KB
+(tests/unit/test_consumer_identity.py measures it). The lease row must stay under DynamoDB's
+400 KB item limit (and a checkpoint transaction under 4 MB), and each checkpoint write costs one
+write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes) the lanes with the
+oldest arrivals are dropped first (`DedupLanesEvicted`, logged) — the horizon shrinks for them;
+a copy of one of their aggregates arriving later would be applied again, never lost.
+
+Partial aggregates. An aggregate a shard applied only in part (members outside its hash range
+skipped: built before a split the producer's shard map had not seen) is also listed, with its
+arrival, under `p`. A child whose range its parent's covers (a split) needs nothing more: within
+the child's range the parent applied every member. A child of a *merge* (`inherit`) covers more
+than each parent: for an aggregate some parent applied only in part, the child keeps the hash
+ranges its parents applied it in (`q`), and a copy landing in the child — the producer's
+re-routed copy — applies only its members outside them. Both lists are pruned by the horizon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from shardline.errors import AggregationError
+from shardline.kinesis._positions import Position
+from shardline.kinesis._shard_map import HashRange
+from shardline.kpl._identity import AggregateId
+
+logger = logging.getLogger(__name__)
+
+#: A lane unseen for this long (by arrival time, behind the newest arrival folded in) is dropped.
+DEDUP_HORIZON_S = 600
+#: The serialized state's bound: the lease row stays well under DynamoDB's 400 KB item limit, and
+#: a checkpoint transaction within the headroom `_leases.MAX_TRANSACTION_BYTES` leaves under 4 MB.
+MAX_STATE_BYTES = 150_000
+_VERSION = 1
+
+
+class _Counter(Protocol):
+    def count(self, name: str, value: int = 1) -> None: ...
+
+
+class AppliedAggregates:
+    """The applied-aggregate state of one shard: see the module docstring.
+
+    `lanes` maps a lane key to `[w, newest arrival, a1, b1, a2, b2, ...]` (ranges above w+1,
+    sorted, disjoint, not adjacent): the serialized form, mutated in place. `partial` maps a
+    lane key to `[counter, arrival, ...]`, the aggregates applied here only in part; `qualified`
+    maps a lane key to {counter: [arrival, low, high, ...]}, aggregates applied only for the hash
+    keys in those closed ranges (a merged child's inheritance)."""
+
+    __slots__ = ("lanes", "newest", "partial", "qualified")
+
+    def __init__(
+        self,
+        lanes: dict[str, list[int]] | None = None,
+        newest: int = 0,
+        partial: dict[str, list[int]] | None = None,
+        qualified: dict[str, dict[int, list[int]]] | None = None,
+    ) -> None:
+        self.lanes: dict[str, list[int]] = lanes if lanes is not None else {}
+        self.newest = newest
+        self.partial: dict[str, list[int]] = partial if partial is not None else {}
+        self.qualified: dict[str, dict[int, list[int]]] = qualified if qualified is not None else {}
+
+    @classmethod
+    def parse(cls, text: str | None) -> AppliedAggregates:
+        """The state stored in a lease row (None or empty: no state). A value this version cannot
+        read is logged and taken as empty (copies may then be applied again, never lost)."""
+        if not text:
+            return cls()
+        try:
+            value = json.loads(text)
+            if not isinstance(value, dict) or value.get("v") != _VERSION:
+                raise ValueError(f"version {value.get('v') if isinstance(value, dict) else None!r}")
+            lanes = value["k"]
+            newest = value["t"]
+            if not isinstance(lanes, dict) or not isinstance(newest, int):
+                raise ValueError("malformed")
+            for key, lane in lanes.items():
+                if (
+                    not isinstance(key, str)
+                    or not isinstance(lane, list)
+                    or len(lane) < 2
+                    or len(lane) % 2
+                    or not all(isinstance(number, int) for number in lane)
+                ):
+                    raise ValueError(f"lane {key!r} is malformed")
+            partial = value.get("p", {})
+            if not isinstance(partial, dict) or not all(
+                isinstance(entries, list)
+                and len(entries) % 2 == 0
+                and all(isinstance(n, int) for n in entries)
+                for entries in partial.values()
+            ):
+                raise ValueError("partial aggregates are malformed")
+            qualified: dict[str, dict[int, list[int]]] = {}
+            for key, entries in value.get("q", {}).items():
+                for entry in entries:
+                    if len(entry) < 4 or len(entry) % 2 or not all(isinstance(n, int) for n in entry):
+                        raise ValueError(f"qualified aggregates of {key!r} are malformed")
+                    qualified.setdefault(key, {})[entry[0]] = entry[1:]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.error("appliedAggregates of a lease row is not readable (%s): starting empty", exc)
+            return cls()
+        return cls(lanes, newest, partial, qualified)
+
+    def serialize(self) -> str:
+        """Compact JSON for the lease row's `appliedAggregates` ("" when empty)."""
+        if not self.lanes:
+            return ""
+        value: dict[str, object] = {"v": _VERSION, "t": self.newest, "k": self.lanes}
+        if self.partial:
+            value["p"] = self.partial
+        if self.qualified:
+            value["q"] = {
+                key: [[counter, *entry] for counter, entry in entries.items()]
+                for key, entries in self.qualified.items()
+            }
+        return json.dumps(value, separators=(",", ":"))
+
+    def copy(self) -> AppliedAggregates:
+        return AppliedAggregates(
+            {key: list(lane) for key, lane in self.lanes.items()},
+            self.newest,
+            {key: list(entries) for key, entries in self.partial.items()},
+            {key: {c: list(e) for c, e in entries.items()} for key, entries in self.qualified.items()},
+        )
+
+    def covered(self, aggregate: AggregateId) -> list[int] | None:
+        """The hash-key ranges `[low, high, ...]` `aggregate` was applied in, if it was applied
+        here only in those (inherited at a merge); None otherwise (see `applied`)."""
+        entries = self.qualified.get(aggregate.key)
+        entry = entries.get(aggregate.counter) if entries else None
+        return entry[1:] if entry is not None else None
+
+    def applied(self, aggregate: AggregateId) -> bool:
+        """Is a copy of `aggregate` already applied (or settled) here, whole? (An aggregate
+        applied only in some hash ranges is not: `covered`.)"""
+        if aggregate.key in self.qualified and aggregate.counter in self.qualified[aggregate.key]:
+            return False
+        return self._in_lane(aggregate.key, aggregate.counter)
+
+    def _in_lane(self, key: str, counter: int) -> bool:
+        lane = self.lanes.get(key)
+        if lane is None:
+            return False
+        if counter <= lane[0]:
+            return True
+        for at in range(2, len(lane), 2):
+            if counter < lane[at]:
+                return False
+            if counter <= lane[at + 1]:
+                return True
+        return False
+
+    def fold(self, aggregate: AggregateId, arrival: float, partial: bool = False) -> None:
+        """`aggregate`'s Kinesis record is wholly passed by the checkpoint: it is applied (with
+        `partial`, only its members in this shard's range: others were outside it)."""
+        seconds = int(arrival)
+        key, counter = aggregate.key, aggregate.counter
+        self.newest = max(self.newest, seconds)
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = [0, seconds]
+        lane[1] = max(lane[1], seconds)
+        lane[0] = max(lane[0], aggregate.floor - 1)
+        _add(lane, counter)
+        qualified = self.qualified.get(key)
+        if qualified is not None and qualified.pop(counter, None) is not None and not qualified:
+            del self.qualified[key]
+        if partial:
+            _list_partial(self.partial, key, counter, seconds)
+
+    def prune(self, horizon: float = DEDUP_HORIZON_S) -> None:
+        """Drop the lanes (and partial or qualified aggregates) whose newest arrival is more
+        than `horizon` seconds behind the newest."""
+        oldest = self.newest - horizon
+        stale = [key for key, lane in self.lanes.items() if lane[1] < oldest]
+        for key in stale:
+            del self.lanes[key]
+        for key, entries in list(self.partial.items()):
+            kept = [
+                n
+                for at in range(0, len(entries), 2)
+                if entries[at + 1] >= oldest
+                for n in entries[at : at + 2]
+            ]
+            if kept and key in self.lanes:
+                self.partial[key] = kept
+            else:
+                del self.partial[key]
+        for key, by_counter in list(self.qualified.items()):
+            for counter in [c for c, entry in by_counter.items() if entry[0] < oldest]:
+                del by_counter[counter]
+            if not by_counter or key not in self.lanes:
+                del self.qualified[key]
+
+    def bounded(self, max_bytes: int = MAX_STATE_BYTES) -> tuple[str, int]:
+        """The serialized state within `max_bytes`, evicting the lanes with the oldest arrivals
+        first; and how many lanes were evicted."""
+        text = self.serialize()
+        evicted = 0
+        if len(text) <= max_bytes:
+            return text, 0
+        by_age = sorted(self.lanes, key=lambda key: self.lanes[key][1])
+        size = len(text)
+        for key in by_age:
+            if size <= max_bytes:
+                break
+            size -= len(json.dumps({key: self.lanes[key]}, separators=(",", ":"))) - 1  # "{", "}" vs ","
+            self._evict(key)
+            evicted += 1
+        text = self.serialize()
+        while len(text) > max_bytes and self.lanes:  # the estimate fell short: one at a time
+            self._evict(min(self.lanes, key=lambda key: self.lanes[key][1]))
+            evicted += 1
+            text = self.serialize()
+        return text, evicted
+
+    def _evict(self, key: str) -> None:
+        del self.lanes[key]
+        self.partial.pop(key, None)
+        self.qualified.pop(key, None)
+
+    @classmethod
+    def inherit(
+        cls, parents: Sequence[tuple[AppliedAggregates, HashRange | None]], child: HashRange | None
+    ) -> AppliedAggregates:
+        """A child shard's start from its parents' final states and hash ranges: their union
+        (`merge`), and for each aggregate some parent applied only in part, the hash ranges of
+        the child it is applied in, unless those cover the child's whole range. Without the
+        ranges, the plain union."""
+        merged = cls.merge(state for state, _ in parents)  # partial ones stay listed: still suspects
+        if child is None or any(hash_range is None for _, hash_range in parents):
+            return merged
+        suspects: dict[tuple[str, int], int] = {}  # (lane key, counter) -> newest arrival
+        for state, _ in parents:
+            for key, entries in state.partial.items():
+                for at in range(0, len(entries), 2):
+                    identity = (key, entries[at])
+                    suspects[identity] = max(suspects.get(identity, 0), entries[at + 1])
+            for key, by_counter in state.qualified.items():
+                for counter, entry in by_counter.items():
+                    suspects[(key, counter)] = max(suspects.get((key, counter), 0), entry[0])
+        for (key, counter), arrival in suspects.items():
+            coverage: list[tuple[int, int]] = []
+            for state, hash_range in parents:
+                assert hash_range is not None
+                ranges = state.qualified.get(key, {}).get(counter)
+                if ranges is not None:
+                    coverage += [
+                        (max(low, hash_range.start), min(high, hash_range.end))
+                        for low, high in zip(ranges[1::2], ranges[2::2], strict=True)
+                    ]
+                elif state._in_lane(key, counter):
+                    coverage.append((hash_range.start, hash_range.end))
+            within = _clip(_union(coverage), child.start, child.end)
+            if within != [(child.start, child.end)]:
+                flat = [bound for pair in within for bound in pair]
+                merged.qualified.setdefault(key, {})[counter] = [arrival, *flat]
+        return merged
+
+    @classmethod
+    def merge(cls, states: Iterable[AppliedAggregates]) -> AppliedAggregates:
+        """The union of parents' final states: w = max, ranges unioned (partial aggregates
+        listed as in any parent; qualified ones dropped: see `inherit`)."""
+        merged = cls()
+        for state in states:
+            for key, entries in state.partial.items():
+                for at in range(0, len(entries), 2):
+                    _list_partial(merged.partial, key, entries[at], entries[at + 1])
+            merged.newest = max(merged.newest, state.newest)
+            for key, lane in state.lanes.items():
+                mine = merged.lanes.get(key)
+                if mine is None:
+                    merged.lanes[key] = list(lane)
+                    continue
+                mine[0] = max(mine[0], lane[0])
+                mine[1] = max(mine[1], lane[1])
+                for at in range(2, len(lane), 2):
+                    _add(mine, lane[at], lane[at + 1])
+                _add(mine, mine[0])  # fold the ranges the larger w reaches
+        return merged
+
+
+def _list_partial(partial: dict[str, list[int]], key: str, counter: int, arrival: int) -> None:
+    entries = partial.setdefault(key, [])
+    for at in range(0, len(entries), 2):
+        if entries[at] == counter:
+            entries[at + 1] = max(entries[at + 1], arrival)
+            return
+    entries += (counter, arrival)
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Closed integer ranges merged: sorted, disjoint, not adjacent (empty ones dropped)."""
+    out: list[tuple[int, int]] = []
+    for low, high in sorted(r for r in ranges if r[0] <= r[1]):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
+def _clip(ranges: list[tuple[int, int]], low: int, high: int) -> list[tuple[int, int]]:
+    return [(max(a, low), min(b, high)) for a, b in ranges if a <= high and b >= low]
+
+
+def _add(lane: list[int], low: int, high: int | None = None) -> None:
+    """Add the counters `low`..`high` (default: `low` alone) to the lane's ranges, then fold
+    what reaches `w` into it."""
+    high = low if high is None else high
+    if high > lane[0]:
+        ranges = [(lane[at], lane[at + 1]) for at in range(2, len(lane), 2)]
+        ranges.append((low, high))
+        ranges.sort()
+        merged: list[int] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1] + 1:
+                merged[-1] = max(merged[-1], end)
+            else:
+                merged += (start, end)
+        lane[2:] = merged
+    while len(lane) > 2 and lane[2] <= lane[0] + 1:
+        lane[0] = max(lane[0], lane[3])
+        del lane[2:4]
+
+
+class _Pending:
+    __slots__ = ("aggregate", "arrival", "partial", "passed_at")
+
+    def __init__(self, aggregate: AggregateId, arrival: float, passed_at: Position) -> None:
+        self.aggregate = aggregate
+        self.arrival = arrival
+        self.passed_at = passed_at
+        self.partial = False
+
+
+class DedupRun:
+    """One run's dedup on one shard: the state as of the lease's checkpoint, the aggregates this
+    batch holds (in shard order) and where the checkpoint wholly passes each.
+
+    De-aggregation asks `admit` of each shardline aggregate (False: a copy, skipped) and says
+    where its last delivered member is (`ends_at`); each commit writes `state_at(position)` with
+    its checkpoint and, once it landed, calls `committed(position)`."""
+
+    __slots__ = (
+        "_at",
+        "_below",
+        "_checkpoint",
+        "_covered",
+        "_metrics",
+        "_pending",
+        "_seen",
+        "_text",
+        "state",
+    )
+
+    def __init__(
+        self, stored: str | None, metrics: _Counter | None = None, checkpoint: Position | None = None
+    ) -> None:
+        self.state = AppliedAggregates.parse(stored)
+        self._checkpoint: str | None = None  # the sequence number of the checkpoint's Kinesis record
+        if checkpoint is None or checkpoint.is_sentinel:
+            self._below = checkpoint or Position("0")
+        else:  # a Kinesis record before the checkpoint's was wholly passed by an earlier one
+            self._below = Position(checkpoint.sequence)
+            self._checkpoint = checkpoint.sequence
+        self._metrics = metrics
+        self._seen: set[tuple[str, int]] = set()
+        self._pending: list[_Pending] = []
+        self._at = 0  # pending entries before this index are in `state`
+        self._text = stored or ""  # the committed state as stored
+        self._covered: list[int] | None = None  # of the last admitted aggregate
+
+    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool:
+        """Should the Kinesis record at `sequence`, aggregate `aggregate_id`, be applied? No if
+        the state has the aggregate, or this batch held it earlier. An id that is not a shardline
+        aggregate id is admitted and not remembered. A record wholly before the checkpoint is
+        admitted (the checkpoint skips it: a replay, not a copy) and remembered for this batch."""
+        self._covered = None
+        try:
+            aggregate = AggregateId.parse(aggregate_id)
+        except AggregationError:
+            return True
+        identity = (aggregate.key, aggregate.counter)
+        if Position(sequence) < self._below:
+            self._seen.add(identity)
+            self._pending.append(_Pending(aggregate, arrival, Position(sequence)))  # folds at once
+            return True
+        if identity in self._seen or self.state.applied(aggregate):
+            return False
+        self._seen.add(identity)
+        self._pending.append(_Pending(aggregate, arrival, Position(sequence)))
+        self._covered = self.state.covered(aggregate)
+        return True
+
+    def covered(self) -> list[int] | None:
+        """The hash-key ranges `[low, high, ...]` whose members of the aggregate just admitted
+        are already applied (a parent applied them: skip them), or None."""
+        return self._covered
+
+    def replayed(self, sequence: str) -> bool:
+        """Is the Kinesis record at `sequence`, refused by `admit`, the checkpoint's own (the
+        batch is a replay: counted as a duplicate, not a copy)?"""
+        return sequence == self._checkpoint
+
+    def ends_at(self, sub_sequence: int | None, partial: bool = False) -> None:
+        """The last admitted aggregate's last delivered user record is at `sub_sequence` (None:
+        it delivered none, so a checkpoint at its sequence number passes it); `partial`: members
+        outside the shard's range were skipped."""
+        if not self._pending:
+            return
+        last = self._pending[-1]
+        last.partial = partial
+        if sub_sequence:
+            last.passed_at = Position(last.passed_at.sequence, sub_sequence)
+
+    def state_at(self, position: Position) -> str:
+        """The serialized state to write with a checkpoint at `position`: the stored state and
+        every aggregate wholly passed at `position`, pruned and bounded. Pure: `committed`
+        makes it the state once the write landed."""
+        end = self._passed(position)
+        if end == self._at:
+            return self._text
+        state = self.state.copy()
+        for entry in self._pending[self._at : end]:
+            state.fold(entry.aggregate, entry.arrival, entry.partial)
+        state.prune()
+        return state.bounded()[0]
+
+    def committed(self, position: Position) -> None:
+        """A checkpoint at `position` landed with `state_at(position)`."""
+        end = self._passed(position)
+        if end == self._at:
+            return
+        for entry in self._pending[self._at : end]:
+            self.state.fold(entry.aggregate, entry.arrival, entry.partial)
+        self.state.prune()
+        _, evicted = self.state.bounded()
+        if evicted and self._metrics is not None:
+            self._metrics.count("DedupLanesEvicted", evicted)
+            logger.warning(
+                "applied-aggregate state over %d bytes: %d lanes evicted", MAX_STATE_BYTES, evicted
+            )
+        self._at = end
+        self._text = self.state.serialize()
+
+    def _passed(self, position: Position) -> int:
+        """Index past the last pending aggregate wholly passed by a checkpoint at `position`."""
+        end = self._at
+        pending = self._pending
+        while end < len(pending) and pending[end].passed_at <= position:
+            end += 1
+        return end

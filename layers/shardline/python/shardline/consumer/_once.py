@@ -1,0 +1,70 @@
+"""Client-id dedup: a guard item per id, written in the checkpoint's transaction.
+
+A record that carries a client id (`ConsumedRecord.id`: the HTTP `id` of a record, or
+`<Idempotency-Key>:<index>`) may be in the stream more than once when the client posted it
+again after a failed request: each copy is a new Kinesis record, in a new aggregate. A sink that
+must apply it once returns, with its own writes, the guard of `once`:
+
+    from shardline.consumer import once
+
+    @consumer.handler
+    def handle(record):
+        writes = [{"Update": {...}}]                       # the record's effect
+        if record.id is not None:
+            writes.append(once("orders-once", {"pk": {"S": f"order#{record.id}"}}))
+        return writes
+
+The guard is a `Put` of the item `{**key, "shardlineOnce": 1}` on condition that no such item
+exists. DynamoDB applies the whole transaction (the record's writes and the checkpoint) or none
+of it: the first copy writes the guard; a later copy's guard fails its condition and cancels the
+transaction with `ConditionalCheckFailed` at the guard's index. The consumer recognises the guard
+(`is_once_guard`), counts the record as already applied (its writes skipped, the checkpoint moved
+past it, metric `ClientIdDuplicatesSkipped`) whatever `sink_conflicts` says, and commits the rest.
+
+The guard costs one item write per record with an id (write capacity: 1 WCU for a small item,
+2 in a transaction). Give it a TTL with `expires_at` (epoch seconds, DynamoDB's `expiresAt`
+attribute when the table's TTL is set to it) longer than any re-POST can come: the client's own
+retry window, typically hours to days.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The attribute every guard item carries, whose absence is the guard's condition.
+ONCE_ATTRIBUTE = "shardlineOnce"
+#: The attribute a guard's expiry goes in (set the table's TTL to it).
+EXPIRES_AT_ATTRIBUTE = "expiresAt"
+ONCE_CONDITION = f"attribute_not_exists({ONCE_ATTRIBUTE})"
+#: The attributes a guard item holds besides its key.
+GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE})
+
+
+def once(table_name: str, key: Mapping[str, Any], *, expires_at: int | None = None) -> dict[str, Any]:
+    """A TransactWriteItems `Put` of a guard item at `key` (DynamoDB attribute values, e.g.
+    `{"pk": {"S": "order#42"}}`) in `table_name`, on condition that no guard is there yet."""
+    if not isinstance(table_name, str) or not table_name:
+        raise ValueError("once: table_name must be a non-empty string")
+    if not isinstance(key, Mapping) or not key:
+        raise ValueError("once: key must be a non-empty mapping of attribute names to values")
+    for name in (ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE):
+        if name in key:
+            raise ValueError(f"once: the key must not name {name!r}, the guard's own attribute")
+    item: dict[str, Any] = {**key, ONCE_ATTRIBUTE: {"N": "1"}}
+    if expires_at is not None:
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int) or expires_at < 0:
+            raise ValueError("once: expires_at is epoch seconds, a non-negative int")
+        item[EXPIRES_AT_ATTRIBUTE] = {"N": str(expires_at)}
+    return {"Put": {"TableName": table_name, "Item": item, "ConditionExpression": ONCE_CONDITION}}
+
+
+def is_once_guard(write: object) -> bool:
+    """Is `write` (a TransactWriteItems entry) a guard built by `once`?"""
+    if not isinstance(write, Mapping) or len(write) != 1:
+        return False
+    put = write.get("Put")
+    if not isinstance(put, Mapping) or put.get("ConditionExpression") != ONCE_CONDITION:
+        return False
+    item = put.get("Item")
+    return isinstance(item, Mapping) and ONCE_ATTRIBUTE in item

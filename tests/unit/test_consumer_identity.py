@@ -240,6 +240,22 @@ def test_3_a_copy_re_routed_to_a_sibling_applies_only_the_members_in_its_range()
     assert metrics["AggregateCopiesSkipped"] == 1
 
 
+def test_3_a_batch_ending_in_a_skipped_copy_or_skipped_members_checkpoints_past_its_last_member() -> None:
+    """Else a closed parent would never read as finished (its checkpoint inside its last
+    aggregate) and its children would wait for it forever."""
+    x, tail = members("x", 2, hash_key=5), members("t-low", 1, hash_key=1) + members("t-high", 2, hash_key=MIDDLE)
+    table = InMemoryLeaseTable()
+    consumer = KinesisConsumer("g", table, kinesis=FakeKinesis())
+    consumer.handler(counting_sink())
+    MappingReplay([entry(x, aggregate_id(1), seq(0), LOW), entry(x, aggregate_id(1), seq(1), LOW)]).drain(
+        consumer.process
+    )
+    assert table.row(LOW).checkpoint == Position(str(seq(1)), 1), "past the copy's last member"
+    MappingReplay([entry(tail, aggregate_id(2), seq(2), LOW)]).drain(consumer.process)
+    assert applied(table) == {"x-0": 1, "x-1": 1, "t-low-0": 1}
+    assert table.row(LOW).checkpoint == Position(str(seq(2)), 2), "past the members out of range"
+
+
 def test_3_a_foreign_aggregate_keeps_delivering_members_outside_the_range() -> None:
     kinesis = FakeKinesis()
     table = InMemoryLeaseTable()

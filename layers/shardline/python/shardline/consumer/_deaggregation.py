@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 from shardline.errors import AggregationError, EventError
 from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
-from shardline.kpl._decode import decode_aggregate, is_aggregated
+from shardline.kpl._decode import decode, decode_aggregate, is_aggregated
 from shardline.kpl._identity import AggregateId
 
 
@@ -116,6 +116,17 @@ def _is_shardline_id(value: str) -> bool:
 
 def _within(key_hash: int, ranges: list[int]) -> bool:
     return any(ranges[at] <= key_hash <= ranges[at + 1] for at in range(0, len(ranges), 2))
+
+
+def sub_record_count(data: bytes) -> int:
+    """User records a Kinesis record's data holds as a consumer reads it (1 unless a decodable KPL
+    aggregate): the checkpoint past its last one is at sub-sequence count - 1."""
+    if not is_aggregated(data):
+        return 1
+    try:
+        return len(decode(data))
+    except AggregationError:
+        return 1
 
 
 def _decimal(value: object) -> bool:

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
 from shardline.consumer._leases import Lease, LeaseTable
-from shardline.errors import AggregationError
 from shardline.kinesis._positions import SHARD_END
 from shardline.kinesis._shard_map import HashRange
-from shardline.kpl._decode import decode, is_aggregated
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisReadClient
@@ -128,18 +127,9 @@ class ShardLineage:
             for record in response.get("Records", ()):
                 if checkpoint.is_sentinel or int(record["SequenceNumber"]) > int(checkpoint.sequence):
                     return False
-                if _sub_records(record["Data"]) > checkpoint.sub_sequence + 1:
+                if sub_record_count(record["Data"]) > checkpoint.sub_sequence + 1:
                     return False  # the checkpoint stopped inside this aggregate
             iterator = response.get("NextShardIterator")
             if not iterator:
                 return True
         return False
-
-
-def _sub_records(data: bytes) -> int:
-    if not is_aggregated(data):
-        return 1
-    try:
-        return len(decode(data))
-    except AggregationError:
-        return 1

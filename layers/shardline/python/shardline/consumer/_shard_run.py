@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
-from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, user_records
+from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count, user_records
 from shardline.consumer._dedup import DedupRun
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
 from shardline.consumer._leases import Lease, LeaseTable
@@ -456,12 +456,16 @@ class ShardRun:
         self.done = done
 
     def _pass_tail(self) -> None:
-        """Every record of the batch is done: the checkpoint passes its last Kinesis record,
-        even one that held no user record (an empty aggregate)."""
+        """Every record of the batch is done: the checkpoint passes the last user record of its
+        last Kinesis record — even where no handler ran (an empty aggregate, a copy skipped whole,
+        members outside the shard's range) — so a closed shard's checkpoint reads as finished."""
         last = self.records[-1]
-        if self.done is None or int(last.sequence_number) > int(self.done.sequence_number):
+        count = sub_record_count(last.data)
+        sub = count - 1 if count > 1 else None
+        tail = Position(last.sequence_number, sub or 0)
+        if self.done is None or self.done.position < tail:
             self.done = ConsumedRecord(
-                last.stream, last.shard_id, last.sequence_number, None, last.partition_key, None, b"", 0.0
+                last.stream, last.shard_id, last.sequence_number, sub, last.partition_key, None, b"", 0.0
             )
 
     def _first_uncommitted(self) -> str:

@@ -29,6 +29,7 @@ from tests.integration.helpers import (
     unique_stream_name,
     wait_active,
 )
+from tests.integration.identity_helpers import read_copies
 
 FAST_RETRIES = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01)
 
@@ -139,10 +140,18 @@ def test_one_lost_multi_mib_response_does_not_stall_the_rest(stream):
 
     assert lossy.lost == 1 and lossy.lost_bytes > 2**20
     assert Counter(r.error_code for r in results) == {None: 10_000}, "none expired"
-    # The unanswered request was read back and found landed: settled, not sent again, no copy.
-    assert producer.metrics.snapshot()["ReadBackFoundLanded"] >= 1
-    landed = sum(len(entries) for entries in read_stream(client, name).values())
-    assert landed == 10_000
+    # The unanswered request's aggregates were resent identical: Kinesis holds two copies of
+    # each, with one id, and a consumer applies one. Nothing was read back.
+    metrics = producer.metrics.snapshot()
+    assert metrics["AggregatesSealed"] == metrics["SealedAggregatesResent"] >= 2
+    copies = read_copies(client, name)
+    assert {(c.shard_id, c.sequence_number) for c in copies} >= {
+        (r.shard_id, r.sequence_number) for r in results
+    }
+    by_id = Counter(copy.aggregate_id for copy in copies)
+    assert set(by_id.values()) == {1, 2} and sum(by_id.values()) - len(by_id) == metrics["AggregatesSealed"]
+    distinct = {copy.aggregate_id: len(copy.records) for copy in copies}
+    assert sum(distinct.values()) == 10_000, "each record in one aggregate"
 
 
 def test_no_request_starts_after_the_deadline_on_a_fake_clock(stream):
@@ -250,20 +259,34 @@ def test_a_callback_that_puts_and_flushes_does_not_deadlock(stream):
 
 
 class AnswersWithoutShardId(Wrapped):
+    """The first response's first entry has no ShardId (it landed: where, Kinesis did not say)."""
+
+    answered = 0
+
     def put_records(self, **kwargs):
         response = self._client.put_records(**kwargs)
-        del response["Records"][0]["ShardId"]
+        if not self.answered:
+            self.answered = 1
+            del response["Records"][0]["ShardId"]
         return response
 
 
-def test_a_success_entry_without_shard_id_fails_as_malformed_response(stream):
+def test_a_success_entry_without_shard_id_is_resent_identical_and_confirmed_by_the_copy(stream):
     client, name = stream
-    producer = Producer(AnswersWithoutShardId(client), name, config=ProducerConfig(aggregation_enabled=False))
+    config = ProducerConfig(aggregation_enabled=False, retry_base_delay=0.001, retry_max_delay=0.01)
+    producer = Producer(AnswersWithoutShardId(client), name, config=config)
 
     results = producer.put_many([UserRecord("a", b"1"), UserRecord("b", b"2")])
 
-    assert results[0].error_code == MALFORMED_RESPONSE and "ShardId" in results[0].error_message
-    assert results[1].success
+    assert [a.error_code for a in results[0].attempts] == [MALFORMED_RESPONSE, None]
+    assert "ShardId" in results[0].attempts[0].error_message
+    assert results[0].success and results[1].success and len(results[1].attempts) == 1
+    copies = [copy for copy in read_copies(client, name) if copy.records[0].partition_key == "a"]
+    assert len(copies) == 2 and copies[0].data == copies[1].data, "two identical copies, one id"
+    assert (results[0].shard_id, results[0].sequence_number) == (
+        copies[1].shard_id,
+        copies[1].sequence_number,
+    )
 
 
 class DeniesListShards(RequestLog):
@@ -325,7 +348,7 @@ def test_memory_per_buffered_record(stream):
 
     print(f"{per_record:.0f} bytes per buffered record with its future")
     assert per_record < 1_000, f"{per_record:.0f} bytes per buffered record (1,964 before RecordFuture)"
-    assert producer.buffered_bytes == sum(len(r.data) + len(r.partition_key) for r in records)
+    assert producer.buffered_bytes == sum(len(r.data) + len(r.partition_key) for r in records)  # no ids
     producer.flush()
     assert all(f.result(0).success for f in futures)
 

@@ -23,6 +23,7 @@ from tests.integration.helpers import (
     read_stream,
     unique_stream_name,
 )
+from tests.integration.identity_helpers import read_copies
 
 FAST_RETRIES = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01)
 
@@ -115,14 +116,17 @@ def test_permanent_request_error_fails_at_once(faulty):
     assert all(codes(r) == ["AccessDeniedException"] and not r.success for r in results)
 
 
-def test_record_count_mismatch_fails_every_record_of_the_request(faulty):
+def test_record_count_mismatch_resends_every_aggregate_of_the_request_identical(faulty):
     client, name = faulty
-    client.mismatch_counts(1)
+    client.mismatch_counts(1)  # every entry landed; the answer lost one: where they are is unknown
 
     results = Producer(client, name, config=FAST_RETRIES).put_many(numbered_records(40, 10))
 
-    assert all(not r.success and codes(r) == [COUNT_MISMATCH] for r in results)
+    assert all(r.success and codes(r) == [COUNT_MISMATCH, None] for r in results)
     assert client.injected[COUNT_MISMATCH] == 1
+    copies = read_copies(client, name)
+    assert len(copies) == 2 * len({copy.aggregate_id for copy in copies}), "each aggregate twice, one id"
+    assert landed_positions(client, name) == Counter({i: 2 for i in range(40)})
 
 
 def test_denied_list_shards_sends_records_one_by_one_with_their_own_keys(faulty):
@@ -133,13 +137,13 @@ def test_denied_list_shards_sends_records_one_by_one_with_their_own_keys(faulty)
 
     results = producer.put_many(records)
 
-    assert all(result.success and result.sub_sequence_number is None for result in results)
+    assert all(result.success and result.sub_sequence_number == 0 for result in results)
     assert not producer.shard_map.ready and "AccessDenied" in producer.shard_map.last_error
     assert client.injected["ListShards:AccessDeniedException"] == 1, "no retry before the backoff passed"
     client.list_shards_error = None  # the test reads the stream back
-    landed = [user for entries in read_stream(client, name).values() for _, sub, user in entries]
-    assert all(sub is None for entries in read_stream(client, name).values() for _, sub, _ in entries)
-    assert sorted(landed, key=position) == records
+    copies = read_copies(client, name)  # one-record aggregates, with the records' own keys
+    assert all(len(copy.records) == 1 and copy.aggregate_id for copy in copies)
+    assert sorted((copy.records[0] for copy in copies), key=position) == records
 
 
 def test_records_expire_when_their_ttl_passes_in_a_throttle_storm(faulty):

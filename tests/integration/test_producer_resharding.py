@@ -1,11 +1,13 @@
 """A split and a merge between two puts of the same producer (whose shard map is then stale).
 
 What must hold (on kinesis-mock; moto cannot reshard as Kinesis does, see the test):
-- every record reported successful sits in a shard whose hash range holds its hash key;
+- every record reported successful sits in a shard whose hash range holds its hash key, in the
+  copy at the sequence number its result names;
 - read back, each record is found exactly once in a shard that holds its hash key;
-- the only copies outside their shard are the ones the producer saw land there and retried
-  as `Wrong Shard` (an aggregate routed by its first record after a split carries the other
-  child's records with it; the KPL retries those too, and consumers skip such copies);
+- the copies outside their shard are the re-routed aggregates: an aggregate routed by its first
+  record after a split carries the other child's records with it; they are not confirmed there,
+  and the same aggregate (same id, same bytes) is sent again routed by the first of them. A
+  consumer applies only the members of its own shard's range, so each record is applied once;
 - the producer's shard map converges to the stream's open shards.
 """
 
@@ -24,11 +26,11 @@ from tests.integration.helpers import (
     numbered_records,
     open_shards,
     position,
-    read_stream,
     shard_ranges,
     unique_stream_name,
     wait_active,
 )
+from tests.integration.identity_helpers import read_copies
 
 
 def split_first_and_merge_last_two(client, name: str) -> None:
@@ -77,33 +79,22 @@ def test_split_and_merge_mid_run(kinesis_endpoint):
     ranges = shard_ranges(client, name)
     in_range: Counter[int] = Counter()
     out_of_range: Counter[int] = Counter()
-    for shard_id, entries in read_stream(client, name).items():
-        low, high = ranges[shard_id]
-        for _, _, user in entries:
-            (in_range if low <= hash_key(user) <= high else out_of_range)[position(user)] += 1
+    ids_out_of_range: set[str | None] = set()
+    ids_in_shards: dict[str | None, set[str]] = {}
+    copies = read_copies(client, name)
+    for copy in copies:
+        low, high = ranges[copy.shard_id]
+        ids_in_shards.setdefault(copy.aggregate_id, set()).add(copy.shard_id)
+        for user in copy.records:
+            inside = low <= hash_key(user) <= high
+            (in_range if inside else out_of_range)[position(user)] += 1
+            if not inside:
+                ids_out_of_range.add(copy.aggregate_id)
     assert in_range == Counter(range(len(records)))
-    retried_wrong_shard = Counter(
-        {
-            index: sum(1 for attempt in result.attempts if attempt.error_code == WRONG_SHARD)
-            for index, result in enumerate(results)
-        }
-    )
-    assert +out_of_range == +retried_wrong_shard
     assert sum(out_of_range.values()) > 0, "the split made some aggregates straddle the two children"
-
-
-@pytest.mark.parametrize("kinesis_endpoint", ["kinesis-mock"], indirect=True)
-def test_without_wrong_shard_retries_every_record_is_in_the_stream_once(kinesis_endpoint):
-    client = kinesis_client(kinesis_endpoint.endpoint_url)
-    name = unique_stream_name("reshard-once")
-    records, results, _ = run_with_reshard(client, name, retry_wrong_shard=False)
-
-    assert all(result.success for result in results)
-    assert not any(a.error_code == WRONG_SHARD for result in results for a in result.attempts)
-    found = [(position(user), shard) for shard, es in read_stream(client, name).items() for _, _, user in es]
-    assert Counter(n for n, _ in found) == Counter(range(len(records)))  # some out of range, none twice
-    where = dict(found)
-    assert all(result.shard_id == where[index] for index, result in enumerate(results))
-    ranges = shard_ranges(client, name)
-    outside = [n for n, shard in found if not ranges[shard][0] <= hash_key(records[n]) <= ranges[shard][1]]
-    assert outside, "the split made some aggregates straddle the two children"
+    assert all(len(ids_in_shards[key]) >= 2 for key in ids_out_of_range), "each one was re-routed"
+    at = {(copy.shard_id, copy.sequence_number): copy for copy in copies}
+    for record, result in zip(records, results, strict=True):
+        assert at[(result.shard_id, result.sequence_number)].records[result.sub_sequence_number] == record
+    rerouted = [r for r in results if any(a.error_code == WRONG_SHARD for a in r.attempts)]
+    assert rerouted and producer.metrics.snapshot()["AggregatesRerouted"] >= 1

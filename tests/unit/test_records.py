@@ -20,7 +20,12 @@ from shardline.kinesis import (
     record_size,
     validate,
 )
+from shardline.kinesis._limits import ENVELOPE_OVERHEAD, envelope_size
 from shardline.kinesis._records import partition_key_length
+from shardline.kpl._identity import new_producer_id
+from shardline.producer._buffered import BufferedRecord
+from shardline.producer._lanes import Lanes, _Lane
+from shardline.producer._reducer import single
 
 MAX_RECORD = DEFAULT_LIMITS.max_record_size
 
@@ -174,27 +179,62 @@ def test_empty_data_is_accepted():
     assert_valid(UserRecord("k", b""))
 
 
-def test_record_exactly_at_the_size_limit_is_accepted():
-    assert_valid(UserRecord("key", bytes(MAX_RECORD - 3)))
+def largest_data(key: str, max_record: int = MAX_RECORD, record_id: str | None = None) -> int:
+    """The most data bytes a record with `key` (and `record_id`) may hold: the stream's record
+    size less the producer's envelope around it (a one-record aggregate carrying its ids)."""
+    id_bytes = len(record_id) if record_id is not None else 0
+    return max_record - envelope_size(0, len(key.encode()), id_bytes)
 
 
-def test_record_one_byte_over_the_size_limit_is_rejected():
-    problem = only_problem(UserRecord("key", bytes(MAX_RECORD - 2)))
+def test_record_exactly_at_the_size_limit_in_its_envelope_is_accepted():
+    data = largest_data("key")
+    assert data < MAX_RECORD - 3 - ENVELOPE_OVERHEAD  # the key counts twice: the aggregate's and its own
+    assert_valid(UserRecord("key", bytes(data)))
+
+
+def test_record_one_byte_over_the_size_limit_in_its_envelope_is_rejected():
+    data = largest_data("key") + 1
+    problem = only_problem(UserRecord("key", bytes(data)))
     assert (problem.index, problem.field) == (0, "data")
-    assert str(MAX_RECORD + 1) in problem.message
+    assert (
+        f"{data + 3} bytes" in problem.message
+        and f"{MAX_RECORD + 1} in shardline's envelope" in problem.message
+    )
+
+
+def test_the_envelope_counts_the_record_id():
+    record_id = "i" * 128
+    data = largest_data("key", record_id=record_id)
+    assert_valid(UserRecord("key", bytes(data), id=record_id))
+    assert only_problem(UserRecord("key", bytes(data + 1), id=record_id)).field == "data"
 
 
 def test_size_limit_counts_the_partition_key_in_utf8_bytes():
     key = "😀" * 10  # 10 characters, 40 bytes
-    assert_valid(UserRecord(key, bytes(MAX_RECORD - 40)))
-    assert only_problem(UserRecord(key, bytes(MAX_RECORD - 39))).field == "data"
+    assert_valid(UserRecord(key, bytes(largest_data(key))))
+    assert only_problem(UserRecord(key, bytes(largest_data(key) + 1))).field == "data"
 
 
-def test_raised_record_size_limit_accepts_exactly_10_mib():
+def test_raised_record_size_limit_accepts_exactly_10_mib_in_its_envelope():
     limits = Limits.for_max_record_size(10 * MiB)
-    assert_valid(UserRecord("k", bytes(10 * MiB - 1)), limits)
-    problem = only_problem(UserRecord("k", bytes(10 * MiB)), limits)
+    assert_valid(UserRecord("k", bytes(largest_data("k", 10 * MiB))), limits)
+    problem = only_problem(UserRecord("k", bytes(largest_data("k", 10 * MiB) + 1)), limits)
     assert (problem.index, problem.field) == (0, "data")
+
+
+def test_the_envelope_bounds_the_one_record_aggregate_the_producer_sends():
+    """The producer's largest envelope (longest lane and counters, a 39-digit explicit hash key,
+    a 128-character id) is within `envelope_size`: a valid record always fits the stream."""
+    lanes = Lanes(new_producer_id(), clock=lambda: 0.0)
+    lanes._lanes["999999999999"] = state = _Lane()
+    state.next = 2**64 - 1  # counter and floor of 16 hex digits
+    key, record_id = "k" * 256, "i" * 128
+    record = UserRecord(key, bytes(1000), str(MAX_HASH_KEY), id=record_id)
+    member = BufferedRecord(record, None, 0, 0.0, 1.0)
+    member.assign(record)
+    kinesis_record = single(member, lanes, "999999999999")
+    assert kinesis_record.aggregate_id.counter == 2**64 - 1
+    assert kinesis_record.size <= envelope_size(1000, 256, 128)
 
 
 def test_record_over_1_mib_is_valid_only_under_raised_limits():

@@ -20,7 +20,8 @@ always caught `ValueError`, the class is a `ValueError` too::
                                           nothing was written
 
 A `RecordResult` that failed carries an `error_code`: Kinesis's own (for example
-`ProvisionedThroughputExceededException`) or one of shardline's decisions below.
+`ProvisionedThroughputExceededException`) or one of shardline's decisions below, and says with
+`unconfirmed` whether a copy of it may be in the stream anyway (a request whose reply never came).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ __all__ = [
     "COUNT_MISMATCH",
     "EXPIRED",
     "MALFORMED_RESPONSE",
-    "OUTCOME_UNKNOWN",
     "PARTITIONER_ERROR",
     "PERMANENT_ERROR_CODES",
     "THROTTLE_ERROR_CODES",
@@ -55,21 +55,20 @@ __all__ = [
 
 # -- error codes of record results -------------------------------------------------------------
 
-#: The record's TTL or the flush deadline passed before it could be sent (or sent again).
+#: The record's TTL or the flush deadline passed before it could be sent (or sent again), or
+#: before Kinesis confirmed it (`unconfirmed` then says whether a copy may be in the stream).
 EXPIRED = "Expired"
-#: The record landed in a shard whose hash range does not hold it; it is retried.
+#: The record's aggregate landed in a shard whose hash range does not hold it (a reshard): it is
+#: not confirmed there, and the same aggregate is sent again, routed by the record's hash key.
 WRONG_SHARD = "Wrong Shard"
-#: The PutRecords response held a different number of entries than the request.
+#: The PutRecords response held a different number of entries than the request: where (or
+#: whether) each record landed is unknown, so each aggregate of the request is resent identical.
 COUNT_MISMATCH = "RecordCountMismatch"
 #: The partitioner raised on this record; it was never sent.
 PARTITIONER_ERROR = "PartitionerError"
 #: A PutRecords success entry without a `ShardId` or `SequenceNumber`: where (or whether) the
-#: record landed is unknown, so it is failed rather than retried (a retry could duplicate it).
+#: record landed is unknown, so its aggregate is resent identical (consumers skip a second copy).
 MALFORMED_RESPONSE = "MalformedResponse"
-#: A PutRecords got no reply (or a 5xx), and reading the shards back could not tell in time
-#: whether the record landed: it may be in the stream, so it is failed, not retried (a blind
-#: retry could put it there twice).
-OUTCOME_UNKNOWN = "OutcomeUnknown"
 
 #: Codes that mean "slow down", per record or per request.
 THROTTLE_ERROR_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})

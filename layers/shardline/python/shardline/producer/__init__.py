@@ -8,12 +8,20 @@
 The pipeline, one private module per stage, each with its contract in its docstring::
 
     UserRecord -> partitioner (_partitioning) -> ShardMap.predict -> _reducer (KPL aggregates
-    per shard) -> _collector (PutRecords requests) -> _limiter (per-shard token buckets)
-    -> _sender (one PutRecords call) -> _retrier (classify: done, retry, fail) -> RecordResult
+    per shard, each carrying an id from _lanes) -> _collector (PutRecords requests) -> _limiter
+    (per-shard token buckets) -> _sender (one PutRecords call) -> _retrier (classify: done,
+    retry, resend a sealed aggregate identical, re-route, fail) -> RecordResult
 
 `_producer` is the public face and the threading, `_dispatch` holds every unresolved record and
 moves them on one step at a time, `_queues` orders each shard's records, `_buffered` holds the
 records every stage passes along.
+
+Identity, not read-back: every Kinesis record sent is a KPL aggregate (a lone record one of one)
+whose id — producer, lane, counter, floor — consumers deduplicate copies by. A request whose
+outcome is unknown (no reply, a 5xx, a malformed or short response) is resent as the identical
+aggregate within the records' deadline; a record succeeds only with the shard and sequence number
+Kinesis returned for a copy in a shard that holds its hash key, and never from reading the
+stream. A record given up after an unanswered request fails with `unconfirmed=True`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Producer settings, with the KPL's defaults where the KPL has one."""
+"""Producer settings, with the KPL's defaults where the KPL has one; and the resend horizon."""
 
 from __future__ import annotations
 
@@ -8,11 +8,20 @@ from typing import Literal
 from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis._limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
 
+#: Seconds after its first send within which a sealed aggregate (one whose outcome was once unknown)
+#: may be sent again; and seconds after the last send of an aggregate given up unconfirmed before its
+#: counter counts as settled (no copy of it can still land). Consumers keep applied ids longer
+#: (`shardline.consumer._dedup.DEDUP_HORIZON_S`), so a late copy is still recognised.
+RESEND_HORIZON_S = 120.0
+
 
 @dataclass(frozen=True)  # no slots: a few instances, and slots=True builds the class twice (cold starts)
 class ProducerConfig:
     """How the producer aggregates, collects, paces and retries.
 
+    - `aggregation_enabled`: pack the records of one predicted shard into KPL aggregates. Off,
+      each user record is still sent as a one-record aggregate (with its own keys), which carries
+      the aggregate id consumers deduplicate copies by.
     - `aggregation_max_size`: cap of one Kinesis record built by aggregation, counted as Kinesis
       meters it (data plus partition key). The default, two 25 KiB PUT payload units, is the KPL's.
     - `collection_max_count` / `collection_max_size`: one PutRecords request.
@@ -23,15 +32,18 @@ class ProducerConfig:
     - `max_concurrency`: PutRecords requests in flight at once (to different shards); records
       of unknown shard are spread over as many lanes by hash key.
     - `permanent_error_codes`: request-level errors failed at once rather than retried.
-    - `retry_wrong_shard`: resend the members of an aggregate that landed in a shard whose hash
-      range does not hold them (a stale map across a reshard), as the KPL does for the KCL, which
-      drops such records — the first copy stays in the stream. False: they are done where they
-      landed, for consumers that deliver them (shardline's), so none is written twice.
-    - `reconcile_timeout`: seconds a PutRecords that got no reply (or a 5xx) may spend reading the
-      shards back to learn which records landed, before any is retried (records it cannot settle
-      fail as `OutcomeUnknown`); 0 retries them blindly, as the KPL does (copies possible).
+    - `record_ttl` and the flush deadline also bound resends of a sealed aggregate: an aggregate
+      whose outcome was unknown (no reply, a 5xx, a malformed or short response) is sent again
+      identical — same id, same bytes — until Kinesis confirms it, while one of its records is
+      still within its TTL and deadline, and never later than `RESEND_HORIZON_S` after its first
+      send. A record given up that way fails with `unconfirmed=True`: a copy may be in the stream.
+    - A record whose aggregate landed in a shard whose hash range does not hold it (a stale map
+      across a reshard) is never reported a success there: the same aggregate is re-routed by its
+      hash key, and each shardline consumer applies only its own shard's members. (There is no
+      option to trust such a landing, nor to read the stream back: `retry_wrong_shard` and
+      `reconcile_timeout` are gone.)
     - `max_buffered_records` / `max_buffered_bytes`: the bound on unresolved records (data plus
-      partition key). Past it `put()` waits for room (sending meanwhile, as a flush would) or,
+      partition key and id). Past it `put()` waits for room (sending meanwhile, as a flush would) or,
       with `when_buffer_full="raise"`, raises `BufferFull`.
     """
 
@@ -48,8 +60,6 @@ class ProducerConfig:
     max_concurrency: int = 8
     limits: Limits = DEFAULT_LIMITS
     permanent_error_codes: frozenset[str] = field(default=PERMANENT_ERROR_CODES)
-    reconcile_timeout: float = 5.0
-    retry_wrong_shard: bool = True
     max_buffered_records: int = 100_000
     max_buffered_bytes: int = 128 * 1024 * 1024
     when_buffer_full: Literal["wait", "raise"] = "wait"
@@ -70,8 +80,6 @@ class ProducerConfig:
             raise ConfigurationError("aggregation_max_count and max_concurrency must be at least 1")
         if self.rate_limit <= 0 or self.record_ttl <= 0:
             raise ConfigurationError("rate_limit and record_ttl must be positive")
-        if self.reconcile_timeout < 0:
-            raise ConfigurationError("reconcile_timeout must be >= 0")
         if self.max_buffered_records < 1 or self.max_buffered_bytes < limits.max_record_size:
             raise ConfigurationError(
                 "max_buffered_records must be at least 1 and max_buffered_bytes at least one record "

@@ -1,11 +1,12 @@
 """Dispatcher: the producer's pipeline state, moved forward one step at a time.
 
 It holds every unresolved record — incoming, queued per target, waiting for a retry, in flight
-— and `step()` moves them on: outcomes are classified, the shard map is refreshed on the request
-pool, due retries and new records are placed in one batch each, expired records are failed,
-and ready records of idle targets are packed and sent. The producer calls every method with
-its lock held; requests and ListShards run on the pool and only report back through
-`condition`.
+— and every sealed aggregate waiting to be sent again, and `step()` moves them on: outcomes are
+classified, the shard map is refreshed on the request pool, due retries, due resends and new
+records are placed in one batch each, expired records are failed, and ready records of idle
+targets are packed (each aggregate numbered in its target's lane, `_lanes`) and sent. The
+producer calls every method with its lock held; requests and ListShards run on the pool and only
+report back through `condition`.
 
 Contracts:
 - Cost: every step is O(records it touches + targets + requests in flight), never O(backlog)
@@ -15,7 +16,11 @@ Contracts:
   unpredicted keys — so records of one key put one after another land in order.
 - Deadlines: `deadlines` holds each flushing thread's deadline. A record is expired only by the
   deadline of the thread that put it (or its TTL); no request, ListShards included, starts
-  after the latest deadline of the flushes in progress.
+  after the latest deadline of the flushes in progress. A record in flight is never expired: a
+  flush returns at most one request (the client's read timeout) after its deadline.
+- Sealed aggregates go again whole, through their target's queue in their first member's put()
+  order, paced by the limiter like any other; a member past its deadline or TTL fails
+  `unconfirmed` while the others still get the aggregate resent.
 - Results: records are resolved here, but their futures are set by the producer after it
   releases its lock (`take_resolved`), so a callback may call `put`/`flush`.
 """
@@ -31,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from shardline.errors import PARTITIONER_ERROR
 from shardline.kinesis._shard_map import HashRange, ShardMap
+from shardline.kpl._identity import new_producer_id
 from shardline.producer._buffered import BufferedRecord, KinesisRecord
 from shardline.producer._collector import PutRecordsBatch
 from shardline.producer._config import ProducerConfig
+from shardline.producer._lanes import Lanes, hash_lane, shard_lane
 from shardline.producer._limiter import ShardLimiter
 from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._partitioning import Partitioner
@@ -98,7 +105,9 @@ class Dispatcher:
         self._clock = clock
         self._condition = condition
         self._limiter = ShardLimiter(rate_limit=config.rate_limit, limits=config.limits, clock=clock)
+        self.lanes = Lanes(new_producer_id(), clock)
         self._reducer = Reducer(
+            lanes=self.lanes,
             max_size=config.aggregation_max_size,
             max_count=config.aggregation_max_count,
             enabled=config.aggregation_enabled,
@@ -109,14 +118,17 @@ class Dispatcher:
             clock=clock,
             rng=rng,
             metrics=metrics,
+            lanes=self.lanes,
             finish=self._finish,
             retry=self._schedule_retry,
+            resend=self._schedule_resend,
             park=self._park,
         )
         self._lanes = config.max_concurrency
         self._incoming: deque[BufferedRecord] = deque()
         self._queues: dict[Target, ShardQueue] = {}
         self._retries: list[tuple[float, int, BufferedRecord]] = []  # heap: (ready at, sequence, record)
+        self._resends: list[tuple[float, int, KinesisRecord]] = []  # heap: (ready at, id, sealed aggregate)
         self._in_flight: dict[Future[SendOutcome], _Request] = {}
         self._completed: list[Future[SendOutcome]] = []
         self._refresh: Future[bool] | None = None
@@ -194,6 +206,8 @@ class Dispatcher:
             while self._retries and self._retries[0][0] <= now:
                 due.append(heapq.heappop(self._retries)[2])
             incoming = self._incoming
+            while self._resends and self._resends[0][0] <= now:
+                self._place_sealed(heapq.heappop(self._resends)[2], now)
             self._place(due)
             self._place([incoming.popleft() for _ in range(min(len(incoming), PLACE_PER_STEP))])
         now = self._clock()
@@ -203,6 +217,8 @@ class Dispatcher:
         wake_at = self._assemble_and_send(now, stop) if now < stop else NEVER
         if placing and self._retries:  # (while not placing, the ListShards' end wakes the loop)
             wake_at = min(wake_at, self._retries[0][0])
+        if placing and self._resends:
+            wake_at = min(wake_at, self._resends[0][0])
         if placing and self._incoming:
             wake_at = now  # more new records to place: step again at once
         return wake_at
@@ -213,11 +229,12 @@ class Dispatcher:
             if not record.in_flight:
                 self.retrier.expire(record, "the flush deadline passed before the record could be sent")
         for parked in [p for p in self._parked if any(m.owner == owner for m in p[0].members)]:
-            # It landed; only the map refresh that would confirm its shard is late. Trust Kinesis.
+            # It landed; the map refresh that would place its shard is late. Members Kinesis routed
+            # it by are confirmed; the others cannot be, and are re-routed or fail unconfirmed.
             self._parked.remove(parked)
             for member in parked[0].members:
                 member.in_flight = False
-            self.retrier.handle_landed(*parked, trust=True)
+            self.retrier.handle_landed(*parked)
 
     def _place(self, records: list[BufferedRecord]) -> None:
         shard_map = self._shard_map
@@ -237,6 +254,18 @@ class Dispatcher:
             if queue is None:
                 queue = self._queues[target] = self._new_queue(target)
             queue.push(record)
+
+    def _place_sealed(self, kinesis_record: KinesisRecord, now: float) -> None:
+        """Queue a sealed aggregate due to go again, on the target its route key predicts now."""
+        if not self.retrier.resend_due(kinesis_record, now):
+            return
+        shard = self._shard_map.predict(kinesis_record.route_key)
+        kinesis_record.predicted_shard = shard
+        target: Target = shard if shard is not None else lane_of(kinesis_record.route_key, self._lanes)
+        queue = self._queues.get(target)
+        if queue is None:
+            queue = self._queues[target] = self._new_queue(target)
+        queue.push_sealed(kinesis_record)
 
     def _new_queue(self, target: Target) -> ShardQueue:
         if isinstance(target, int):
@@ -259,7 +288,7 @@ class Dispatcher:
         for target, queue in list(self._queues.items()):
             if target in busy:
                 continue
-            if queue.peek() is None:
+            if not queue:
                 del self._queues[target]
                 continue
             kind = (self._map_version, queue.lane)
@@ -271,28 +300,51 @@ class Dispatcher:
             ):
                 continue  # a request to an overlapping target from before a reshard is in flight
             shard = None if queue.lane else str(target)
+            lane = hash_lane(target) if isinstance(target, int) else shard_lane(target)
             request = requests[-1] if requests else None  # several targets may share one request
             taken = False
-            while queue.peek() is not None:
-                if self._incoming and queue.bytes < self._config.aggregation_max_size:
-                    break  # more records are being placed: send full aggregates, not a slice's tail
-                # Wait for a full aggregate's tokens (or all that is queued): smaller aggregates
-                # cost more PUT units, and one built now only to be given back is wasted work.
-                wanted = min(self._reducer.size_bound(queue), self._limiter.bytes_capacity)
-                allowance = self._limiter.allowance(shard)
-                if allowance < wanted:
-                    wake_at = min(wake_at, now + max(self._limiter.wait_time(shard, wanted), LIMITER_TICK))
-                    break
-                kinesis_record = self._reducer.take(queue, shard, allowance)
-                waiting = self._limiter.wait_time(shard, kinesis_record.size)
-                if waiting > 0:
-                    queue.give_back(kinesis_record.members)
-                    wake_at = min(wake_at, now + max(waiting, LIMITER_TICK))
-                    break
-                if request is None or not request.batch.fits(kinesis_record):
-                    if taken or len(requests) >= slots:
-                        queue.give_back(kinesis_record.members)  # the target's next request waits
+            while True:
+                head, sealed = queue.peek(), queue.peek_sealed()
+                if sealed is not None and (head is None or sealed.order < head.sequence):
+                    if not self.retrier.resend_due(sealed, now):
+                        queue.pop_sealed()
+                        continue
+                    kinesis_record = sealed  # goes again whole, identical
+                    waiting = self._limiter.wait_time(shard, kinesis_record.size)
+                    if waiting > 0:
+                        wake_at = min(wake_at, now + max(waiting, LIMITER_TICK))
                         break
+                    if (request is None or not request.batch.fits(kinesis_record)) and (
+                        taken or len(requests) >= slots
+                    ):
+                        break  # the target's next request waits
+                    queue.pop_sealed()
+                elif head is None:
+                    break
+                else:
+                    if self._incoming and queue.bytes < self._config.aggregation_max_size:
+                        break  # more records are being placed: send full aggregates, not a slice's tail
+                    # Wait for a full aggregate's tokens (or all that is queued): smaller aggregates
+                    # cost more PUT units, and one built now only to be given back is wasted work.
+                    wanted = min(self._reducer.size_bound(queue), self._limiter.bytes_capacity)
+                    allowance = self._limiter.allowance(shard)
+                    if allowance < wanted:
+                        wake_at = min(
+                            wake_at, now + max(self._limiter.wait_time(shard, wanted), LIMITER_TICK)
+                        )
+                        break
+                    kinesis_record = self._reducer.take(queue, shard, lane, allowance)
+                    waiting = self._limiter.wait_time(shard, kinesis_record.size)
+                    if waiting > 0:
+                        self._unbuild(queue, kinesis_record)
+                        wake_at = min(wake_at, now + max(waiting, LIMITER_TICK))
+                        break
+                    if (request is None or not request.batch.fits(kinesis_record)) and (
+                        taken or len(requests) >= slots
+                    ):
+                        self._unbuild(queue, kinesis_record)  # the target's next request waits
+                        break
+                if request is None or not request.batch.fits(kinesis_record):
                     config = self._config
                     batch = PutRecordsBatch(config.collection_max_count, config.collection_max_size)
                     requests.append(_Request(batch, kind))
@@ -312,17 +364,27 @@ class Dispatcher:
             self._submit(request)
         return wake_at
 
+    def _unbuild(self, queue: ShardQueue, kinesis_record: KinesisRecord) -> None:
+        """An aggregate built but not sent: its members go back, its counter is handed out again."""
+        queue.give_back(kinesis_record.members)
+        kinesis_record.retired = True
+        if kinesis_record.aggregate_id is not None:
+            self.lanes.retract(kinesis_record.aggregate_id)
+
     def _submit(self, request: _Request) -> None:
+        now = self._clock()
+        metrics = self._metrics
         for kinesis_record in request.batch.records:
+            if kinesis_record.sends == 0:
+                kinesis_record.first_sent = now
+            elif kinesis_record.sealed:
+                metrics.count("SealedAggregatesResent")
+            kinesis_record.sends += 1
+            kinesis_record.last_sent = now
             for member in kinesis_record.members:
                 member.in_flight = True
-        self._metrics.count("RequestsSent")
-        # An unanswered call may read back until the latest flush deadline, within the configured bound.
-        latest = max(self.deadlines.values(), default=NEVER)
-        reconcile_s = min(self._config.reconcile_timeout, latest - self._clock())
-        future = self._pool().submit(
-            send, self._client, self._stream_name, request.batch, self._clock, reconcile_s
-        )
+        metrics.count("RequestsSent")
+        future = self._pool().submit(send, self._client, self._stream_name, request.batch, self._clock)
         self._in_flight[future] = request
         future.add_done_callback(self._on_sent)
 
@@ -368,9 +430,15 @@ class Dispatcher:
             self._limiter.keep_only(self._shard_map.open_shards())
             # Predictions made against the old map are void: re-place, in put() order.
             queued = [record for queue in self._queues.values() for record in queue.drain()]
+            sealed = [
+                kinesis_record for queue in self._queues.values() for kinesis_record in queue.drain_sealed()
+            ]
             self._queues.clear()
             queued.sort(key=_put_order)
             self._place(queued)
+            now = self._clock()
+            for kinesis_record in sealed:
+                self._place_sealed(kinesis_record, now)
         elif not refreshed:
             return
         parked, self._parked = self._parked, []
@@ -391,6 +459,22 @@ class Dispatcher:
             owned.discard(record)
             if not owned:
                 del self._owned[record.owner]
+
+    def _schedule_resend(self, kinesis_record: KinesisRecord, at: float) -> None:
+        """A sealed aggregate goes again at `at`: members whose flush deadline comes first fail."""
+        ready, alive = at, False
+        for member in kinesis_record.members:
+            if member.result is None:
+                if at >= self.deadlines.get(member.owner, NEVER):
+                    self.retrier.expire(
+                        member, "the flush deadline passed before Kinesis confirmed the record"
+                    )
+                else:
+                    ready, alive = min(ready, member.expires), True
+        if not alive:  # nobody is left to send it for
+            self.retrier.retire(kinesis_record)
+        else:  # never later than a TTL: its members expire on time rather than after the backoff
+            heapq.heappush(self._resends, (ready, id(kinesis_record), kinesis_record))
 
     def _schedule_retry(self, record: BufferedRecord, at: float) -> None:
         if at >= self.deadlines.get(record.owner, NEVER):

@@ -64,10 +64,10 @@ class ProducerMetrics:
         "AllErrors",
         "UserRecordExpired",
         "RequestsSent",
-        "UnansweredRequestsReadBack",  # PutRecords with no reply (or a 5xx), settled by reading back
-        "ReadBackFoundLanded",  # Kinesis records such a read-back found in the stream
-        "ReadBackNotLanded",  # ... found absent (then retried)
-        "ReadBackUnknown",  # ... it could not tell in time (failed as OutcomeUnknown)
+        "UserRecordsNotLanded",  # user records whose final result is a failure
+        "AggregatesSealed",  # aggregates whose outcome was unknown: from then on resent identical only
+        "SealedAggregatesResent",  # sends of a sealed aggregate after its first
+        "AggregatesRerouted",  # aggregates resent to another shard, members having landed out of range
     )
     SUMMARIES = ("UserRecordsPerKinesisRecord", "RetriesPerRecord", "BufferingTime", "RequestTime")
 

@@ -4,9 +4,15 @@
     results = producer.put_many(records, deadline=context.get_remaining_time_in_millis() / 1000 - 1)
 
 Pipeline (one module per stage): partitioner -> ShardMap.predict -> Reducer (per-shard KPL
-aggregates) -> Collector (PutRecords requests) -> ShardLimiter (per-shard token buckets) ->
-sender (concurrent requests) -> Retrier (classify; retry with backoff or finish). `_dispatch`
-holds the records between the stages; this module is the public face and the threading.
+aggregates, each with an id from `_lanes`) -> Collector (PutRecords requests) -> ShardLimiter
+(per-shard token buckets) -> sender (concurrent requests) -> Retrier (classify; retry with
+backoff, resend a sealed aggregate identical, or finish). `_dispatch` holds the records between
+the stages; this module is the public face and the threading.
+
+A success is only ever Kinesis's word: the shard and sequence number a PutRecords returned for
+the copy that confirmed the record. The producer never reads the stream (its role needs
+PutRecords and ListShards only). A request whose reply is lost is resent as the identical
+aggregate, and shardline's consumers apply one copy of an aggregate once.
 
 Built for Lambda: `put()` only buffers; `flush()` drives the pipeline in the caller's thread
 (requests and ListShards run on a small thread pool) and returns when every record buffered
@@ -33,7 +39,7 @@ from typing import TYPE_CHECKING
 from shardline.errors import BufferFull
 from shardline.kinesis._records import UserRecord, validate
 from shardline.kinesis._shard_map import ShardMap
-from shardline.producer._buffered import BufferedRecord
+from shardline.producer._buffered import BufferedRecord, buffered_size
 from shardline.producer._config import ProducerConfig
 from shardline.producer._dispatch import LIMITER_TICK, NEVER, Dispatcher
 from shardline.producer._metrics import ProducerMetrics
@@ -116,7 +122,9 @@ class Producer:
         """Validate every record (nothing is sent if one is invalid), send all, return results in order.
 
         More records than the buffer bound are admitted as room is made; it never raises
-        `BufferFull`. Records not admitted by the deadline fail with `Expired`.
+        `BufferFull`. Records not admitted by the deadline fail with `Expired`. It returns by the
+        deadline plus at most the requests in flight then (bound them with the client's read
+        timeout); records whose request went unanswered fail with `unconfirmed=True`.
         """
         stop = self._stop_at(deadline)
         buffered = self._admit(validate(records, self.config.limits), None, stop, may_raise=False)
@@ -186,7 +194,7 @@ class Producer:
                 room_records = config.max_buffered_records - dispatch.buffered_records
                 room_bytes = config.max_buffered_bytes - dispatch.buffered_bytes
                 while end < len(records) and end - start < room_records:
-                    room_bytes -= len(records[end].data) + len(records[end].partition_key)
+                    room_bytes -= buffered_size(records[end])
                     if room_bytes < 0:
                         break
                     end += 1
@@ -222,7 +230,7 @@ class Producer:
             if len(admitted) == len(records):
                 return admitted
             following = records[len(admitted)]
-            size = len(following.data) + len(following.partition_key)
+            size = buffered_size(following)
             self._wait_until(lambda size=size: self._has_room(size), stop)  # type: ignore[misc]
 
     def _has_room(self, size: int) -> bool:

@@ -13,6 +13,9 @@ never O(queue length): a million buffered records do not make a step slower.
 The next record is the oldest of the three heads. A record resolved while queued (expired by its
 caller's deadline) is not searched for: it stays where it is and is skipped when reached.
 
+Sealed aggregates due to be sent again wait whole in a heap of their own, by their first member's
+put() order; the dispatcher sends the older of the next sealed aggregate and the next record.
+
 Unpredicted records (no shard map) are spread over `lanes` lanes by hash key, each lane a
 contiguous slice of the hash-key space, so several requests can be in flight while one key
 still has only one.
@@ -25,7 +28,7 @@ from collections import deque
 
 from shardline.kinesis._limits import MAX_HASH_KEY
 from shardline.kinesis._shard_map import HashRange
-from shardline.producer._buffered import BufferedRecord
+from shardline.producer._buffered import BufferedRecord, KinesisRecord
 
 _HASH_SPACE = MAX_HASH_KEY + 1
 
@@ -33,7 +36,7 @@ _HASH_SPACE = MAX_HASH_KEY + 1
 class ShardQueue:
     """The unsent records of one target, next record first. `hash_range` is the target's range."""
 
-    __slots__ = ("_fresh", "_front", "_older", "bytes", "hash_range", "lane")
+    __slots__ = ("_fresh", "_front", "_older", "_sealed", "bytes", "hash_range", "lane", "wire")
 
     def __init__(self, hash_range: HashRange, *, lane: bool = False) -> None:
         self.hash_range = hash_range
@@ -41,13 +44,16 @@ class ShardQueue:
         self._fresh: deque[BufferedRecord] = deque()
         self._older: list[tuple[int, BufferedRecord]] = []
         self._front: list[BufferedRecord] = []  # a stack: the next one last
+        self._sealed: list[tuple[int, int, KinesisRecord]] = []  # heap: (put() order, id, aggregate)
         # Bytes queued, as the buffer bound counts them; an upper bound, since a record resolved
-        # while queued counts until it is reached.
+        # while queued counts until it is reached. `wire`: the same records' bound inside an aggregate.
         self.bytes = 0
+        self.wire = 0
 
     def push(self, record: BufferedRecord) -> None:
         """Queue `record` in put() order (cheapest when records come in that order)."""
         self.bytes += record.size
+        self.wire += record.wire
         fresh = self._fresh
         if not fresh or fresh[-1].sequence < record.sequence:
             fresh.append(record)
@@ -58,16 +64,17 @@ class ShardQueue:
         """Put back records just taken, unsent, in front of the queue (order kept)."""
         self._front.extend(reversed(members))
         self.bytes += sum(member.size for member in members)
+        self.wire += sum(member.wire for member in members)
 
     def peek(self) -> BufferedRecord | None:
         """The next record to send, or None."""
         front, fresh, older = self._front, self._fresh, self._older
         while front and front[-1].result is not None:
-            self.bytes -= front.pop().size
+            self._drop(front.pop())
         while fresh and fresh[0].result is not None:
-            self.bytes -= fresh.popleft().size
+            self._drop(fresh.popleft())
         while older and older[0][1].result is not None:
-            self.bytes -= heapq.heappop(older)[1].size
+            self._drop(heapq.heappop(older)[1])
         best: BufferedRecord | None = front[-1] if front else None
         if older and (best is None or older[0][0] < best.sequence):
             best = older[0][1]
@@ -86,19 +93,43 @@ class ShardQueue:
             heapq.heappop(self._older)
         else:
             self._fresh.popleft()
-        self.bytes -= record.size
+        self._drop(record)
         return record
+
+    def _drop(self, record: BufferedRecord) -> None:
+        self.bytes -= record.size
+        self.wire -= record.wire
+
+    def push_sealed(self, kinesis_record: KinesisRecord) -> None:
+        """Queue a sealed aggregate to be sent again, whole, in its first member's put() order."""
+        heapq.heappush(self._sealed, (kinesis_record.order, id(kinesis_record), kinesis_record))
+
+    def peek_sealed(self) -> KinesisRecord | None:
+        """The next sealed aggregate (retired ones are dropped), or None."""
+        sealed = self._sealed
+        while sealed and sealed[0][2].retired:
+            heapq.heappop(sealed)
+        return sealed[0][2] if sealed else None
+
+    def pop_sealed(self) -> KinesisRecord:
+        return heapq.heappop(self._sealed)[2]
+
+    def drain_sealed(self) -> list[KinesisRecord]:
+        """Every sealed aggregate queued, emptying that heap (in no particular order)."""
+        sealed = [item[2] for item in self._sealed if not item[2].retired]
+        self._sealed = []
+        return sealed
 
     def drain(self) -> list[BufferedRecord]:
         """Every unresolved record, emptying the queue (in no particular order)."""
         records = [r for r in (*self._front, *self._fresh) if r.result is None]
         records += [r for _, r in self._older if r.result is None]
         self._front, self._fresh, self._older = [], deque(), []
-        self.bytes = 0
+        self.bytes = self.wire = 0
         return records
 
     def __bool__(self) -> bool:
-        return self.peek() is not None
+        return self.peek() is not None or self.peek_sealed() is not None
 
     def __len__(self) -> int:
         """Records queued; an upper bound, as `bytes` is."""

@@ -1,56 +1,72 @@
 """Reducer: turns the user records bound for one predicted shard into Kinesis records.
 
-Records of one shard are packed, in order, into KPL aggregates of at most
-`aggregation_max_size` bytes (counted as Kinesis meters a record: payload plus partition key)
-and `aggregation_max_count` records. An aggregate only ever holds records the current shard
-map puts in the same shard. It is sent with partition key "a" and its first record's hash key
-as explicit hash key, so Kinesis routes it by that record. A lone record — or any record
-whose shard is unknown — is sent as a plain Kinesis record with its own keys.
+Every Kinesis record is a KPL aggregate carrying an `AggregateId` (its lane's next counter and
+floor, from `_lanes`) as its first record's `sl.a` tag, and each record's own id as its `sl.id`
+tag. Records of one shard are packed, in order, into aggregates of at most `aggregation_max_size`
+bytes (counted as Kinesis meters a record: payload plus partition key) and `aggregation_max_count`
+records. An aggregate only ever holds records the current shard map puts in the same shard. It is
+sent with partition key "a" and its first record's hash key as explicit hash key, so Kinesis routes
+it by that record. A lone record — or any record whose shard is unknown — is sent as a
+one-record aggregate with its own partition key and explicit hash key, so it routes as it would
+alone.
 """
 
 from __future__ import annotations
 
-from shardline.kpl._encode import AggregateBuilder
+from shardline.kpl._encode import FRAMING_SIZE, AggregateBuilder
 from shardline.producer._buffered import BufferedRecord, KinesisRecord
+from shardline.producer._lanes import Lanes
 from shardline.producer._queues import ShardQueue
 
 AGGREGATE_PARTITION_KEY = "a"
-#: Upper bounds of the KPL format's overhead: per record its tags, lengths, key indexes and a
-#: partition-key table entry's framing; per aggregate the magic, the MD5 and the key "a".
-_FRAMING_PER_RECORD = 24
-_FRAMING_PER_AGGREGATE = 4 + 16 + 1
+#: Upper bound of an aggregate's own bytes: the magic and the MD5, and its id's tag (key "sl.a";
+#: a 16-character producer id, a lane of at most 12 characters, two 16-digit hex numbers).
+_FRAMING_PER_AGGREGATE = FRAMING_SIZE + 80
 
 
-def single(member: BufferedRecord) -> KinesisRecord:
-    """A Kinesis record carrying one user record with its own keys."""
+def single(member: BufferedRecord, lanes: Lanes, lane: str) -> KinesisRecord:
+    """A one-record aggregate carrying `member` with its own keys."""
     record = member.record
+    aggregate_id = lanes.new_id(lane)
+    builder = AggregateBuilder(aggregate_id.encode())
+    builder.add(record)
     return KinesisRecord(
-        [member], record.partition_key, record.explicit_hash_key, record.data, member.predicted_shard
+        [member],
+        record.partition_key,
+        record.explicit_hash_key,
+        builder.build(),
+        member.predicted_shard,
+        aggregate_id,
     )
 
 
 class Reducer:
     """Builds one Kinesis record at a time from a shard's queue, filling it up to the caps."""
 
-    def __init__(self, *, max_size: int, max_count: int, enabled: bool = True) -> None:
+    def __init__(self, *, lanes: Lanes, max_size: int, max_count: int, enabled: bool = True) -> None:
+        self._lanes = lanes
         self._max_size = max_size
-        self._max_count = max_count
-        self._enabled = enabled
+        self._max_count = max_count if enabled else 1
 
     def take(
-        self, queue: ShardQueue, predicted_shard: str | None, allowance: float = float("inf")
+        self,
+        queue: ShardQueue,
+        predicted_shard: str | None,
+        lane: str,
+        allowance: float = float("inf"),
     ) -> KinesisRecord:
-        """Pop the longest run of `queue`'s next records that fits one Kinesis record.
+        """Pop the longest run of `queue`'s next records that fits one Kinesis record, numbered in `lane`.
 
         `queue` must not be empty. The aggregate stops at `allowance` bytes when that is lower
         than the cap (what the shard's token bucket holds now), but always takes one record.
         """
         first = queue.pop()
         following = queue.peek()
-        if predicted_shard is None or not self._enabled or following is None:
-            return single(first)
+        if predicted_shard is None or self._max_count == 1 or following is None:
+            return single(first, self._lanes, lane)
         cap = int(min(self._max_size, max(allowance, 0))) - len(AGGREGATE_PARTITION_KEY)
-        builder = AggregateBuilder()
+        aggregate_id = self._lanes.new_id(lane)
+        builder = AggregateBuilder(aggregate_id.encode())
         builder.add(first.record)
         members = [first]
         while (
@@ -59,13 +75,27 @@ class Reducer:
             members.append(queue.pop())
             following = queue.peek()
         if len(members) == 1:
-            return single(first)
+            return KinesisRecord(
+                members,
+                first.record.partition_key,
+                first.record.explicit_hash_key,
+                builder.build(),
+                predicted_shard,
+                aggregate_id,
+            )
         return KinesisRecord(
-            members, AGGREGATE_PARTITION_KEY, str(first.hash_key), builder.build(), predicted_shard
+            members,
+            AGGREGATE_PARTITION_KEY,
+            str(first.hash_key),
+            builder.build(),
+            predicted_shard,
+            aggregate_id,
         )
 
     def size_bound(self, queue: ShardQueue) -> int:
-        """At most the size of the next Kinesis record `take` builds from `queue`: its bytes plus
-        the aggregate's framing (a few bytes per record, the magic and the MD5), within the cap."""
-        framing = _FRAMING_PER_RECORD * len(queue) + _FRAMING_PER_AGGREGATE
-        return min(self._max_size, queue.bytes + framing)
+        """At most the size of the next Kinesis record `take` builds from `queue`: its records'
+        bytes inside an aggregate (each record's `wire`), the aggregate's own framing and id tag,
+        and its partition key (the first record's own, when it goes alone) — within the cap."""
+        head = queue.peek()
+        outer_key = len(head.record.partition_key.encode("utf-8")) if head is not None else 0
+        return min(self._max_size, queue.wire + _FRAMING_PER_AGGREGATE + outer_key)

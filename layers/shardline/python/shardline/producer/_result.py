@@ -28,10 +28,18 @@ class Attempt(NamedTuple):
 class RecordResult(NamedTuple):
     """The final outcome of one user record.
 
-    On success `shard_id` and `sequence_number` say where it landed; `sub_sequence_number` is its
-    position inside a KPL aggregate (None when it was sent as a plain Kinesis record). On failure
-    `error_code`/`error_message` give the last reason. `attempts` is the full history, so a caller
-    can tell one transient error from a throttle storm.
+    A success carries the `shard_id` and `sequence_number` Kinesis returned for the copy of the
+    record's aggregate that confirmed it — a copy that landed in a shard whose hash range holds the
+    record; `sub_sequence_number` is the record's position inside that aggregate (every Kinesis
+    record the producer sends is a KPL aggregate, a lone record one of one). The producer never
+    reads the stream: nothing else makes a success.
+
+    On failure `error_code`/`error_message` give the last reason, and `unconfirmed` says whether a
+    copy may be in the stream all the same: True when a request carrying it went unanswered (or
+    landed where the record's shard could not be verified) and no copy was confirmed; False when
+    no copy can be there (never sent, or every copy refused). Either way the producer will not
+    send it again; consumers apply a copy of one aggregate once. `attempts` is the full history,
+    so a caller can tell one transient error from a throttle storm.
     """
 
     success: bool
@@ -41,6 +49,7 @@ class RecordResult(NamedTuple):
     error_code: str | None = None
     error_message: str | None = None
     attempts: tuple[Attempt, ...] = ()
+    unconfirmed: bool = False
 
 
 class RecordFuture(Future[RecordResult]):

@@ -1,21 +1,20 @@
 """Sender: one PutRecords call, timed, with every way it can fail turned into data.
 
 The sender never raises: a client exception becomes a request-level error code (the botocore
-error code, or `Internal` for anything else, as the KPL does), and the retrier decides. A call
-whose outcome is unknown — no reply, or a 5xx — is first settled by reading the shards back
-(`_reconciler`), within `reconcile_s` seconds: its outcome is then per record, as if answered.
+error code, or `Internal` for anything else, as the KPL does), and the retrier decides. It says
+whether the call went `unanswered` — no reply (a read timeout, a reset or closed connection), or
+a 5xx — so that the retrier seals its aggregates: any of them may have landed. It never reads
+the stream to find out; only Kinesis's answer to a PutRecords makes a success.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
 from shardline.producer._collector import PutRecordsBatch
-from shardline.producer._reconciler import read_back
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisClient
@@ -23,26 +22,21 @@ if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
 
 class SendOutcome(NamedTuple):
     """What one PutRecords call returned: either a request-level error or per-record entries.
-    `reconciled`: the entries were found by reading back after an unanswered call."""
+    `unanswered`: the request-level error may have followed a write (no reply, or a 5xx)."""
 
     started: float
     duration: float
     entries: Sequence[Mapping[str, Any]] = ()
     error_code: str | None = None
     error_message: str | None = None
-    reconciled: bool = False
+    unanswered: bool = False
 
 
 def send(
-    client: KinesisClient,
-    stream_name: str,
-    batch: PutRecordsBatch,
-    clock: Callable[[], float],
-    reconcile_s: float = 0.0,
+    client: KinesisClient, stream_name: str, batch: PutRecordsBatch, clock: Callable[[], float]
 ) -> SendOutcome:
-    """Send `batch` with PutRecords and report what happened; an unanswered call is read back for
-    up to `reconcile_s` seconds (0: not at all, and the retrier retries it as before)."""
-    started, wall_started = clock(), time.time()
+    """Send `batch` with PutRecords and report what happened."""
+    started = clock()
     try:
         response = client.put_records(StreamName=stream_name, Records=[r.entry() for r in batch.records])
     except ClientError as exc:
@@ -53,18 +47,6 @@ def send(
         code, message, unanswered = "Internal", f"{type(exc).__name__}: {exc}", True
     else:
         return SendOutcome(started, clock() - started, entries=response.get("Records", ()))
-    duration = clock() - started
-    if not unanswered or reconcile_s <= 0 or not hasattr(client, "get_records"):
-        return SendOutcome(started, duration, error_code=code, error_message=message)
-    entries = read_back(
-        client,
-        stream_name,
-        batch.records,
-        wall_started=wall_started,
-        wall_ended=time.time(),
-        budget_s=reconcile_s,
-        clock=clock,
-        error_code=code,
-        error_message=message,
+    return SendOutcome(
+        started, clock() - started, error_code=code, error_message=message, unanswered=unanswered
     )
-    return SendOutcome(started, duration, entries=entries, reconciled=True)

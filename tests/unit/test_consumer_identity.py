@@ -243,7 +243,8 @@ def test_3_a_copy_re_routed_to_a_sibling_applies_only_the_members_in_its_range()
 def test_3_a_batch_ending_in_a_skipped_copy_or_skipped_members_checkpoints_past_its_last_member() -> None:
     """Else a closed parent would never read as finished (its checkpoint inside its last
     aggregate) and its children would wait for it forever."""
-    x, tail = members("x", 2, hash_key=5), members("t-low", 1, hash_key=1) + members("t-high", 2, hash_key=MIDDLE)
+    x = members("x", 2, hash_key=5)
+    tail = members("t-low", 1, hash_key=1) + members("t-high", 2, hash_key=MIDDLE)
     table = InMemoryLeaseTable()
     consumer = KinesisConsumer("g", table, kinesis=FakeKinesis())
     consumer.handler(counting_sink())

@@ -50,7 +50,7 @@ from bench.inputs import AGGREGATE_PARTITION_KEY, KPL_AGGREGATION_MAX_SIZE, part
 from bench.report import Report, Row, Target, render
 from shardline.consumer import KinesisConsumer
 from shardline.kinesis import UserRecord, hash_key, put_payload_units, record_size
-from shardline.kpl import AggregateBuilder, encode
+from shardline.kpl import encode
 from shardline.testing import InMemoryLeaseTable, MappingReplay
 from shardline.testing._events import event_record
 
@@ -147,7 +147,7 @@ def kpl_without_ids(records: Sequence[UserRecord]) -> Sent:
         by_shard[units.shard_index(endings, hash_key(record))].append(record._replace(id=None))
     kinesis_records = total_bytes = total_units = 0
     for shard_records in by_shard.values():
-        for aggregate in _pack(shard_records, cap):
+        for aggregate in units.pack_aggregates(shard_records, cap):
             if len(aggregate) == 1:
                 size = record_size(aggregate[0])
             else:
@@ -156,21 +156,6 @@ def kpl_without_ids(records: Sequence[UserRecord]) -> Sent:
             total_bytes += size
             total_units += put_payload_units(size)
     return Sent("KPL aggregation, no ids", len(records), kinesis_records, total_bytes, total_units)
-
-
-def _pack(records: Sequence[UserRecord], cap: int) -> list[list[UserRecord]]:
-    aggregates: list[list[UserRecord]] = []
-    current: list[UserRecord] = []
-    builder = AggregateBuilder()
-    for record in records:
-        if current and builder.size_with(record) > cap:
-            aggregates.append(current)
-            current, builder = [], AggregateBuilder()
-        builder.add(record)
-        current.append(record)
-    if current:
-        aggregates.append(current)
-    return aggregates
 
 
 # -- DynamoDB: writes per record ----------------------------------------------------------------

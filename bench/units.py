@@ -208,7 +208,7 @@ def kpl_model(records: Sequence[UserRecord], shard_count: int, per_call: int) ->
         for record in records[start : start + per_call]:
             by_shard[shard_index(endings, hash_key(record))].append(record)
         for shard_records in by_shard.values():
-            for aggregate in _pack(shard_records, cap):
+            for aggregate in pack_aggregates(shard_records, cap):
                 kinesis_records += 1
                 if len(aggregate) == 1:
                     units += put_payload_units(record_size(aggregate[0]))
@@ -218,7 +218,8 @@ def kpl_model(records: Sequence[UserRecord], shard_count: int, per_call: int) ->
     return Packing(user_records=len(records), kinesis_records=kinesis_records, units=units)
 
 
-def _pack(records: Sequence[UserRecord], cap: int) -> list[list[UserRecord]]:
+def pack_aggregates(records: Sequence[UserRecord], cap: int) -> list[list[UserRecord]]:
+    """`records` in order, cut into KPL aggregates of at most `cap` bytes (the KPL's packing)."""
     aggregates: list[list[UserRecord]] = []
     current: list[UserRecord] = []
     builder = AggregateBuilder()

@@ -1,11 +1,16 @@
 """The soak: a long run under a chaos profile, its end-to-end verdict, and every process's memory over time.
 
     python -m bench.soak [--count 1000000] [--chaos heavy] [--kill-every N] [--poison-rate R]
-                         [--rate 2000] [--out build/soak]   # make soak
+                         [--lose-replies 0.002] [--no-ids] [--rate 2000] [--out build/soak]   # make soak
 
 It runs `python -m local up --chaos PROFILE` as a child (as a user would, on free ports), `send`s
-`--count` records through the REST API, waits for every consumer group, and proves the verdict
-(`local.verify`: 0 lost, 0 duplicated, counts exact, poison whole in its DLQ). Meanwhile, every
+`--count` records through the REST API — each with an id, each request with an `Idempotency-Key`,
+and every request that failed as a whole (no answer, a 5xx, `--lose-replies` of the answers
+dropped after the write) posted again as it was — waits for every consumer group, and proves the
+verdict by identity (`local.verify`: 0 lost, 0 duplicate effects, counts exact, poison whole in its
+DLQ, every accepted record at the sequence number the API answered), printing the Kinesis-level
+duplicates it read in the stream (aggregate copies of producer resends, records re-posted into the
+stream again): above zero, they show the consumers' dedup kept the sinks exact. Meanwhile, every
 `--sample-every` seconds, it reads each process of the runtime from /proc (resident memory; role: the
 up process, the endpoint, each function's workers) with the records written and processed so far,
 and appends the sample to `<out>/samples.jsonl` — a run cut short still leaves its figures.
@@ -176,6 +181,19 @@ def main(argv: list[str] | None = None) -> int:
         "invocations: a million 100-byte records are about 130 per consumer group)",
     )  # fmt: skip
     parser.add_argument("--poison-rate", type=float, default=0.0001, help="share of poison records (450 KiB)")
+    parser.add_argument(
+        "--lose-replies", type=float, default=0.002,
+        help="share of the API's answers dropped after the write (those requests are posted again)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-ids", dest="ids", action="store_false",
+        help="records without ids (the verdict then claims only at least once for re-posted records)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=int, default=3,
+        help="the same sizes, keys, poison records and lost replies, run after run (3: with the default "
+        "--lose-replies, a 1M run loses 6 replies, a 20k run with --lose-replies 0.05 loses 2)",
+    )  # fmt: skip
     parser.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
     parser.add_argument("--size", type=int, default=100, help="bytes of data per record")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -204,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             report = send(
                 api_url, stream, count=args.count, size=args.size, rate=args.rate,
                 concurrency=args.concurrency, poison_rate=args.poison_rate, progress=sys.stderr.isatty(),
+                ids=args.ids, lose_replies=args.lose_replies, seed=args.seed,
             )  # fmt: skip
             sampler.sample()
             send_window = (send_began, time.monotonic() - sampler.began)
@@ -218,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         "kill_every": args.kill_every,
         "poison_rate": args.poison_rate,
         "count": args.count,
+        "ids": args.ids,
+        "lose_replies": args.lose_replies,
+        "seed": args.seed,
         "elapsed_s": round(elapsed, 1),
+        "summary": summary(verdict),
         "verdict": verdict.as_dict(),
         "faults": injected_faults(status),
         "ingest": ingest(sampler.samples, report, send_window),
@@ -228,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
     print(verdict.render())
+    print(f"summary: {json.dumps(result['summary'])}")
     for key in ("faults", "ingest", "consumer_lag"):
         print(f"{key}: {json.dumps(result[key])}")
     for role, entry in memory.items():
@@ -235,6 +259,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{elapsed:,.0f} s in all; samples in {sampler.path}, result in {args.out / 'soak.json'}")
     flat = all(entry.get("flat", True) for entry in memory.values())
     return 0 if verdict.ok and flat else 1
+
+
+def summary(verdict: Any) -> dict[str, Any]:
+    """The soak's figures in one line: the verdict by identity and the Kinesis-level duplicates."""
+    report, stream = verdict.report, verdict.stream
+    return {
+        "ok": verdict.ok,
+        "accepted": len(report.accepted),
+        "refused": len(report.failed),
+        "lost": verdict.lost,
+        "duplicate_effects": verdict.duplicate_effects,
+        "counts_exact": not any(group.wrong_counts for group in verdict.groups),
+        "requests_failed_as_a_whole": sum(report.whole_failures.values()),
+        "replies_lost": report.replies_lost,
+        "records_reposted": len(report.reposted),
+        "kinesis_duplicates": stream.duplicates,
+        "aggregate_copies": stream.aggregate_copies,
+        "records_in_aggregate_copies": stream.records_in_aggregate_copies,
+        "records_reposted_into_the_stream": stream.reposted_records,
+        "unbacked": len(stream.unbacked),
+    }
 
 
 def _producer(app: Any) -> Any:

@@ -62,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--timeout", type=float, default=600, help="seconds to wait for the sinks")
     send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
     send.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    send.add_argument(
+        "--no-ids", dest="ids", action="store_false",
+        help="records without ids, requests without Idempotency-Key (re-posted records: at least once)",
+    )  # fmt: skip
+    send.add_argument(
+        "--lose-replies", type=float, default=0.0,
+        help="share of the API's answers dropped after they were read (written; the client re-posts)",
+    )  # fmt: skip
 
     for command in (up, status, send):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
@@ -252,6 +260,7 @@ def _send(args: argparse.Namespace) -> int:
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
             progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
             seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
+            ids=args.ids, lose_replies=args.lose_replies,
         )  # fmt: skip
     except ShapeError as error:
         print(f"send: {error}", file=sys.stderr)

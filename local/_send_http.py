@@ -1,10 +1,12 @@
 """The HTTP side of `send`: one signed keep-alive connection per thread, the pacing shared by all
-threads, and how long an answer says to wait before trying again."""
+threads, and how long to wait before posting a request again (its `Retry-After`, else a growing
+pause with jitter)."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import random
 import threading
 import time
 import urllib.parse
@@ -49,20 +51,27 @@ class Client:
         self._connection: http.client.HTTPConnection | None = None
 
     def post(
-        self, path: str, body: bytes, content_type: str = "application/json"
+        self,
+        path: str,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, str], Any]:
+        """POST `body` (signed with `headers`, e.g. `Idempotency-Key`); (status, headers, JSON answer).
+        Raises OSError or HTTPException when no answer came (the connection is closed then)."""
         url = urllib.parse.urlunsplit((self._parts.scheme, self._parts.netloc, path, "", ""))
-        request = AWSRequest("POST", url, data=body, headers={"Content-Type": content_type})
+        extra = {"Content-Type": content_type, **(headers or {})}
+        request = AWSRequest("POST", url, data=body, headers=extra)
         if self._sign:
             self._signer.add_auth(request)
-        headers = {"Host": self._parts.netloc, **dict(request.headers.items())}
+        sent = {"Host": self._parts.netloc, **dict(request.headers.items())}
         if self._connection is None:
             kind = (
                 http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
             )
             self._connection = kind(self._parts.netloc, timeout=REQUEST_TIMEOUT_S)
         try:
-            self._connection.request("POST", path, body=body, headers=headers)
+            self._connection.request("POST", path, body=body, headers=sent)
             response = self._connection.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException):
@@ -80,8 +89,16 @@ class Client:
             self._connection = None
 
 
-def retry_after(headers: dict[str, str], attempt: int) -> float:
+def backoff(attempt: int, rng: random.Random | None = None) -> float:
+    """The pause after the `attempt`-th failed try (1, 2, ...): 50 ms doubling up to MAX_BACKOFF_S,
+    less up to half of it at random (so threads that failed together do not come back together)."""
+    ceiling = min(MAX_BACKOFF_S, 0.05 * 2 ** max(0, attempt - 1))
+    return ceiling * (1 - 0.5 * (rng or random).random())
+
+
+def retry_after(headers: dict[str, str], attempt: int, rng: random.Random | None = None) -> float:
+    """The answer's `Retry-After` (seconds), else `backoff(attempt)`."""
     try:
         return max(0.0, float(headers["retry-after"]))
     except (KeyError, ValueError):
-        return min(MAX_BACKOFF_S, 0.05 * 2**attempt)
+        return backoff(attempt, rng)

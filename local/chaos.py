@@ -48,6 +48,8 @@ REQUEST_ERROR_CODES = ("InternalFailure", "ServiceUnavailable", "ThrottlingExcep
 KILL_POINTS = ("before_commit", "during_commit", "after_commit")
 #: In `WorkerFaults.functions`: every function that is the target of an event-source mapping.
 CONSUMERS = "@consumers"
+#: The environment variable that makes a Lambda process a producer function (its streams).
+PRODUCER_MARKER = "SHARDLINE_STREAMS"
 
 
 class ProfileError(ValueError):
@@ -83,6 +85,18 @@ class EndpointFaults:
       (in the service's own shape), having done nothing.
     - `lost_response_rate[service]`: share of calls served (the effect happens) whose response is
       never delivered: the connection is closed after `lost_response_delay_s`.
+    - `lost_request_rate[service]`: share of calls lost before they are served: nothing happens and
+      the connection is closed without a response (the client cannot tell it from a lost response).
+    - `slow_put_records_rate`: share of PutRecords calls held `slow_put_records_s` seconds (longer
+      than the producer function's 5 s read timeout) and then served: the write lands after the
+      client gave up on it, maybe after its retry landed.
+    - `brownout_every_s`: a brownout of `brownout_s` seconds begins every `brownout_every_s` seconds
+      of PutRecords traffic (the first at a random point of the first interval, then 0.5 to 1.5
+      intervals after the last one ended; 0: never); in it every PutRecords is answered 503
+      ServiceUnavailable, having written nothing.
+    - `producer_reads_denied`: GetRecords, GetShardIterator and SubscribeToShard of a producer
+      function (a Lambda process whose environment has `PRODUCER_MARKER`) are answered
+      AccessDeniedException, as its write-only role would have them.
     - `latency`: added to every call of the subjects.
     - `dynamodb_transaction_canceled_rate`: share of TransactWriteItems on `dynamodb_tables` answered
       TransactionCanceledException (reason TransactionConflict), having written nothing.
@@ -97,6 +111,12 @@ class EndpointFaults:
     request_error_rate: dict[str, float] = field(default_factory=dict)
     lost_response_rate: dict[str, float] = field(default_factory=dict)
     lost_response_delay_s: float = 0.0
+    lost_request_rate: dict[str, float] = field(default_factory=dict)
+    slow_put_records_rate: float = 0.0
+    slow_put_records_s: float = 6.0
+    brownout_every_s: float = 0.0
+    brownout_s: float = 2.0
+    producer_reads_denied: bool = False
     latency: Latency = field(default_factory=Latency)
     dynamodb_transaction_canceled_rate: float = 0.0
     dynamodb_throttling_rate: float = 0.0
@@ -111,10 +131,13 @@ class EndpointFaults:
             self.dynamodb_transaction_canceled_rate,
             self.dynamodb_throttling_rate,
             self.sqs_send_error_rate,
+            self.slow_put_records_rate,
+            self.brownout_every_s,
             *self.request_error_rate.values(),
             *self.lost_response_rate.values(),
+            *self.lost_request_rate.values(),
         )
-        return any(rates) or self.latency.active
+        return any(rates) or self.latency.active or self.producer_reads_denied
 
 
 @dataclass(frozen=True)
@@ -195,6 +218,12 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
             "put_records_failure_rate": 0.01,
             "request_error_rate": {"kinesis": 0.03, "dynamodb": 0.03, "sqs": 0.03},
             "lost_response_rate": {"kinesis": 0.01, "dynamodb": 0.01, "sqs": 0.01},
+            "lost_request_rate": {"kinesis": 0.01, "dynamodb": 0.005, "sqs": 0.005},
+            "slow_put_records_rate": 0.003,
+            "slow_put_records_s": 6.0,
+            "brownout_every_s": 30.0,
+            "brownout_s": 1.5,
+            "producer_reads_denied": True,
             "latency": {"fixed_ms": 2.0, "tail_scale_ms": 5.0},
             "dynamodb_transaction_canceled_rate": 0.02,
             "dynamodb_throttling_rate": 0.03,
@@ -268,7 +297,7 @@ def _checked(key: str, value: Any, where: str) -> Any:
     """A value of the type its key takes; rates in [0, 1], counts and times >= 0."""
     if key == "latency":
         return _build(Latency, value, where)
-    if key in ("request_error_rate", "lost_response_rate"):
+    if key in ("request_error_rate", "lost_response_rate", "lost_request_rate"):
         if not isinstance(value, dict):
             raise ProfileError(f"{where}: a table of service -> rate, e.g. {{ kinesis = 0.01 }}")
         for service, rate in value.items():
@@ -282,6 +311,10 @@ def _checked(key: str, value: Any, where: str) -> Any:
         return tuple(value)
     if key.endswith("_rate"):
         return _rate(value, where)
+    if key == "producer_reads_denied":
+        if not isinstance(value, bool):
+            raise ProfileError(f"{where}: true or false, got {value!r}")
+        return value
     if key.endswith("_every"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ProfileError(f"{where}: a whole number >= 0 (0: never), got {value!r}")

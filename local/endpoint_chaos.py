@@ -9,7 +9,16 @@ not carry `OBSERVER_AGENT`, by service (Kinesis, DynamoDB, SQS: told apart by `X
   reads and writes throttled — nothing written;
 - SQS SendMessage(Batch) refused — nothing sent;
 - a lost response: moto serves the call (it takes effect), then the connection is shut without a
-  response, so the client sees a closed connection and cannot tell whether it landed.
+  response, so the client sees a closed connection and cannot tell whether it landed;
+- a lost request: the connection is shut without serving the call (nothing happens), which the
+  client cannot tell from a lost response;
+- a slow PutRecords: held longer than the producer's read timeout, then served (the write lands
+  after the client gave up on it, perhaps after its retry landed);
+- a brownout: for a while every PutRecords is answered 503 ServiceUnavailable, writing nothing;
+- a producer function's reads (GetRecords, GetShardIterator, SubscribeToShard) refused with
+  AccessDeniedException, as its write-only role would: the caller is found by its connection
+  (`caller_environment`: the process holding the socket, on Linux) and is a producer when its
+  environment names `PRODUCER_MARKER`.
 
 PutRecords entries are refused one by one (`ProvisionedThroughputExceededException`,
 `InternalFailure`) through the hook `kinesis_fixes.STATE.entry_fault`, before the shard limits
@@ -25,6 +34,7 @@ import fnmatch
 import io
 import itertools
 import json
+import os
 import socket
 import threading
 import time
@@ -32,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from local.chaos import OBSERVER_AGENT, REQUEST_ERROR_CODES, ChaosProfile, Reshard, rng_for
+from local.chaos import OBSERVER_AGENT, PRODUCER_MARKER, REQUEST_ERROR_CODES, ChaosProfile, Reshard, rng_for
 from local.limits import THROTTLED
 from local.service_metrics import SERVICE_METRICS
 
@@ -53,6 +63,9 @@ _DYNAMODB_READS_AND_WRITES = {
 }  # fmt: skip
 _DYNAMODB_READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
 _RECORD_FAILURE_MESSAGE = "Internal service failure."
+_KINESIS_READS = {"GetRecords", "GetShardIterator", "SubscribeToShard"}
+#: In the User-Agent of a client in a Lambda execution environment (botocore adds AWS_EXECUTION_ENV).
+_LAMBDA_AGENT = "exec-env/AWS_Lambda"
 
 
 class ChaosState:
@@ -66,8 +79,48 @@ class ChaosState:
             for r in profile.reshards
         ]
         self._lock = threading.Lock()
-        self._rngs = {site: rng_for(profile, site) for site in ("requests", "entries", "latency")}
+        self._rngs = {
+            site: rng_for(profile, site) for site in ("requests", "entries", "latency", "brownouts")
+        }
         self._subject = threading.local()  # set per request: is this thread serving a subject's call?
+        self._brownout_until = 0.0  # time.monotonic() until which every PutRecords is refused
+        self._next_brownout: float | None = None  # when the next one begins (set by the first PutRecords)
+        self._producers: dict[int, bool] = {}  # socket inode -> is the caller a producer function
+
+    def in_brownout(self, now: float | None = None) -> bool:
+        """True during a brownout (one begins when it is due: see `EndpointFaults.brownout_every_s`)."""
+        faults = self.profile.endpoint
+        every = faults.brownout_every_s
+        if every <= 0:
+            return False
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            rng = self._rngs["brownouts"]
+            if self._next_brownout is None:
+                self._next_brownout = now + rng.uniform(0, every)
+            if now >= self._next_brownout:
+                self._brownout_until = now + faults.brownout_s
+                self._next_brownout = self._brownout_until + rng.uniform(0.5, 1.5) * every
+                self.injected["kinesis.put_records.brownout"] += 1
+            return now < self._brownout_until
+
+    def is_producer(self, environ: dict[str, Any]) -> bool:
+        """Whether the call comes from a producer function's process (remembered per connection)."""
+        if _LAMBDA_AGENT not in environ.get("HTTP_USER_AGENT", ""):
+            return False  # not from a Lambda execution environment (the runtime's poller, a test)
+        inode = _socket_inode(environ)
+        if inode is None:
+            return False
+        with self._lock:
+            known = self._producers.get(inode)
+        if known is None:
+            caller = caller_environment(inode)
+            known = caller is not None and PRODUCER_MARKER in caller
+            with self._lock:
+                if len(self._producers) > 10_000:
+                    self._producers.clear()
+                self._producers[inode] = known
+        return known
 
     def count(self, kind: str, amount: int = 1) -> None:
         with self._lock:
@@ -130,6 +183,15 @@ class ChaosMiddleware:
         state, faults = self.state, self.faults
         if faults.latency.active:
             time.sleep(state.latency_s())
+        if service == "kinesis":
+            early = self._kinesis_fault(environ, start_response, operation)
+            if early is not None:
+                return early
+        if state.chance("requests", faults.lost_request_rate.get(service, 0.0)):
+            state.count(f"{service}.lost_request")
+            _body(environ)  # read, so the server does not take the body for the next request
+            _drop_connection(environ)
+            raise ConnectionResetError("chaos: request lost on purpose")
         if state.chance("requests", faults.request_error_rate.get(service, 0.0)):
             code = state.choice("requests", REQUEST_ERROR_CODES)
             state.count(f"{service}.request_error.{code}")
@@ -140,6 +202,28 @@ class ChaosMiddleware:
         if state.chance("requests", faults.lost_response_rate.get(service, 0.0)):
             return self._lose_response(environ, start_response, service)
         return self.app(environ, start_response)
+
+    def _kinesis_fault(
+        self, environ: dict[str, Any], start_response: StartResponse, operation: str
+    ) -> Iterable[bytes] | None:
+        """A producer's read refused, a brownout's 503, or a slow PutRecords served late; else None."""
+        state, faults = self.state, self.faults
+        if operation in _KINESIS_READS and faults.producer_reads_denied and state.is_producer(environ):
+            state.count("kinesis.producer_read_denied")
+            message = (
+                f"User is not authorized to perform: kinesis:{operation} (the producer's role only writes)"
+            )
+            return _error(start_response, 400, "kinesis", "AccessDeniedException", message)
+        if operation != "PutRecords":
+            return None
+        if state.in_brownout():
+            state.count("kinesis.put_records.brownout_refused")
+            return _request_error(start_response, "kinesis", "ServiceUnavailable")
+        if state.chance("requests", faults.slow_put_records_rate):
+            state.count("kinesis.put_records.slow")
+            time.sleep(faults.slow_put_records_s)  # the client's read timeout passes; then it lands
+            return self.app(environ, start_response)
+        return None
 
     def _service_fault(
         self, environ: dict[str, Any], service: str, operation: str
@@ -186,11 +270,59 @@ class ChaosMiddleware:
         self.state.count(f"{service}.lost_response")
         if self.faults.lost_response_delay_s:
             time.sleep(self.faults.lost_response_delay_s)
-        connection = environ.get("werkzeug.socket")
-        if connection is not None:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
+        _drop_connection(environ)
         raise ConnectionResetError("chaos: response lost on purpose")  # werkzeug drops the connection
+
+
+def _drop_connection(environ: dict[str, Any]) -> None:
+    connection = environ.get("werkzeug.socket")
+    if connection is not None:
+        with contextlib.suppress(OSError):
+            connection.shutdown(socket.SHUT_RDWR)
+
+
+def _socket_inode(environ: dict[str, Any]) -> int | None:
+    """The inode of the caller's end of this connection, from /proc/net/tcp (Linux), or None."""
+    try:
+        remote, local = int(environ["REMOTE_PORT"]), int(environ["SERVER_PORT"])
+    except (KeyError, ValueError):
+        return None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines, None)
+                for line in lines:
+                    fields = line.split()
+                    if len(fields) < 10:
+                        continue
+                    own, peer = fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]
+                    if int(own, 16) == remote and int(peer, 16) == local and fields[9] != "0":
+                        return int(fields[9])
+        except OSError:
+            continue
+    return None
+
+
+def caller_environment(inode: int) -> dict[str, str] | None:
+    """The environment of the process holding socket `inode` (any of this user's processes), or None."""
+    target = f"socket:[{inode}]"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") != target:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as raw:
+                    pairs = raw.read().split(b"\0")
+            except OSError:
+                continue
+            return dict(pair.decode(errors="replace").split("=", 1) for pair in pairs if b"=" in pair)
+    return None
 
 
 def _throttle_metrics(operation: str, tables: set[str]) -> None:

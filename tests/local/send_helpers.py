@@ -1,4 +1,9 @@
-"""Shared fixtures and helpers of the `send` tests: a stub producer API and a moto-backed pipeline."""
+"""Shared fixtures and helpers of the `send` tests: a stub producer API and a moto-backed pipeline.
+
+Wired to a pipeline (the `pipeline` fixture does it), the stub writes what it accepts into the
+pipeline's moto stream as the producer does — one KPL aggregate per request, carrying an aggregate
+id and each record's id — and answers with the real positions; `Pipeline.apply` then writes the
+sinks as the consumers do, once per identity."""
 
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ from local import model
 from local.provision import client
 from local.send import SendReport, send
 from local.verify import wait_and_verify
+from shardline.kinesis import UserRecord
+from shardline.kpl._encode import encode
+from shardline.kpl._identity import AggregateId, new_producer_id
 
 SHARDS = 4
 GROUPS = ("event-sink", "key-counter")
@@ -32,12 +40,15 @@ GROUPS = ("event-sink", "key-counter")
 
 @dataclass
 class Written:
-    """A record the stub API accepted, where it says it went."""
+    """A record the stub API wrote (accepted or not), where it went."""
 
     shard_id: str
     sequence_number: str
     key: str
     data: bytes
+    sub_sequence: int | None = None
+    id: str | None = None
+    aggregate_id: str | None = None
 
 
 @dataclass
@@ -58,7 +69,13 @@ class Received:
 class StubApi:
     """The producer API's answers, scripted: each request takes the next answer (then 200 forever).
 
-    An answer is "200", ("207", [indexes that fail]), ("503", retry_after), "429" or "400".
+    An answer is "200", ("207", [indexes that fail, not written]), ("207?", [indexes written but
+    answered OutcomeUnknown]), ("207w", [indexes answered `written: false`]), ("207m", [indexes
+    answered `written: null`, written]), ("503", retry_after), "429", "400", "500", "502", "504"
+    (nothing written), "drop" (everything written, the reply lost: the connection closes),
+    "drop-before" (nothing written, the connection closes), "dup" (the aggregate written twice, as a
+    producer resends it after a lost Kinesis reply; the answer names the second copy) or ("echo",
+    [indexes answered with another record's id]).
     """
 
     script: list[Any] = field(default_factory=list)
@@ -66,7 +83,11 @@ class StubApi:
     written: list[Written] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    kinesis: Any = None  # a boto3 client: write into `stream` on moto (else positions are made up)
+    stream: str = ""
     _sequence: int = 0
+    _producer: str = field(default_factory=new_producer_id)
+    _counter: int = 0
 
     def answer(self, request: Received) -> tuple[int, dict[str, str], dict[str, Any]]:
         with self.lock:
@@ -78,35 +99,75 @@ class StubApi:
                 return 400, {}, {"message": "1 invalid record; nothing was written", "errors": []}
             if kind == "429":
                 return 429, {}, {"message": "Too Many Requests"}
-            if kind in ("500", "502", "504"):
-                return int(kind), {}, {"message": f"HTTP {kind} (scripted)"}
+            if kind in ("500", "502", "504", "drop-before"):
+                return (0 if kind == "drop-before" else int(kind)), {}, {"message": f"HTTP {kind} (scripted)"}
             if kind == "503":
-                failed = {"errorCode": "ProvisionedThroughputExceededException", "attempts": 3}
+                failed = {
+                    "errorCode": "ProvisionedThroughputExceededException",
+                    "attempts": 3,
+                    "written": False,
+                }
                 body = {"failedRecordCount": len(records), "records": [failed] * len(records)}
                 return 503, {"Retry-After": str(arg)}, body
-            entries = []
+            failing = set(arg or ()) if kind in ("207", "207w") else set()
+            landed = [index for index in range(len(records)) if index not in failing]
+            positions = self._write([records[index] for index in landed], copies=2 if kind == "dup" else 1)
+            where = dict(zip(landed, positions, strict=True))
+            entries: list[dict[str, Any]] = []
             for index, record in enumerate(records):
-                if kind == "207" and index in arg:
-                    entries.append({"errorCode": "ProvisionedThroughputExceededException", "attempts": 3})
-                    continue
-                if kind == "207?" and index in arg:
-                    self._write(record)  # it landed; the API could not tell
-                    entries.append({"errorCode": "OutcomeUnknown", "errorMessage": "maybe", "attempts": 1})
-                    continue
-                shard, sequence = self._write(record)
-                entries.append({"shardId": shard, "sequenceNumber": sequence, "subSequenceNumber": None})
+                if index in failing:
+                    entry = {"errorCode": "ProvisionedThroughputExceededException", "attempts": 3}
+                    entries.append(entry | ({"written": False} if kind == "207w" else {}))
+                elif kind in ("207?", "207m") and index in arg:  # it landed; the API could not tell
+                    code = "OutcomeUnknown" if kind == "207?" else "InternalFailure"
+                    entry = {"errorCode": code, "errorMessage": "maybe", "attempts": 1}
+                    entries.append(entry | ({"written": None} if kind == "207m" else {}))
+                else:
+                    shard, sequence, sub = where[index]
+                    entry = {"shardId": shard, "sequenceNumber": sequence, "subSequenceNumber": sub}
+                    if "id" in record:
+                        entry["id"] = "someone-else" if kind == "echo" and index in arg else record["id"]
+                    entries.append(entry)
             failed_count = sum(1 for entry in entries if "errorCode" in entry)
             if kind == "drop":
                 return 0, {}, {}
             return (207 if failed_count else 200), {}, {"failedRecordCount": failed_count, "records": entries}
 
-    def _write(self, record: dict[str, Any]) -> tuple[str, str]:
-        self._sequence += 1
-        shard = f"shardId-{zlib.crc32(record['partitionKey'].encode()) % SHARDS:012d}"
-        sequence = str(49_000_000_000_000_000_000 + self._sequence)
+    def _write(self, records: list[dict[str, Any]], copies: int = 1) -> list[tuple[str, str, int | None]]:
+        """Write `records` (one aggregate, `copies` times when wired to moto); each one's position."""
+        if not records:
+            return []
+        if self.kinesis is None:
+            positions = []
+            for record in records:
+                self._sequence += 1
+                shard = f"shardId-{zlib.crc32(record['partitionKey'].encode()) % SHARDS:012d}"
+                sequence = str(49_000_000_000_000_000_000 + self._sequence)
+                self.written.append(self._written(record, shard, sequence, None, None))
+                positions.append((shard, sequence, None))
+            return positions
+        self._counter += 1
+        aggregate_id = AggregateId(self._producer, "0", self._counter, self._counter).encode()
+        users = [
+            UserRecord(record["partitionKey"], base64.b64decode(record["data"]), None, record.get("id"))
+            for record in records
+        ]
+        blob = encode(users, aggregate_id)
+        for _ in range(copies):
+            answer = self.kinesis.put_record(
+                StreamName=self.stream, PartitionKey=users[0].partition_key, Data=blob
+            )
+            shard, sequence = answer["ShardId"], answer["SequenceNumber"]
+            for index, record in enumerate(records):
+                self.written.append(self._written(record, shard, sequence, index, aggregate_id))
+        return [(shard, sequence, index) for index in range(len(records))]
+
+    @staticmethod
+    def _written(
+        record: dict[str, Any], shard: str, sequence: str, sub: int | None, aggregate_id: str | None
+    ) -> Written:
         data = base64.b64decode(record["data"])
-        self.written.append(Written(shard, sequence, record["partitionKey"], data))
-        return shard, sequence
+        return Written(shard, sequence, record["partitionKey"], data, sub, record.get("id"), aggregate_id)
 
 
 @pytest.fixture
@@ -198,13 +259,29 @@ class Pipeline:
         for w in written:
             item = {
                 "pk": {"S": f"{stream or self.stream}#{w.shard_id}"},
-                "sk": {"S": f"{w.sequence_number.zfill(129)}#{0:06d}"},
+                "sk": {"S": f"{w.sequence_number.zfill(129)}#{w.sub_sequence or 0:06d}"},
                 "sequenceNumber": {"S": w.sequence_number},
                 "partitionKey": {"S": w.key},
                 "data": {"B": w.data},
                 "approximateArrival": {"N": f"{time.time():.3f}"},
             }
+            if w.id is not None:
+                item["recordId"] = {"S": w.id}
+            if w.aggregate_id is not None:
+                item["aggregateId"] = {"S": w.aggregate_id}
             dynamodb.put_item(TableName=self.sink, Item=item)
+
+    def apply(self, written: list[Written], *, skip: Any = None) -> list[Written]:
+        """What both consumer groups do with what the stream took: each identity once (a record's id,
+        else its aggregate's copy and index), in stream order; `skip(w)` leaves a record out."""
+        once: dict[Any, Written] = {}
+        for w in written:
+            identity = w.id if w.id is not None else (w.aggregate_id, w.sub_sequence, w.data)
+            once.setdefault(identity, w)
+        applied = [w for w in once.values() if skip is None or not skip(w)]
+        self.write_sink(applied)
+        self.count(applied)
+        return applied
 
     def count(self, written: list[Written]) -> None:
         """What functions/key_counter writes for these records."""
@@ -239,7 +316,7 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(moto_server: str) -> Pipeline:
+def pipeline(moto_server: str, stub_api: StubApi) -> Pipeline:
     suffix = uuid.uuid4().hex[:8]
     stream, sink, counter, leases = (f"{n}-{suffix}" for n in ("events", "sink", "counter", "leases"))
     dynamodb = client("dynamodb", moto_server)
@@ -290,6 +367,7 @@ def pipeline(moto_server: str) -> Pipeline:
             for name in ("event-sink", "key-counter")
         ),
     )
+    stub_api.kinesis, stub_api.stream = client("kinesis", moto_server), stream
     return Pipeline(moto_server, stream, sink, counter, queues["event-sink"], app, queues["key-counter"])
 
 

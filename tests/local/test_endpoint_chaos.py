@@ -7,7 +7,10 @@ raw fault; observers (`local.provision.client`) are exempt and read back what re
 
 from __future__ import annotations
 
+import itertools
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,9 +20,9 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError, ConnectionClosedError
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
-from local.chaos import REQUEST_ERROR_CODES, profile_from_dict
+from local.chaos import REQUEST_ERROR_CODES, ProfileError, load_profile, profile_from_dict
 from local.endpoint import Endpoint
 from local.model import ACCESS_KEY, REGION, SECRET_KEY
 from local.provision import client as observer
@@ -224,3 +227,133 @@ def test_a_split_and_a_merge_happen_at_their_times_after_the_first_record():
 def test_without_a_profile_nothing_is_injected_and_the_route_says_so(local_endpoint):
     nothing = {"profile": "none", "active": False, "injected": {}, "reshards": []}
     assert chaos_report(local_endpoint) == nothing
+
+
+# --- the faults a producer must survive by identity, not by reading the stream back (issue 23) -------
+
+
+def test_a_lost_request_is_not_served_and_the_client_sees_a_closed_connection():
+    with chaotic_endpoint({"endpoint": {"lost_request_rate": {"kinesis": 1.0}}}) as url:
+        name = new_stream(url)
+        entries = [{"PartitionKey": "k", "Data": b"never"}]
+        with pytest.raises(ConnectionClosedError):
+            subject("kinesis", url).put_records(StreamName=name, Records=entries)
+        assert stream_records(url, name) == []  # nothing was written: the request was lost on its way
+        assert chaos_report(url)["injected"] == {"kinesis.lost_request": 1}
+
+
+def test_a_slow_put_records_lands_after_the_clients_read_timeout():
+    faults = {"slow_put_records_rate": 1.0, "slow_put_records_s": 2.5}
+    with chaotic_endpoint({"endpoint": faults}) as url:
+        name = new_stream(url)
+        kinesis = subject("kinesis", url, read_timeout=1)
+        began = time.monotonic()
+        with pytest.raises(ReadTimeoutError):
+            kinesis.put_records(StreamName=name, Records=[{"PartitionKey": "k", "Data": b"late"}])
+        assert time.monotonic() - began < 2.0
+        assert stream_records(url, name) == []  # the client gave up before the write
+        time.sleep(max(0.0, began + 3.5 - time.monotonic()))
+        assert [record["Data"] for record in stream_records(url, name)] == [b"late"]  # then it landed
+        assert chaos_report(url)["injected"] == {"kinesis.put_records.slow": 1}
+
+
+def test_a_brownout_refuses_every_put_records_for_its_duration_writing_nothing():
+    faults = {"brownout_every_s": 2.5, "brownout_s": 1.0}
+    with chaotic_endpoint({"endpoint": faults}) as url:
+        name = new_stream(url)
+        kinesis = subject("kinesis", url)
+        calls: list[tuple[float, str | None]] = []  # (when, None: written, else the error)
+        began = time.monotonic()
+        while time.monotonic() - began < 7.0:
+            data = f"r{len(calls)}".encode()
+            try:
+                kinesis.put_records(StreamName=name, Records=[{"PartitionKey": "k", "Data": data}])
+                calls.append((time.monotonic(), None))
+            except ClientError as error:
+                status = error.response["ResponseMetadata"]["HTTPStatusCode"]
+                calls.append((time.monotonic(), f"{error.response['Error']['Code']}/{status}"))
+            kinesis.describe_stream_summary(StreamName=name)  # not a PutRecords: never refused
+            time.sleep(0.03)
+        assert {code for _, code in calls} == {None, "ServiceUnavailable/503"}
+        runs: list[list[float]] = []  # each brownout: the times of the calls it refused, in a row
+        for index, (when, code) in enumerate(calls):
+            if code is not None:
+                if index == 0 or calls[index - 1][1] is None:
+                    runs.append([])
+                runs[-1].append(when)
+        complete = [run for run in runs if run[-1] < calls[-1][0] - 0.2]
+        assert complete and all(0.7 <= run[-1] - run[0] <= 1.1 for run in complete)  # brownout_s
+        gaps = [later[0] - earlier[-1] for earlier, later in itertools.pairwise(runs)]
+        assert all(gap >= 0.5 * 2.5 for gap in gaps)  # the next begins 0.5 to 1.5 intervals after
+        written = {record["Data"].decode() for record in stream_records(url, name)}
+        assert written == {f"r{i}" for i, (_, code) in enumerate(calls) if code is None}  # refused: nothing
+        injected = chaos_report(url)["injected"]
+        assert injected["kinesis.put_records.brownout"] == len(runs)
+        assert injected["kinesis.put_records.brownout_refused"] == sum(len(run) for run in runs)
+
+
+_READER = """
+import json, sys, boto3
+from botocore.config import Config
+url, stream, iterator = sys.argv[1:4]
+kinesis = boto3.client("kinesis", endpoint_url=url, config=Config(retries={"total_max_attempts": 1}))
+out = {}
+for name, call in [
+    ("GetShardIterator", lambda: kinesis.get_shard_iterator(
+        StreamName=stream, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON")),
+    ("GetRecords", lambda: kinesis.get_records(ShardIterator=iterator)),
+    ("PutRecords", lambda: kinesis.put_records(
+        StreamName=stream, Records=[{"PartitionKey": "k", "Data": b"w"}])),
+]:
+    try:
+        call()
+        out[name] = "ok"
+    except Exception as error:
+        out[name] = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+print(json.dumps(out))
+"""
+
+
+def _read_from_a_function(url: str, stream: str, iterator: str, **environment: str) -> dict[str, str]:
+    """What a Lambda function's process (its environment: `environment`) gets for reads and a write."""
+    env = {
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12", "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", **environment,
+    }  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _READER, url, stream, iterator],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the caller is found through /proc")
+def test_a_producer_functions_reads_are_denied_and_no_one_elses():
+    with chaotic_endpoint({"endpoint": {"producer_reads_denied": True}}) as url:
+        name = new_stream(url)
+        iterator = observer("kinesis", url).get_shard_iterator(
+            StreamName=name, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        producer = _read_from_a_function(url, name, iterator, SHARDLINE_STREAMS='{"events": {}}')
+        denied = "AccessDeniedException"
+        assert producer == {"GetShardIterator": denied, "GetRecords": denied, "PutRecords": "ok"}
+        consumer = _read_from_a_function(url, name, iterator, SINK_TABLE="sink")
+        assert consumer == {"GetShardIterator": "ok", "GetRecords": "ok", "PutRecords": "ok"}
+        subject("kinesis", url).get_records(ShardIterator=iterator)  # the runtime's poller: not a function
+        assert len(stream_records(url, name)) == 2
+        assert chaos_report(url)["injected"] == {"kinesis.producer_read_denied": 2}
+
+
+def test_the_heavy_profile_has_every_fault_a_producer_must_survive():
+    faults = load_profile("heavy").endpoint
+    assert faults.lost_response_rate["kinesis"] > 0 and faults.lost_request_rate["kinesis"] > 0
+    assert faults.slow_put_records_rate > 0 and faults.slow_put_records_s > 5  # the producer's read timeout
+    assert faults.brownout_every_s > 0 and faults.brownout_s > 0 and faults.producer_reads_denied
+    with pytest.raises(ProfileError, match="producer_reads_denied"):
+        profile_from_dict({"endpoint": {"producer_reads_denied": 1}})
+    with pytest.raises(ProfileError, match="lost_request_rate"):
+        profile_from_dict({"endpoint": {"lost_request_rate": {"kinesis": 2}}})

@@ -1,5 +1,6 @@
-"""`send` grown for the chaos campaign: load shapes, a retry policy that never makes a copy, and the
-verdict's outcomes record by record (accepted, refused, unknown)."""
+"""`send` grown for the chaos campaign: load shapes, and the verdict's outcomes record by record, by
+identity (accepted: applied once; refused: nowhere; re-posted: one record to the consumers), with the
+Kinesis-level duplicates read from the stream."""
 
 # ruff: noqa: F811 -- fixtures are imported from send_helpers and requested by name
 
@@ -96,25 +97,6 @@ def test_ndjson_bodies_carry_one_record_per_line(stub_api: StubApi):
     assert len(received.body.splitlines()) == 20 and len(report.accepted) == 20
 
 
-# --- retries that never make a copy ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("status", ["500", "502", "504", "drop"])
-def test_an_answer_that_cannot_say_is_not_retried_and_its_records_are_unknown(stub_api: StubApi, status):
-    stub_api.script = [status]
-    report = _send(stub_api, 10, batch=10, concurrency=1)
-    assert len(stub_api.received) == 1  # never sent again
-    assert sorted(report.unknown) == list(range(10)) and not report.accepted and not report.failed
-
-
-def test_outcome_unknown_entries_are_not_retried(stub_api: StubApi):
-    stub_api.script = [("207?", [1, 3])]
-    report = _send(stub_api, 5, batch=5, concurrency=1)
-    assert sorted(report.unknown) == [1, 3] and sorted(report.accepted) == [0, 2, 4]
-    assert len(stub_api.received) == 1  # nothing sent again
-    assert report.unknown_reasons["OutcomeUnknown"] == 2
-
-
 # --- the verdict, record by record -----------------------------------------------------------------
 
 
@@ -132,33 +114,90 @@ def test_a_refused_record_found_in_a_sink_fails_the_verdict(stub_api: StubApi, p
     assert not verdict.ok and _group(verdict, "event-sink").refused_present == [2]
 
 
-def test_an_unknown_record_found_once_passes_and_is_counted(stub_api: StubApi, pipeline: Pipeline):
-    stub_api.script = [("207?", [4])]
+def test_a_reposted_record_applied_once_passes_and_the_stream_counts_its_copies(
+    stub_api: StubApi, pipeline: Pipeline
+):
+    stub_api.script = ["drop"]  # written, the reply lost: the same records, posted again, land again
     report = _send(stub_api, 10, batch=10, concurrency=1)
-    assert sorted(report.unknown) == [4]
-    pipeline.write_sink(stub_api.written)  # it did land: once in the sink, counted once
-    pipeline.count(stub_api.written)
+    assert sorted(report.reposted) == list(range(10)) and len(report.accepted) == 10
+    pipeline.apply(stub_api.written)  # each id once, as the consumers apply it
     verdict = _verify(pipeline, report)
     assert verdict.ok, verdict.render()
-    assert _group(verdict, "event-sink").unknown_present == 1
+    assert verdict.stream.reposted_records == 10 and verdict.stream.duplicates == 10
+    assert verdict.stream.aggregate_copies == 0 and verdict.stream.kinesis_records == 2
+    assert _group(verdict, "event-sink").reposted_present == 10
+    assert verdict.lost == verdict.duplicate_effects == 0
+    assert "10 records re-posted into the stream again" in verdict.render()
 
 
-def test_an_unknown_record_in_the_sink_but_not_counted_fails(stub_api: StubApi, pipeline: Pipeline):
-    stub_api.script = [("207?", [4])]
-    report = _send(stub_api, 10, batch=10, concurrency=1)
-    pipeline.write_sink(stub_api.written)
-    unknown = next(w for w in stub_api.written if parse_payload(w.data)["seq"] == 4)
-    pipeline.count([w for w in stub_api.written if w is not unknown])
-    verdict = _verify(pipeline, report, timeout=2)
-    assert not verdict.ok and _group(verdict, "key-counter").wrong_counts
-
-
-def test_an_unknown_record_twice_in_the_sink_is_a_duplicate(stub_api: StubApi, pipeline: Pipeline):
-    stub_api.script = [("207?", [4])]
-    report = _send(stub_api, 10, batch=10, concurrency=1)
-    unknown = next(w for w in stub_api.written if parse_payload(w.data)["seq"] == 4)
-    copy = Written(unknown.shard_id, str(int(unknown.sequence_number) + 999), unknown.key, unknown.data)
-    pipeline.write_sink([*stub_api.written, copy])
-    pipeline.count([*stub_api.written, copy])
+def test_a_reposted_record_applied_twice_is_a_duplicate_effect(stub_api: StubApi, pipeline: Pipeline):
+    stub_api.script = ["drop"]
+    report = _send(stub_api, 6, keys=2, batch=6, concurrency=1)
+    pipeline.write_sink(stub_api.written)  # both copies applied: what dedup by id prevents
+    pipeline.count(stub_api.written)
     verdict = _verify(pipeline, report)
-    assert not verdict.ok and _group(verdict, "event-sink").duplicated == {4: 2}
+    assert not verdict.ok
+    assert _group(verdict, "event-sink").duplicated == {seq: 2 for seq in range(6)}
+    assert len(_group(verdict, "key-counter").wrong_counts) == 2
+    assert verdict.duplicate_effects == 6 + 6
+    at = _group(verdict, "event-sink").duplicated_at
+    assert sorted(at) == list(range(6)) and all(len(set(items)) == 2 for items in at.values())
+    assert f"record 0 in event-sink 2 times: {'; '.join(at[0])}" in verdict.render()
+    assert len(verdict.stream.where[0]) == 2  # and the stream holds it twice (a re-post): where, said
+
+
+def test_an_aggregate_copy_is_a_kinesis_duplicate_the_consumers_skip(stub_api: StubApi, pipeline: Pipeline):
+    stub_api.script = ["dup"]  # the producer resent an aggregate after a lost Kinesis reply
+    report = _send(stub_api, 7, batch=7, concurrency=1)
+    assert not report.reposted  # the API answered: nothing for the client to re-post
+    pipeline.apply(stub_api.written)
+    verdict = _verify(pipeline, report)
+    assert verdict.ok, verdict.render()
+    stream = verdict.stream
+    assert (stream.aggregate_copies, stream.records_in_aggregate_copies, stream.duplicates) == (1, 7, 7)
+    assert stream.reposted_records == 0 and not stream.unbacked  # the answer named the second copy
+
+
+def test_an_accepted_record_not_at_the_position_answered_fails(stub_api: StubApi, pipeline: Pipeline):
+    report = _send(stub_api, 5, batch=5, concurrency=1)
+    pipeline.apply(stub_api.written)
+    report.accepted[3].sequence_number = str(int(report.accepted[3].sequence_number) + 1)  # a made-up success
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok and verdict.stream.unbacked == [3]
+    assert all(g.ok for g in verdict.groups)  # only the stream can tell
+
+
+def test_a_refused_record_in_the_stream_fails(stub_api: StubApi, pipeline: Pipeline):
+    stub_api.script = [("207w", [2])] + ["400"] * 5
+    report = _send(stub_api, 5, batch=5, concurrency=1)
+    assert sorted(report.failed) == [2]
+    stub_api._write([stub_api.received[0].records[2]])  # it was written although the API said not
+    pipeline.apply([w for w in stub_api.written if parse_payload(w.data)["seq"] != 2])
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok and verdict.stream.refused_in_stream == [2]
+
+
+def test_with_ids_a_sink_item_must_carry_its_record_id(stub_api: StubApi, pipeline: Pipeline):
+    report = _send(stub_api, 4, batch=4, concurrency=1)
+    for w in stub_api.written:
+        w.id = None if parse_payload(w.data)["seq"] == 1 else w.id
+    pipeline.write_sink(stub_api.written)
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok and _group(verdict, "event-sink").wrong_ids == {1: [None]}
+
+
+def test_without_ids_a_reposted_record_is_at_least_once_and_others_exactly_once(
+    stub_api: StubApi, pipeline: Pipeline
+):
+    stub_api.script = ["drop"]  # batch 0 (records 0-4) re-posted; batch 1 (5-9) not
+    report = _send(stub_api, 10, batch=5, concurrency=1, ids=False)
+    assert sorted(report.reposted) == list(range(5))
+    pipeline.apply(stub_api.written)  # no ids: both posts are records of their own, both applied
+    verdict = _verify(pipeline, report)
+    assert verdict.ok, verdict.render()
+    assert verdict.stream.reposted_records == 5 and "at least once" in verdict.render()
+    again = next(w for w in stub_api.written if parse_payload(w.data)["seq"] == 7)
+    pipeline.write_sink([Written(again.shard_id, again.sequence_number, again.key, again.data, 9)])
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok and _group(verdict, "event-sink").duplicated == {7: 2}

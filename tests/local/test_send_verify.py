@@ -54,6 +54,10 @@ def test_verify_detects_a_lost_record(stub_api: StubApi, pipeline: Pipeline) -> 
     assert not verdict.ok and verdict.timed_out
     assert sink.lost == [parse_payload(lost.data)["seq"]] and sink.drain_s is None
     assert _group(verdict, "key-counter").ok
+    # The verdict says where the stream holds it: the consumers, not the producer, lost it.
+    [where] = verdict.stream.where[sink.lost[0]]
+    assert where.startswith(f"{lost.shard_id}@{lost.sequence_number}#{lost.sub_sequence} aggregate=")
+    assert f"record {sink.lost[0]} in the stream: {where}" in verdict.render()
 
 
 def test_verify_detects_a_duplicated_record(stub_api: StubApi, pipeline: Pipeline) -> None:

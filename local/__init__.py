@@ -13,3 +13,12 @@
     service_metrics         the Kinesis and DynamoDB metrics AWS would publish, from the endpoint
     cloudwatch              metrics, alarms and the dashboard's data, in the runtime's process
 """
+
+import importlib.util
+import sys
+from pathlib import Path
+
+# The verdict reads KPL aggregates with the library. Installed (`shardline[local]`), it is importable;
+# in this repository it is the layer's source folder, which `python -m local ...` does not see.
+if importlib.util.find_spec("shardline") is None:
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "layers" / "shardline" / "python"))

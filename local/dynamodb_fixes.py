@@ -9,7 +9,10 @@ succeed.
 
 `apply()` (idempotent, called by the endpoint before it serves):
 - runs every DynamoDB write (PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems)
-  under one lock, so each is atomic with respect to the others, as DynamoDB's are;
+  under one lock, so each is atomic with respect to the others, as DynamoDB's are; and every read
+  (GetItem, Query, Scan) under it too: moto applies a transaction's writes one by one and puts
+  them back when a later condition fails, and a read between the two saw writes that never
+  committed (a verdict counted an event-sink item twice that DynamoDB would never have shown);
 - rolls a cancelled transaction back item by item: only the items it names are saved first;
 - answers a Query on a table's own key from the one partition it names: moto listed and sorted
   the whole table for every Query (340 ms at 20,000 items), which made reading a sink's new
@@ -30,6 +33,8 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 
 WRITES = ("put_item", "update_item", "delete_item", "batch_write_item")
+#: Reads that must not see a transaction in the middle of its writes or of its rollback.
+READS = ("get_item", "query", "scan")
 _WRITE_LOCK = threading.RLock()
 _APPLIED = False
 _QUERY = threading.local()  # the partition a Query in this thread reads: (table, its items)
@@ -136,7 +141,7 @@ def apply() -> None:
         if _APPLIED:
             return
         dynamodb_models.copy = _TableCopyIsIdentity  # type: ignore[assignment]
-        for name in WRITES:
+        for name in (*WRITES, *READS):
             setattr(DynamoDBBackend, name, _locked(getattr(DynamoDBBackend, name)))
         DynamoDBBackend.transact_write_items = _transact_write_items(DynamoDBBackend.transact_write_items)
         Table.query, Table.all_items = _partition_query(Table.query, Table.all_items)  # type: ignore[method-assign]

@@ -34,6 +34,7 @@ from shardline.testing import (
     SEQUENCE_STEP,
     FakeLambdaContext,
     InMemoryLeaseTable,
+    LeaseWrite,
     MappingReplay,
     copies,
     kinesis_event,
@@ -335,6 +336,22 @@ def test_4_a_client_re_post_is_applied_once_through_a_once_guard() -> None:
     metrics = consumer.metrics.snapshot()
     assert metrics["ClientIdDuplicatesSkipped"] == 6 and metrics["RecordsFailed"] == 0
     assert table.row(PARENT).checkpoint == Position(later["Records"][-1]["kinesis"]["sequenceNumber"], 3)
+
+
+def test_4_a_re_posted_batch_is_skipped_in_one_more_transaction_not_one_per_record() -> None:
+    """DynamoDB names every guard that failed: all those records are skipped at once."""
+    table = InMemoryLeaseTable()
+    consumer = KinesisConsumer("g", table)
+    consumer.handler(guarded_sink())
+    posted = [UserRecord("k", f"order-{i}".encode(), None, f"order-{i}") for i in range(40)]
+    new = [UserRecord("k", f"new-{i}".encode(), None, f"new-{i}") for i in range(5)]
+    consumer.process(kinesis_event(posted, producer="p1", first_sequence=seq(0)), FakeLambdaContext())
+    before = table.writes[LeaseWrite.TRANSACTION]
+    again = kinesis_event([*posted[:20], *new, *posted[20:]], producer="p2", first_sequence=seq(1))
+    consumer.process(again, FakeLambdaContext())
+    assert applied(table) == {**{f"order-{i}": 1 for i in range(40)}, **{f"new-{i}": 1 for i in range(5)}}
+    assert consumer.metrics.snapshot()["ClientIdDuplicatesSkipped"] == 40
+    assert table.writes[LeaseWrite.TRANSACTION] - before == 2, "the refused one, then the 5 new records"
 
 
 def test_4_once_builds_a_guarded_put() -> None:

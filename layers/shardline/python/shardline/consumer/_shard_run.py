@@ -388,6 +388,8 @@ class ShardRun:
                     applied=self._applied_at(position),
                 )
             except (SinkConflict, SinkRejected) as refused:
+                if self._skip_applied(refused):
+                    continue
                 culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
                 guarded = culprit is not None and _guard_refused(refused, culprit, self.pending)
                 if culprit is None:
@@ -403,6 +405,26 @@ class ShardRun:
             self.group.metrics.count("CheckpointsWritten")
             self.marked = self.marked and not release
             return
+
+    def _skip_applied(self, refused: SinkConflict | SinkRejected) -> bool:
+        """Every write DynamoDB blamed is a `once` guard of its own record: those records are
+        already applied. Drop all their writes at once (a re-posted batch costs one more round
+        trip, not one per record) and let the rest commit; False if any blamed write is not such
+        a guard (then the refusal is handled record by record)."""
+        pending = self.pending
+        if not isinstance(refused, SinkConflict) or not refused.indexes:
+            return False
+        applied = []
+        for index in refused.indexes:
+            if index >= len(pending.writes) or not is_once_guard(pending.writes[index]):
+                return False
+            owner = pending.owner(index)
+            if owner.covering != 1:
+                return False  # a batch handler's one list: whose guard it is, is unknown
+            applied.append(owner)
+        pending.keep(group for group in pending.groups if all(group is not a for a in applied))
+        self.group.metrics.count("ClientIdDuplicatesSkipped", len({id(a) for a in applied}))
+        return True
 
     def _isolate(
         self, refused: SinkConflict | SinkRejected

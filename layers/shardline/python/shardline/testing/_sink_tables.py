@@ -87,6 +87,7 @@ class SinkTables:
         """Apply `writes` as one transaction: every condition holds and all land, or nothing does."""
         self.validate(writes)
         staged = {table: dict(items) for table, items in self._tables.items()}
+        failed: list[int] = []  # DynamoDB evaluates every condition and names each that failed
         for index, write in enumerate(writes):
             kind, operation = _entry(write)
             table = operation["TableName"]
@@ -95,17 +96,20 @@ class SinkTables:
             where = _where(key)
             current = items.get(where)
             if "ConditionExpression" in operation and not _holds(operation, current):
-                raise SinkConflict(
-                    f"sink writes [{index}] failed their condition",
-                    (index,),
-                    ("The conditional request failed",),
-                )
+                failed.append(index)
+                continue
             if kind == "Put":
                 items[where] = dict(operation["Item"])
             elif kind == "Delete":
                 items.pop(where, None)
             elif kind == "Update":
                 items[where] = _updated(current if current is not None else dict(key), operation, set(key))
+        if failed:
+            raise SinkConflict(
+                f"sink writes {failed} failed their condition",
+                tuple(failed),
+                ("The conditional request failed",) * len(failed),
+            )
         self._tables = staged
 
     def _key_of(self, kind: str, table: str, operation: Mapping[str, Any]) -> Item:

@@ -34,22 +34,14 @@ from tests.integration.helpers import (
     unique_stream_name,
 )
 
-APP_PATH = Path(__file__).resolve().parents[2] / "functions" / "producer" / "app.py"
-MODULE_NAME = "shardline_producer_function"
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 NAMESPACE = "shardline-test"
 ROUTE = "orders"
 
 
 def load_app() -> ModuleType:
     """Import functions/producer/app.py once (it is not a package), as Lambda would."""
-    module = sys.modules.get(MODULE_NAME)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(MODULE_NAME, APP_PATH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[MODULE_NAME] = module
-        spec.loader.exec_module(module)
-    return module
+    return function_module("producer")
 
 
 class FakeContext:
@@ -579,12 +571,11 @@ def test_kinesis_mock_and_validation_agree_on_the_partition_key_limit_in_utf16_u
 
 # -- identity: a client's re-POST is applied once by the example consumers ------------------------
 
-FUNCTIONS = APP_PATH.parents[1]
 EVENTS, COUNTS = "events", "counts"
 
 
 def function_module(name: str) -> ModuleType:
-    """functions/<name>/app.py, imported once (a consumer group's handler module)."""
+    """functions/<name>/app.py, imported once (it is not a package), as Lambda would."""
     module_name = f"shardline_producer_test_{name}"
     module = sys.modules.get(module_name)
     if module is None:

@@ -33,7 +33,7 @@ def board(app: model.LocalApp) -> Dashboard:
 
 def test_every_widget_of_the_synthesized_dashboard_is_drawn_in_its_place(board: Dashboard) -> None:
     rendered = board.render(MetricStore(clock=lambda: NOW), [], now=NOW, range_s=900, period=None)
-    assert len(rendered["widgets"]) == len(board.widgets) == 15
+    assert len(rendered["widgets"]) == len(board.widgets) == 18
     kinds = {widget["kind"] for widget in rendered["widgets"]}
     assert kinds == {"text", "chart", "log"}, [w.get("reason") for w in rendered["widgets"]]
     for source, widget in zip(board.widgets, rendered["widgets"], strict=True):
@@ -136,7 +136,7 @@ def test_the_page_its_assets_and_its_data_are_served_by_the_monitor(app, tmp_pat
     assert get("/_dashboard/assets/../../README.md")[0] == 404
     status, body = get("/_dashboard/api/board", "range=300&period=auto")
     data = json.loads(body)
-    assert status == 200 and data["period"] == 5 and len(data["widgets"]) == 15
+    assert status == 200 and data["period"] == 5 and len(data["widgets"]) == 18
     assert len(data["alarms"]) == 17 and not data["not_evaluated"]
     assert {alarm["state"] for alarm in data["alarms"]} == {"INSUFFICIENT_DATA"}  # never evaluated yet
     monitor.evaluate()

@@ -119,7 +119,10 @@ def test_the_rest_api_has_its_route_authorization_validator_and_throttling(app):
     assert method.function_name == next(f.name for f in app.functions if "SHARDLINE_STREAMS" in f.environment)
     assert method.validate_body and method.validate_parameters
     assert method.request_models["application/json"]["required"] == ["records"]
-    assert method.required_parameters == {"method.request.path.stream": True}
+    assert method.required_parameters == {
+        "method.request.path.stream": True,
+        "method.request.header.Idempotency-Key": False,  # declared, optional
+    }
     assert (api.throttle_rate, api.throttle_burst) == (100, 200)
 
 

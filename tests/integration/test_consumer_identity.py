@@ -1,4 +1,4 @@
-"""Issue 23 on the consumer with the real LeaseTable over moto server's DynamoDB: the applied-
+"""Identity on the consumer with the real LeaseTable over moto server's DynamoDB: the applied-
 aggregate state rides with every checkpoint (plain and transactional) in `appliedAggregates`,
 copies of an aggregate are applied once at every crash point (the handler raising, the process
 dying, the checkpoint's reply lost after it landed), a child starts from its parent's state, and

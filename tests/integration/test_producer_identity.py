@@ -1,4 +1,4 @@
-"""Issue 23, the producer's half: identity, not read-back — against real servers on loopback.
+"""The producer: identity, not read-back — against real servers on loopback.
 
 The producer's client talks to moto server (kinesis-mock for the reshard) through `LossyProxy`,
 which loses replies after the write, loses requests before it, holds writes past the client's

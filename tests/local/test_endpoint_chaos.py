@@ -229,7 +229,7 @@ def test_without_a_profile_nothing_is_injected_and_the_route_says_so(local_endpo
     assert chaos_report(local_endpoint) == nothing
 
 
-# --- the faults a producer must survive by identity, not by reading the stream back (issue 23) -------
+# --- the faults a producer must survive by identity, not by reading the stream back -------
 
 
 def test_a_lost_request_is_not_served_and_the_client_sees_a_closed_connection():

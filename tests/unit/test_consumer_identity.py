@@ -1,4 +1,4 @@
-"""Issue 23 on the consumer, in milliseconds on shardline.testing: copies of an aggregate (a lost
+"""Identity on the consumer, in milliseconds on shardline.testing: copies of an aggregate (a lost
 PutRecords reply retried) are applied once — in one batch, across batches, a copy before its
 original, in a child shard after a split, re-routed to a sibling — at every crash point; a
 client's re-POST is applied once through a `once` guard; `ConsumedRecord` carries the ids; the

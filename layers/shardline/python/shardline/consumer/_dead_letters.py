@@ -139,7 +139,7 @@ def dead_letter_message(
         "attempts": attempts,
         "deadLetteredAt": now,
     }
-    if record.aggregate_id is not None:  # the ids it arrived with (issue 23), when it has them
+    if record.aggregate_id is not None:  # the ids it arrived with, when it has them
         message["aggregateId"] = record.aggregate_id
     if record.id is not None:
         message["recordId"] = record.id

@@ -3,7 +3,7 @@
 A Kinesis record that is not a KPL aggregate — or claims to be one but fails its MD5 or cannot be
 decoded — is passed through as one user record (as the KCL does), and counted.
 
-Identity (issue 23): a user record carries the ids it arrived with — `ConsumedRecord.id`, the
+Identity: a user record carries the ids it arrived with — `ConsumedRecord.id`, the
 caller's own (the `sl.id` tag), and `ConsumedRecord.aggregate_id`, the id of the shardline
 aggregate it came in (the `sl.a` tag), None for records of other producers. shardline's producer
 re-routes an aggregate whose members span shards (after a reshard) to each member's shard, the

@@ -17,7 +17,7 @@ lease row, and after `max_attempts` dead-lettered, so no record blocks the shard
   the same batch finds its in-flight mark, blames the first record past the checkpoint, and
   checkpoints after every record so that the record that kills it is next in line.
 
-Identity (issue 23) enters at two call sites, its logic kept elsewhere: de-aggregation skips a
+Identity enters at two call sites, its logic kept elsewhere: de-aggregation skips a
 Kinesis record that is a copy of an aggregate already applied (`_dedup.DedupRun`, from the lease
 row's state, or the parents' at a child's start), and every checkpoint writes, in the same write,
 the applied-aggregate state at its position; a record whose writes are refused because its

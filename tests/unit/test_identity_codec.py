@@ -152,3 +152,21 @@ def test_a_malformed_tag_names_its_record():
 def test_an_aggregate_id_that_is_not_one_is_refused(value):
     with pytest.raises(AggregationError, match="not a shardline aggregate id"):
         AggregateId.parse(value)
+
+
+def test_a_field_repeated_after_the_data_still_decodes_as_protobuf_does():
+    # The fast path reads tags after the data; anything else there (a repeated data field, whose
+    # last value wins in protobuf) goes to the generic decoder. Found by the mutation test.
+    message = messages_pb2.AggregatedRecord()
+    message.partition_key_table.append("k")
+    message.records.add(partition_key_index=0, data=b"")
+    body = message.SerializeToString()
+    record = body[body.index(b"\x1a", 3) :]  # the one Record, as written: 1a 04 08 00 1a 00
+    repeated = record[:1] + bytes([record[1] + 3]) + record[2:] + b"\x1a\x01z"
+    tagged = repeated[:1] + bytes([repeated[1] + 9]) + repeated[2:] + b"\x22\x07\x0a\x05sl.id"[:9]
+    for rewritten in (repeated, tagged):
+        payload_body = body[: body.index(record)] + rewritten
+        expected = messages_pb2.AggregatedRecord()
+        expected.ParseFromString(payload_body)
+        payload = MAGIC + payload_body + hashlib.md5(payload_body).digest()
+        assert [r.data for r in decode(payload)] == [r.data for r in expected.records] == [b"z"]

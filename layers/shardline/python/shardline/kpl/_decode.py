@@ -4,6 +4,8 @@ layout every KPL writes, and a generic protobuf reader that skips unknown fields
 
 from __future__ import annotations
 
+from typing import overload
+
 from shardline.errors import AggregationError
 from shardline.kinesis._records import UserRecord
 from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint_size
@@ -172,7 +174,9 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id)))
             pos = rec_end
             continue
-        tags = _read_tags(buf, data_end, rec_end, len(out))
+        tags = _read_tags(buf, data_end, rec_end, len(out), only_tags=True)
+        if tags is None:
+            return None  # another field after the data (a repeated one, whose last value wins)
         if aggregate_id is None:
             aggregate_id = tags.get(AGGREGATE_TAG)
         append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, tags.get(RECORD_ID_TAG))))
@@ -180,13 +184,19 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
     return out, aggregate_id
 
 
-def _read_tags(buf: bytes, pos: int, end: int, number: int) -> dict[str, str]:
+@overload
+def _read_tags(buf: bytes, pos: int, end: int, number: int) -> dict[str, str]: ...
+@overload
+def _read_tags(buf: bytes, pos: int, end: int, number: int, only_tags: bool) -> dict[str, str] | None: ...
+def _read_tags(buf: bytes, pos: int, end: int, number: int, only_tags: bool = False) -> dict[str, str] | None:
     """The tags (field 4) from `pos` to the record's `end`, by key (the first of a key wins);
-    other fields there are skipped."""
+    other fields there are skipped — or, with `only_tags`, make the answer None."""
     tags: dict[str, str] = {}
     while pos < end:
         field, pos = _read_varint(buf, pos, end)
         if field != 0x22:
+            if only_tags:
+                return None
             pos = _skip_field(buf, pos, end, field)
             continue
         length, pos = _read_varint(buf, pos, end)

@@ -29,6 +29,15 @@ MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
 DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 SINKS = ("events", "counter")
+#: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
+#: failure when it runs alone), which takes a second attempt after whatever failed first.
+MIN_MAX_ATTEMPTS = 2
+
+
+def logical_id(name: str) -> str:
+    """A name as a CloudFormation logical id part (letters and digits only): `event-sink` ->
+    `EventSink`, as the stack's outputs spell it (`EventSinkLeaseTable`)."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))
 
 
 class ConfigError(ValueError):
@@ -174,7 +183,15 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
     if stream not in streams:
         raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
     retention_seconds = streams[stream].retention_hours * 3600
-    max_attempts = read.int("maxAttempts", 3, low=1, high=100)
+    given = read.data.get("maxAttempts")
+    if isinstance(given, int) and not isinstance(given, bool) and given < MIN_MAX_ATTEMPTS:
+        raise ConfigError(
+            f"{path}.maxAttempts: must be at least {MIN_MAX_ATTEMPTS}, got {given}: a record is "
+            "dead-lettered only on evidence against it, and a crash or an overlapping delivery counts "
+            "against a record only once the record has run again, alone; with one attempt the first "
+            "record of any crashed delivery would be dead-lettered without that second run"
+        )
+    max_attempts = read.int("maxAttempts", 3, low=MIN_MAX_ATTEMPTS, high=100)
     parallelization = read.int("parallelization", 1, low=1, high=10)
     if parallelization > 1:
         raise ConfigError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -12,15 +14,23 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.config import AlarmsConfig
+from infra.config import AlarmsConfig, logical_id
 from infra.consumer_group import ConsumerGroup
 from infra.producer_api import ProducerApi
 from infra.stream import Stream
 
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 FIVE_MINUTES = Duration.minutes(5)
+ONE_MINUTE = Duration.minutes(1)
+#: The longest wait of a stalled shard between two deliveries (shardline.consumer's backoff cap).
+STALL_BACKOFF_CAP_S = 60
+#: An hour in ALARM after the mapping skipped a batch: the page is not undone by the next quiet minute.
+SKIPPED_WINDOW_MINUTES = 60
 EVALUATION_PERIODS = 3
 DATAPOINTS_TO_ALARM = 2
+#: README heading (another section's anchor) that says how to put back what the mapping discarded.
+REDRIVE_SECTION = "Redriving what the mapping discarded"
+REDRIVE_ANCHOR = "#redriving-what-the-mapping-discarded"
 API_LATENCY_P99_MS = 20_000
 
 
@@ -44,14 +54,40 @@ def _lambda(metric: str, function_name: str, statistic: str = "Sum") -> cw.Metri
     )
 
 
-def _shardline(namespace: str, metric: str, dimensions: dict[str, str], statistic: str = "Sum") -> cw.Metric:
+def _shardline(
+    namespace: str,
+    metric: str,
+    dimensions: dict[str, str],
+    statistic: str = "Sum",
+    *,
+    period: Duration = FIVE_MINUTES,
+    label: str | None = None,
+) -> cw.Metric:
     return cw.Metric(
         namespace=namespace,
         metric_name=metric,
         dimensions_map=dimensions,
         statistic=statistic,
-        period=FIVE_MINUTES,
+        period=period,
+        label=label,
     )
+
+
+def stall_window_minutes(timeout_seconds: int) -> int:
+    """One-minute periods a stall alarm looks back over (one stalled delivery in them pages): longer than
+    the longest gap between two stalled deliveries of a shard, each at most one invocation (the
+    function's timeout, its backoff wait included) or one backoff wait, so a shard that stays stalled
+    keeps the alarm in ALARM instead of flapping to OK between two deliveries."""
+    return math.ceil(max(timeout_seconds, STALL_BACKOFF_CAP_S) / 60) + 2
+
+
+def _duration(seconds: int) -> str:
+    """`82800` -> `23 h`: a record age as an on-call engineer reads it."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
 
 
 class Monitoring(Construct):
@@ -197,7 +233,42 @@ class Monitoring(Construct):
                 ),
                 0,
                 f"{name}: the event-source mapping gave up on batches (record age): the queue holds their "
-                "shard and sequence ranges only. Runbook: re-read those ranges from the stream if retained.",
+                "shard and sequence ranges only. Runbook: redrive those ranges through the group while "
+                f"the stream retains them (README, '{REDRIVE_SECTION}', {REDRIVE_ANCHOR}).",
+            )
+            # A stalled shard pages on its first stalled delivery, not over several periods: nothing
+            # else moves it, and the mapping discards the stalled batch at its record age, which this
+            # alarm must come well before. It stays in ALARM while deliveries keep stalling.
+            record_age = _duration(group.config.max_record_age_seconds)
+            window = stall_window_minutes(group.config.timeout_seconds)
+            self._alarm(
+                f"{name}ShardStalled",
+                _shardline(self.namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
+                1,
+                f"{name}: a shard is stalled on its environment, not on a record (sink table missing or "
+                "forbidden, ItemCollectionSizeLimitExceeded, DLQ or dead-letter bucket refusing sends, "
+                "DynamoDB down, a handler's DependencyUnavailable). Nothing is dead-lettered or lost while "
+                "the stream holds the records: the shard retries from its first uncommitted record, with "
+                "backoff. Runbook: read stalledCause (stalledSince, stalls) in the shard's lease row (table: "
+                f"output {logical_id(name)}LeaseTable; locally `make status`) or the function's ERROR log; "
+                "fix the cause (create the table, grant the permission, restore the dependency): the shard "
+                "resumes by itself. This fires within minutes; the mapping discards a stalled batch only "
+                f"at its record age ({record_age}): fix it before then, or see the BatchesSkippedByMapping "
+                f"alarm. OK {window} min after the last stalled delivery.",
+                within_minutes=window,
+            )
+            self._alarm(
+                f"{name}BatchesSkippedByMapping",
+                _shardline(self.namespace, "BatchesSkippedByMapping", dimensions, period=ONE_MINUTE),
+                1,
+                f"{name}: the event-source mapping gave up on a stalled batch (record age or retries) and "
+                "moved past records this group never applied. The on-failure queue holds their shard and "
+                "sequence range (metadata only); the shard's lease row lists them in skippedByMapping. "
+                "They are not lost while the stream retains them. Runbook: fix the stall's cause first "
+                "(the ShardStalled alarm, stalledCause), then redrive them from the on-failure destination "
+                f"before the stream trims them: README, '{REDRIVE_SECTION}' ({REDRIVE_ANCHOR}). OK an hour "
+                "after the last skip, redriven or not: the lease row and the queue keep what to redrive.",
+                within_minutes=SKIPPED_WINDOW_MINUTES,
             )
             self._alarm(
                 f"{name}LeaseLosses",
@@ -208,15 +279,28 @@ class Monitoring(Construct):
             )
         self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
 
-    def _alarm(self, construct_id: str, metric: cw.Metric, threshold: float, description: str) -> None:
+    def _alarm(
+        self,
+        construct_id: str,
+        metric: cw.Metric,
+        threshold: float,
+        description: str,
+        *,
+        within_minutes: int | None = None,
+    ) -> None:
+        """Two bad periods of three above `threshold` (one burst shardline absorbs by retrying pages
+        nobody); with `within_minutes` (a metric of one-minute periods), one datapoint at or above it in
+        the last `within_minutes` periods (a stall: nothing else will move it)."""
+        fast = within_minutes is not None
         alarm = metric.create_alarm(
             self,
             construct_id,
             threshold=threshold,
-            # Two bad periods of three: one burst shardline absorbs by retrying pages nobody.
-            evaluation_periods=EVALUATION_PERIODS,
-            datapoints_to_alarm=DATAPOINTS_TO_ALARM,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=within_minutes or EVALUATION_PERIODS,
+            datapoints_to_alarm=1 if fast else DATAPOINTS_TO_ALARM,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+            if fast
+            else cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             alarm_description=description,
         )
@@ -231,6 +315,22 @@ class Monitoring(Construct):
         producer = [{"service": "shardline-producer", "StreamName": s.name} for s in streams]
         dashboard.add_widgets(
             cw.TextWidget(markdown="# shardline", width=24, height=1),
+            # First, as the page opens: a shard that does not move, and what the mapping skipped.
+            graph(
+                title="Consumer groups: shards stalled, batches skipped by the mapping",
+                left=[
+                    _shardline(
+                        self.namespace,
+                        metric,
+                        {"service": f"shardline-{g.config.name}", "ConsumerGroup": g.config.name},
+                        period=ONE_MINUTE,
+                        label=f"{g.config.name} {metric}",
+                    )
+                    for g in groups
+                    for metric in ("ShardStalls", "BatchesSkippedByMapping")
+                ],
+                width=24,
+            ),
             graph(
                 title="Traffic in: API requests",
                 left=[

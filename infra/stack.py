@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 from aws_cdk import Aws, CfnOutput, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from infra.config import PipelineConfig
+from infra.config import PipelineConfig, logical_id
 from infra.consumer_group import ConsumerGroup
 from infra.layers import Layers
 from infra.monitoring import Monitoring
@@ -93,10 +91,13 @@ class PipelineStack(Stack):
         )
         for name, stream in self.streams.items():
             CfnOutput(
-                self, f"Stream{_id(name)}", value=stream.stream.stream_name, description=f"stream '{name}'"
+                self,
+                f"Stream{logical_id(name)}",
+                value=stream.stream.stream_name,
+                description=f"stream '{name}'",
             )
         for group in self.groups:
-            name = _id(group.config.name)
+            name = logical_id(group.config.name)
             CfnOutput(self, f"{name}LeaseTable", value=group.leases.table_name)
             CfnOutput(self, f"{name}SinkTable", value=group.sink.table_name)
             CfnOutput(
@@ -106,8 +107,3 @@ class PipelineStack(Stack):
                 description="whole poison records",
             )
             CfnOutput(self, f"{name}MappingFailures", value=group.failures.queue_url)
-
-
-def _id(name: str) -> str:
-    """A name as a CloudFormation logical id part (letters and digits only)."""
-    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))

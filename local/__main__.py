@@ -1,8 +1,11 @@
-"""`python -m local up | status | send`: the local runtime's command line (each is also a make verb).
+"""`python -m local up | status | send | redrive`: the local runtime's command line.
 
 python -m local up                 # the app of cdk.out on loopback, until Ctrl-C
 python -m local status [--json]    # streams and shards, consumer groups, DLQs, functions
 python -m local send --count 20000 # POST records to the API, then prove where they went
+python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
+
+(up, status and send are also make verbs.)
 """
 
 from __future__ import annotations
@@ -71,10 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         help="share of the API's answers dropped after they were read (written; the client re-posts)",
     )  # fmt: skip
 
-    for command in (up, status, send):
+    redrive = commands.add_parser(
+        "redrive", help="put what a consumer group's on-failure queue points at back through the group"
+    )
+    redrive.add_argument("group", help="the consumer group (SHARDLINE_GROUP) or its function's name")
+    redrive.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
+
+    for command in (up, status, send, redrive):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
-    return {"up": _up, "status": _status, "send": _send}[args.command](args)
+    return {"up": _up, "status": _status, "send": _send, "redrive": _redrive}[args.command](args)
 
 
 def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -270,6 +279,17 @@ def _send(args: argparse.Namespace) -> int:
     verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else verdict.render())
     return 0 if verdict.ok else 1
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    from local.redrive import RedriveError, redrive_group
+
+    app, endpoint_url, _ = _local_app(args)
+    try:
+        return redrive_group(app, args.group, endpoint_url=endpoint_url, log_dir=args.log_dir)
+    except RedriveError as error:
+        print(f"redrive: {error}", file=sys.stderr)
+        return 2
 
 
 def _first_stream_route(app: model.LocalApp) -> str:

@@ -3,16 +3,24 @@
 Streams and shards from the endpoint's Kinesis counters (`GET /_shardline/kinesis`), each consumer
 group's lease rows from its lease table, DLQ and on-failure queue depths from SQS, and the
 functions, API and mappings from the `up` process (`GET /_shardline/runtime` on the API port).
+
+A lease row tells what holds its shard back, and `render` puts it first, in red: a stalled shard
+(`stalledSince`, `stalledCause`, `stalledSequence`, `stalls`: the environment failed, nothing is
+counted against a record and nothing is lost while the stream holds the records), batches the mapping
+discarded while the shard was stalled (`skippedByMapping`: a redrive is owed), and a record that keeps
+failing (`failedSequenceNumber`, `failedAttempts`, `lastError`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from local import model
@@ -56,15 +64,7 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
     for group in consumer_groups(app):
         leases = []
         for page in dynamodb.get_paginator("scan").paginate(TableName=group["lease_table"]):
-            for item in page["Items"]:
-                leases.append(
-                    {
-                        "shard": item["leaseKey"]["S"],
-                        "owner": item.get("leaseOwner", {}).get("S", ""),
-                        "checkpoint": item.get("checkpoint", {}).get("S", ""),
-                        "counter": int(item.get("leaseCounter", {}).get("N", "0")),
-                    }
-                )
+            leases += [lease_of(item) for item in page["Items"]]
         depths = {}
         for label, url in (
             ("dlq", group["dlq_url"]),
@@ -81,6 +81,125 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
         "groups": groups,
         "runtime": _get_json(f"{api_base}/_shardline/runtime"),
     }
+
+
+def lease_of(item: dict[str, Any]) -> dict[str, Any]:
+    """A lease row (DynamoDB's attribute values) as `status` shows it: the position, and what holds the
+    shard back (absent attributes read as None, 0 or [])."""
+
+    def text(name: str) -> str | None:
+        value = item.get(name, {}).get("S")
+        return None if value is None else str(value)
+
+    def number(name: str) -> float | None:
+        value = item.get(name, {}).get("N")
+        return None if value is None else float(value)
+
+    skipped_json = text("skippedByMapping")
+    try:
+        skipped = json.loads(skipped_json) if skipped_json else []
+    except ValueError:
+        skipped = [{"unreadable": skipped_json}]  # shown as it is: still a redrive owed
+    failed_sub = number("failedSubSequenceNumber")
+    return {
+        "shard": item["leaseKey"]["S"],
+        "owner": text("leaseOwner") or "",
+        "checkpoint": text("checkpoint") or "",
+        "counter": int(number("leaseCounter") or 0),
+        "stalled_since": number("stalledSince"),
+        "stalled_cause": text("stalledCause"),
+        "stalled_sequence": text("stalledSequence"),
+        "stalls": int(number("stalls") or 0),
+        "skipped_by_mapping": skipped if isinstance(skipped, list) else [skipped],
+        "failed_sequence": text("failedSequenceNumber"),
+        "failed_sub_sequence": None if failed_sub is None else int(failed_sub),
+        "failed_attempts": int(number("failedAttempts") or 0),
+        "last_error": text("lastError"),
+    }
+
+
+def age(seconds: float) -> str:
+    """`age(4000)` -> `1 h 6 min`: how long ago, as an operator reads it."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def _deliveries(stalls: int) -> str:
+    return f"{stalls} stalled deliver{'y' if stalls == 1 else 'ies'}"
+
+
+def lease_health(lease: dict[str, Any], now: float) -> str:
+    """The lease's cell in the `health` column (rich markup): stalled and skipped first, then failing."""
+    parts = []
+    if lease.get("stalled_since") is not None:
+        stalls = lease.get("stalls", 0)
+        parts.append(
+            f"[bold white on red] STALLED [/] [bold red]{age(now - lease['stalled_since'])}, "
+            f"{stalls} stall{'' if stalls == 1 else 's'}[/]"
+        )
+    skipped = len(lease.get("skipped_by_mapping") or [])
+    if skipped:
+        parts.append(f"[bold red]{skipped} skipped by the mapping: redrive[/]")
+    if lease.get("failed_attempts"):
+        attempts = lease["failed_attempts"]
+        parts.append(f"[yellow]a record failed {attempts} time{'' if attempts == 1 else 's'}[/]")
+    return "; ".join(parts) or "[green]ok[/]"
+
+
+def _render_lease_problems(group: dict[str, Any], console: Console, now: float) -> None:
+    """Under a group's table, one paragraph per lease held back: the cause in full, what to do."""
+    for lease in group["leases"]:
+        shard = escape(lease["shard"])
+        if lease.get("stalled_since") is not None:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease["stalled_since"]))
+            console.print(
+                f"  [bold white on red] STALLED [/] [bold]{shard}[/] for "
+                f"[bold red]{age(now - lease['stalled_since'])}[/] (since {since}, "
+                f"{_deliveries(lease.get('stalls', 0))}), retrying from "
+                f"{escape(lease.get('stalled_sequence') or 'its checkpoint')}"
+            )
+            console.print(f"    cause: [bold red]{escape(lease.get('stalled_cause') or 'not recorded')}[/]")
+            console.print(
+                "    nothing is dead-lettered and nothing is lost while the stream holds the records: fix "
+                "the cause and the shard goes on by itself (before the mapping's record age discards the "
+                "batch)"
+            )
+        skipped = lease.get("skipped_by_mapping") or []
+        if skipped:
+            console.print(
+                f"  [bold red]REDRIVE NEEDED[/] [bold]{shard}[/]: the mapping discarded {len(skipped)} "
+                f"stalled batch{'' if len(skipped) == 1 else 'es'} this group never applied; redrive "
+                "them from the on-failure queue while the stream holds them: "
+                f"`python -m local redrive {escape(group['group'])}` (README: Redriving what the mapping "
+                "discarded)"
+            )
+            for entry in skipped:
+                if not isinstance(entry, dict) or "unreadable" in entry:
+                    raw = entry.get("unreadable") if isinstance(entry, dict) else entry
+                    console.print(f"    skippedByMapping (not as expected): {escape(str(raw))}")
+                    continue
+                detected = entry.get("detectedAt")
+                when = age(now - float(detected)) + " ago" if isinstance(detected, int | float) else "?"
+                console.print(
+                    f"    from {escape(str(entry.get('start', '?')))} (checkpoint "
+                    f"{escape(str(entry.get('checkpoint', '?')))}/{entry.get('checkpointSub', 0)}), "
+                    f"detected {when}"
+                )
+        if lease.get("failed_attempts"):
+            where = lease.get("failed_sequence") or "?"
+            if lease.get("failed_sub_sequence"):
+                where += f"/{lease['failed_sub_sequence']}"
+            error = escape(lease.get("last_error") or "no error recorded")
+            console.print(
+                f"  [yellow]FAILING[/] [bold]{shard}[/]: record {escape(where)} failed "
+                f"{lease['failed_attempts']} time(s): {error}"
+            )
 
 
 def injected_faults(report: dict[str, Any]) -> dict[str, int]:
@@ -117,8 +236,9 @@ def _queue_url(endpoint_url: str, arn: str) -> str:
     return model.queue_url(endpoint_url, arn.rsplit(":", 1)[-1]) if arn else ""
 
 
-def render(report: dict[str, Any], console: Console) -> None:
-    """The report as tables."""
+def render(report: dict[str, Any], console: Console, *, now: float | None = None) -> None:
+    """The report as tables; `now` (epoch s) dates the stalls."""
+    now = time.time() if now is None else now
     kinesis = report["kinesis"]
     if "error" in kinesis:
         console.print(f"[red]endpoint not answering[/]: {kinesis['error']} (is `make local` running?)")
@@ -148,23 +268,44 @@ def render(report: dict[str, Any], console: Console) -> None:
             console.print(table)
     mappings = report["runtime"].get("mappings", {}) if "error" not in report["runtime"] else {}
     for group in report["groups"]:
-        table = Table(title=f"consumer group {group['group']}", title_justify="left")
-        for column in ("lease", "owner", "checkpoint", "mapping", "records", "iterator age (ms)", "errors"):
-            table.add_column(column)
+        stalled = sum(1 for lease in group["leases"] if lease.get("stalled_since") is not None)
+        skipped = sum(len(lease.get("skipped_by_mapping") or []) for lease in group["leases"])
+        title = f"consumer group {group['group']}"
+        if stalled:
+            title += f" [bold white on red] {stalled} shard{'' if stalled == 1 else 's'} STALLED [/]"
+        if skipped:
+            title += f" [bold red]{skipped} batch{'' if skipped == 1 else 'es'} to redrive[/]"
+        table = Table(title=title, title_justify="left")
+        for column in (
+            "lease",
+            "owner",
+            "checkpoint",
+            "health",
+            "mapping",
+            "records",
+            "iterator age (ms)",
+            "errors",
+        ):
+            # The shard id is what an operator looks up, and the health what they look for: never cut.
+            table.add_column(column, no_wrap=column in ("lease", "health"))
         shards = mappings.get(group["function"], {})
         leases = {lease["shard"]: lease for lease in group["leases"]}
         for shard_id in sorted(set(leases) | set(shards)):
             lease, shard = leases.get(shard_id, {}), shards.get(shard_id, {})
+            held_back = lease.get("stalled_since") is not None or lease.get("skipped_by_mapping")
             table.add_row(
-                shard_id,
-                lease.get("owner", ""),
+                escape(shard_id),
+                escape(lease.get("owner", "")),
                 lease.get("checkpoint", "")[-24:],
+                lease_health(lease, now) if lease else "",
                 shard.get("state", ""),
                 f"{shard.get('records', 0):,}",
                 f"{shard.get('iterator_age_ms') or 0:,.0f}",
                 str(shard.get("function_errors", 0)),
+                style="red" if held_back else None,
             )
         console.print(table)
+        _render_lease_problems(group, console, now)
         depths = ", ".join(f"{name} {depth}" for name, depth in group["depths"].items())
         console.print(f"  queues: {depths or 'none'}")
     runtime = report["runtime"]

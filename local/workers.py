@@ -252,6 +252,35 @@ class FunctionPool:
             thread.join(timeout=self._owner.init_timeout + 5)
 
 
+def function_environment(function: Function, endpoint_url: str, log_stream: str) -> dict[str, str]:
+    """A worker's environment: the function's variables, then Lambda's reserved ones and the local
+    endpoint on top (Lambda refuses reserved names in a function's configuration)."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": "en_US.UTF-8",
+        "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+        **function.environment,
+        "_HANDLER": function.handler,
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{RUNTIME}",
+        "AWS_LAMBDA_FUNCTION_NAME": function.name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mb),
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+        "AWS_LAMBDA_LOG_GROUP_NAME": function.log_group or f"/aws/lambda/{function.name}",
+        "AWS_LAMBDA_LOG_STREAM_NAME": log_stream,
+        **({"AWS_LAMBDA_LOG_FORMAT": "JSON"} if function.log_format == "JSON" else {}),
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        "LAMBDA_TASK_ROOT": str(function.code_dir.resolve()),
+        "TZ": ":UTC",
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_CONFIG_FILE": os.devnull,  # as in Lambda: no profile or config file applies
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+
+
 class Functions:
     """Every function of the app in warm workers: the local `Invoker` (see `local.model`)."""
 
@@ -280,33 +309,8 @@ class Functions:
         self._pools = {function.name: FunctionPool(function, self) for function in functions}
 
     def environment(self, function: Function, log_stream: str) -> dict[str, str]:
-        """The function's variables, then Lambda's reserved ones and the local endpoint on top
-        (Lambda refuses reserved names in a function's configuration)."""
-        environment = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "LANG": "en_US.UTF-8",
-            "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
-            **function.environment,
-            "_HANDLER": function.handler,
-            "AWS_EXECUTION_ENV": f"AWS_Lambda_{RUNTIME}",
-            "AWS_LAMBDA_FUNCTION_NAME": function.name,
-            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mb),
-            "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
-            "AWS_LAMBDA_LOG_GROUP_NAME": function.log_group or f"/aws/lambda/{function.name}",
-            "AWS_LAMBDA_LOG_STREAM_NAME": log_stream,
-            **({"AWS_LAMBDA_LOG_FORMAT": "JSON"} if function.log_format == "JSON" else {}),
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
-            "LAMBDA_TASK_ROOT": str(function.code_dir.resolve()),
-            "TZ": ":UTC",
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_CONFIG_FILE": os.devnull,  # as in Lambda: no profile or config file applies
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }
-        return environment
+        """The function's variables, then Lambda's reserved ones and the local endpoint on top."""
+        return function_environment(function, self.endpoint_url, log_stream)
 
     def start(self) -> None:
         """Start one warm worker per function, all at once; returns when each is ready or failed

@@ -100,7 +100,7 @@ def test_up_serves_status_and_send_then_ctrl_c_stops_every_process(cdk_out, tmp_
             f"http://127.0.0.1:{up.endpoint_port}",
             "make send",
             f"http://127.0.0.1:{up.api_port}/_dashboard",
-            "17 alarms evaluated",
+            "21 alarms evaluated",
         ):
             assert expected in banner
         assert "AWS::KMS::Key ×2" in banner  # what is not run is listed, not silently dropped

@@ -85,11 +85,11 @@ def test_the_dashboard_draws_every_widget_with_live_traffic_during_a_send(runtim
     sender.join(timeout=120)
     assert report["met"], [(w["title"], w["points"]) for w in report["widgets"]]
     widgets = report["widgets"]
-    assert len(widgets) == len(runtime.monitor.dashboards[0].widgets) == 18  # every widget, found
+    assert len(widgets) == len(runtime.monitor.dashboards[0].widgets) == 19  # every widget, found
     assert {w["kind"] for w in widgets} == {"text", "chart", "log"}
     assert all(w["canvas"] for w in widgets if w["kind"] == "chart")  # drawn as charts, not tables
     assert next(w for w in widgets if w["kind"] == "text")["text"].strip() == "shardline"  # markdown drawn
-    assert len(report["alarms"]) == 17
+    assert len(report["alarms"]) == 21
 
 
 def test_a_chaos_run_trips_an_alarm_that_the_page_shows(cdk_out: Path, tmp_path: Path) -> None:

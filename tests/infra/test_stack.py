@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from app import build
 from infra.config import ConfigError, load
 from shardline.aws_lambda import POWERTOOLS_VARIABLES, ConsumerEnvironment, ProducerEnvironment
 from tests.infra.conftest import default_context, resources
@@ -191,6 +192,8 @@ def test_alarms_carry_their_dimensions_and_notify_one_encrypted_topic(template):
         ("AWS/ApiGateway", "Latency"): "ApiName",
         ("shardline/dev", "RecordsFailed"): "ConsumerGroup",
         ("shardline/dev", "LeaseLosses"): "ConsumerGroup",
+        ("shardline/dev", "ShardStalls"): "ConsumerGroup",
+        ("shardline/dev", "BatchesSkippedByMapping"): "ConsumerGroup",
     }
     for key, dimension in expected.items():
         assert key in by_metric, key
@@ -238,8 +241,11 @@ def test_alarms_page_on_loss_and_delay_only_over_several_periods_with_a_runbook(
         "Throttles",
     }
     assert not metrics & retried_anyway, "throttling shardline retries is a dashboard widget, not a page"
+    # A stalled shard and a batch the mapping skipped page on one datapoint (next test); the rest on 2 of 3.
+    stall_signals = {"ShardStalls", "BatchesSkippedByMapping"}
     for alarm in alarms:
-        assert alarm["EvaluationPeriods"] == 3 and alarm["DatapointsToAlarm"] == 2, alarm["MetricName"]
+        if alarm["MetricName"] not in stall_signals:
+            assert alarm["EvaluationPeriods"] == 3 and alarm["DatapointsToAlarm"] == 2, alarm["MetricName"]
         assert "Runbook:" in alarm["AlarmDescription"], alarm["MetricName"]
     consumer_age = [a for a in alarms if a["MetricName"] == "IteratorAge"]
     assert consumer_age and all(a["Threshold"] == 24 * 3600 * 1000 / 2 for a in consumer_age)
@@ -247,10 +253,99 @@ def test_alarms_page_on_loss_and_delay_only_over_several_periods_with_a_runbook(
     assert latency["ExtendedStatistic"] == "p99"
 
 
+def _stall_alarms(template, metric: str) -> dict[str, dict]:
+    """The alarms on `metric`, by the ConsumerGroup they watch."""
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    return {
+        next(d["Value"] for d in a["Dimensions"] if d["Name"] == "ConsumerGroup"): a
+        for a in alarms
+        if a["MetricName"] == metric
+    }
+
+
+def test_a_stalled_shard_pages_on_its_first_stalled_delivery_long_before_the_record_age(template):
+    stalled = _stall_alarms(template, "ShardStalls")
+    assert set(stalled) == {"event-sink", "key-counter"}, "one alarm per consumer group"
+    [topic] = resources(template, "AWS::SNS::Topic")
+    record_age = {
+        m["Properties"]["MaximumRecordAgeInSeconds"]
+        for m in resources(template, "AWS::Lambda::EventSourceMapping").values()
+    }
+    for group, alarm in stalled.items():
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+        # What the consumer function publishes (Powertools' service and the ConsumerGroup it adds).
+        assert dimensions == {"service": f"shardline-{group}", "ConsumerGroup": group}
+        assert alarm["Namespace"] == "shardline/dev" and alarm["Statistic"] == "Sum"
+        assert alarm["Period"] == 60 and alarm["DatapointsToAlarm"] == 1
+        assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["TreatMissingData"] == "notBreaching"
+        # One stalled delivery in the window pages; the window outlasts the gap between two stalled
+        # deliveries (an invocation of 60 s, or the 60 s backoff cap), so a stalled shard does not flap.
+        assert alarm["EvaluationPeriods"] == 3
+        assert alarm["Period"] * alarm["EvaluationPeriods"] * 10 < min(record_age), "long before the age"
+        description = alarm["AlarmDescription"]
+        for says in ("stalledCause", "make status", "Nothing is dead-lettered or lost", "23 h", "Runbook:"):
+            assert says in description, (group, says)
+        assert (
+            json.dumps(alarm["AlarmActions"])
+            == json.dumps([{"Ref": topic}])
+            == json.dumps(alarm["OKActions"])
+        )
+    assert "EventSinkLeaseTable" in stalled["event-sink"]["AlarmDescription"], "the output naming the table"
+
+
+def test_a_batch_the_mapping_skipped_pages_and_points_at_the_redrive(template):
+    skipped = _stall_alarms(template, "BatchesSkippedByMapping")
+    assert set(skipped) == {"event-sink", "key-counter"}
+    for alarm in skipped.values():
+        assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("Sum", 60, 1)
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["DatapointsToAlarm"] == 1 and alarm["EvaluationPeriods"] == 60  # ALARM for an hour
+        assert alarm["TreatMissingData"] == "notBreaching"
+        description = alarm["AlarmDescription"]
+        assert "Redriving what the mapping discarded" in description
+        assert "#redriving-what-the-mapping-discarded" in description
+        assert "skippedByMapping" in description and "on-failure" in description
+
+
+def test_the_stall_window_follows_the_function_timeout_and_descriptions_fit_cloudwatch():
+    from infra.monitoring import STALL_BACKOFF_CAP_S, stall_window_minutes
+    from shardline.consumer import _stalls
+
+    assert STALL_BACKOFF_CAP_S >= _stalls.MAX_BACKOFF_S, "the window must outlast the library's longest wait"
+    assert [stall_window_minutes(t) for t in (3, 60, 61, 900)] == [3, 3, 4, 17]
+    # The longest names and timeout the configuration accepts still fit CloudWatch's 1024 characters.
+    context = default_context()
+    context["shardline"]["consumerGroups"][0].update(name="g" * 64, timeoutSeconds=900)
+    _, stack = build(context)
+    template = Template.from_stack(stack)
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    assert all(len(a["AlarmDescription"]) <= 1024 for a in alarms), max(
+        len(a["AlarmDescription"]) for a in alarms
+    )
+    assert _stall_alarms(template, "ShardStalls")["g" * 64]["EvaluationPeriods"] == 17
+
+
+def test_max_attempts_below_two_is_refused_at_synth():
+    context = default_context()["shardline"]
+    context["consumerGroups"][1]["maxAttempts"] = 1
+    with pytest.raises(
+        ConfigError,
+        match=r"^shardline\.consumerGroups\[1\]\.maxAttempts: must be at least 2, got 1: .*evidence",
+    ):
+        load(context)
+    context["consumerGroups"][1]["maxAttempts"] = 0
+    with pytest.raises(ConfigError, match=r"maxAttempts: must be at least 2, got 0"):
+        load(context)
+    context["consumerGroups"][1]["maxAttempts"] = 2
+    assert load(context).consumer_groups[1].max_attempts == 2
+
+
 def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(template):
     [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for title in (
+        "Consumer groups: shards stalled, batches skipped by the mapping",
         "Traffic in: API requests",
         "Traffic in: Kinesis records",
         "Producer: user records per Kinesis record",
@@ -265,6 +360,8 @@ def test_the_dashboard_shows_traffic_producer_streams_groups_tables_and_errors(t
         "Recent errors",
     ):
         assert title in body, title
+    for group in ("event-sink", "key-counter"):  # the stall widget: a line per group and signal
+        assert f"{group} ShardStalls" in body and f"{group} BatchesSkippedByMapping" in body
 
 
 #: cfn-lint warnings the template keeps, each with why it is harmless.

@@ -140,6 +140,19 @@ def open_shards(client, name: str) -> list[dict]:
 CONSUMER_RECORDS = 60
 
 
+class VirtualClock:
+    """Wall-clock time that a sleep advances at once."""
+
+    def __init__(self) -> None:
+        self.time = time.time()
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.time += max(0.0, seconds)
+
+
 class Pipeline:
     """One stream (one shard) of aggregated records, a lease table and a sink table."""
 
@@ -154,7 +167,10 @@ class Pipeline:
         producer = Producer(self.kinesis, self.stream, config=ProducerConfig(aggregation_max_size=400))
         self.sent = [UserRecord(f"key-{i % 7}", json.dumps({"n": i}).encode()) for i in range(records)]
         assert all(r.success for r in producer.put_many(self.sent))
-        self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
+        self.clock = VirtualClock()  # backoffs cost no time; DynamoDB is real
+        self.leases = LeaseTable(
+            self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}", clock=self.clock.now, sleep=self.clock.sleep
+        )
         LeaseTable.create(self.dynamodb, self.leases.table_name)
         self.sink = f"sink-{uuid.uuid4().hex[:8]}"
         self.dynamodb.create_table(

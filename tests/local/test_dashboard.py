@@ -11,6 +11,7 @@ import pytest
 from local import model
 from local._apigw_steps import HttpRequest
 from local.cloudwatch.dashboard import Dashboard, ExpressionError, _evaluate
+from local.cloudwatch.emf import extract
 from local.cloudwatch.insights import InsightsError, parse
 from local.cloudwatch.metrics import MetricStore
 from local.cloudwatch.monitor import Monitor, auto_period
@@ -33,7 +34,7 @@ def board(app: model.LocalApp) -> Dashboard:
 
 def test_every_widget_of_the_synthesized_dashboard_is_drawn_in_its_place(board: Dashboard) -> None:
     rendered = board.render(MetricStore(clock=lambda: NOW), [], now=NOW, range_s=900, period=None)
-    assert len(rendered["widgets"]) == len(board.widgets) == 18
+    assert len(rendered["widgets"]) == len(board.widgets) == 19
     kinds = {widget["kind"] for widget in rendered["widgets"]}
     assert kinds == {"text", "chart", "log"}, [w.get("reason") for w in rendered["widgets"]]
     for source, widget in zip(board.widgets, rendered["widgets"], strict=True):
@@ -136,9 +137,69 @@ def test_the_page_its_assets_and_its_data_are_served_by_the_monitor(app, tmp_pat
     assert get("/_dashboard/assets/../../README.md")[0] == 404
     status, body = get("/_dashboard/api/board", "range=300&period=auto")
     data = json.loads(body)
-    assert status == 200 and data["period"] == 5 and len(data["widgets"]) == 18
-    assert len(data["alarms"]) == 17 and not data["not_evaluated"]
+    assert status == 200 and data["period"] == 5 and len(data["widgets"]) == 19
+    assert len(data["alarms"]) == 21 and not data["not_evaluated"]
     assert {alarm["state"] for alarm in data["alarms"]} == {"INSUFFICIENT_DATA"}  # never evaluated yet
     monitor.evaluate()
     states = {alarm.state for alarm in monitor.alarms}
     assert states == {"OK"}  # every alarm of the app treats missing data as not breaching
+
+
+def consumer_emf(group: str, at: float, **counts: int) -> dict:
+    """The EMF line a consumer function logs for one invocation, as `ConsumerFunction.handle` makes it:
+    Powertools' Metrics with the group's service and ConsumerGroup dimension, fed by `publish_metrics`."""
+    from aws_lambda_powertools import Metrics
+
+    from shardline.aws_lambda._emf import publish_metrics
+
+    metrics = Metrics(namespace="shardline/dev", service=f"shardline-{group}")
+    metrics.add_dimension(name="ConsumerGroup", value=group)
+    try:
+        publish_metrics(metrics, counts)
+        line = json.loads(json.dumps(metrics.serialize_metric_set()))  # as written to the log, and read back
+    finally:
+        metrics.clear_metrics()
+    line["_aws"]["Timestamp"] = int(at * 1000)
+    return line
+
+
+def test_a_stalled_shard_and_a_skipped_batch_trip_their_alarms_from_the_functions_emf(app, tmp_path) -> None:
+    now = [NOW]
+    monitor = Monitor(app, endpoint_url="http://127.0.0.1:9", log_dir=tmp_path, clock=lambda: now[0])
+    assert not monitor.not_evaluated  # the new alarms are evaluated as they are, nothing refused
+
+    def states() -> dict[str, str]:
+        monitor.evaluate()
+        return {alarm.logical_id: alarm.state for alarm in monitor.alarms}
+
+    def put(at: float, **counts: int) -> None:
+        for metric, values, timestamp in extract(consumer_emf("event-sink", at, **counts)):
+            monitor.store.put_id(metric, values, timestamp)
+
+    put(NOW - 10, ShardStalls=1)
+    stalled = {k for k, state in states().items() if state == "ALARM"}
+    assert len(stalled) == 1 and "eventsinkShardStalled" in next(iter(stalled))  # this group's, only
+    now[0] = NOW + 110  # no stalled delivery for two minutes: still stalled, no flapping to OK
+    assert {k for k, state in states().items() if state == "ALARM"} == stalled
+    now[0] = NOW + 170  # three quiet minutes: the shard moved again
+    assert set(states().values()) == {"OK"}
+    (alarm,) = [a for a in monitor.alarms if a.logical_id in stalled]
+    assert [(t.old, t.new) for t in alarm.history][-2:] == [("INSUFFICIENT_DATA", "ALARM"), ("ALARM", "OK")]
+    assert "stalledCause" in alarm.as_dict()["description"]
+
+    put(now[0], BatchesSkippedByMapping=1)
+    skipped = {k for k, state in states().items() if state == "ALARM"}
+    assert len(skipped) == 1 and "eventsinkBatchesSkippedByMapping" in next(iter(skipped))
+    now[0] += 50 * 60  # ALARM for the hour after the skip: a redrive is owed
+    assert {k for k, state in states().items() if state == "ALARM"} == skipped
+
+    (board,) = monitor.dashboards
+    rendered = board.render(monitor.store, [], now=NOW, range_s=900, period=None)
+    (chart,) = [w for w in rendered["widgets"] if w["title"].startswith("Consumer groups: shards stalled")]
+    lines = {line["label"]: line for line in chart["series"]}
+    peak = max(value or 0 for _, value in lines["event-sink ShardStalls"]["points"])
+    assert peak == 1.0 and set(lines) == {
+        f"{group} {metric}"
+        for group in ("event-sink", "key-counter")
+        for metric in ("ShardStalls", "BatchesSkippedByMapping")
+    }

@@ -372,23 +372,28 @@ def test_4_once_builds_a_guarded_put() -> None:
         once("", {"pk": {"S": "x"}})
 
 
-def test_4_a_guard_of_another_record_in_a_batch_handler_list_is_a_plain_conflict() -> None:
+def test_4_a_guard_refused_in_a_batch_handler_list_is_pinned_on_its_record_and_no_other_is_skipped() -> None:
     """A batch handler that answers one list for several records cannot say whose guard failed:
-    that is an ordinary sink conflict (`sink_conflicts`), never a silent skip of other records."""
+    the chunk is run again in halves until the refused guard is a lone record's — that record is
+    already applied and skipped; the new record beside it is applied, never skipped with it."""
     table = InMemoryLeaseTable()
-    consumer = KinesisConsumer("g", table, sink_conflicts="fail", max_attempts=1)
+    consumer = KinesisConsumer("g", table, sink_conflicts="fail", max_attempts=2)
     guard = guarded_sink()
 
     @consumer.batch_handler
     def handle(records: list[ConsumedRecord]) -> list[dict[str, Any]]:
         return [write for record in records for write in guard(record)]
 
-    posted = [UserRecord("k", f"order-{i}".encode(), None, f"order-{i}") for i in range(2)]
-    consumer.process(kinesis_event(posted, producer="p1", first_sequence=seq(0)), FakeLambdaContext())
-    answer = consumer.process(
-        kinesis_event(posted, producer="p2", first_sequence=seq(1)), FakeLambdaContext()
+    posted = [UserRecord("k", f"order-{i}".encode(), None, f"order-{i}") for i in range(3)]
+    consumer.process(kinesis_event(posted[:2], producer="p1", first_sequence=seq(0)), FakeLambdaContext())
+    answer = consumer.process(  # order-1 re-posted beside the new order-2, in one list
+        kinesis_event(posted[1:], producer="p2", first_sequence=seq(1)), FakeLambdaContext()
     )
-    assert answer["batchItemFailures"] and consumer.metrics.snapshot()["ClientIdDuplicatesSkipped"] == 0
+    assert answer == {"batchItemFailures": []}
+    assert consumer.metrics.snapshot()["ClientIdDuplicatesSkipped"] == 1
+    assert consumer.metrics.snapshot()["RecordsFailed"] == 0
+    counts = {item["id"]["S"]: item["n"]["N"] for item in table.items("applied")}
+    assert counts == {"order-0": "1", "order-1": "1", "order-2": "1"}
 
 
 def test_7_consumers_expose_the_identity_of_real_encoded_aggregates() -> None:

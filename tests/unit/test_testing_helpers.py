@@ -115,12 +115,61 @@ def test_the_in_memory_table_answers_every_operation_as_the_real_table_does() ->
         dynamodb = CountingDynamoDB(_dynamodb_with_sink())
         real = _script(LeaseTable(dynamodb, "leases", clock=lambda: 0.0))
         real_sink = dynamodb.scan(TableName=SINK)["Items"]
-    memory = InMemoryLeaseTable()
+    memory = InMemoryLeaseTable(start=0.0)
     assert _script(memory) == real
     assert memory.items(SINK) == real_sink == [{"k": {"S": "x"}, "c": {"N": "1"}}]
     assert real[-1].checkpoint == Position(SHARD_END)
     assert [type(outcome).__name__ for outcome in real].count("tuple") == 2, "two fenced writes"
     assert (memory.reads, memory.total_writes) == (dynamodb.reads, dynamodb.writes) == (5, 9)
+
+
+def _careful_and_stalled(table: LeaseTable) -> list[Any]:
+    """The paths a failing environment and a crash take: deliveries begun and begun again (by the
+    same owner after a lost reply, by another after a death), careful spans, stalls, a batch the
+    mapping skipped, failures with details, a redrive's own row; what each answered and the row."""
+    outcomes: list[Any] = []
+
+    def step(operation: Callable[[], Any]) -> Any:
+        answer = _outcome(operation)
+        outcomes.extend([answer, table.get("shard-1")])
+        return answer
+
+    lease, _ = step(lambda: table.begin("shard-1", "a", "100"))
+    step(lambda: table.begin("shard-1", "a", "100"))  # the same owner's retry: no crash
+    lease, crashed = step(lambda: table.begin("shard-1", "b", "100"))  # a's process died
+    assert crashed
+    lease = step(lambda: table.mark_careful(lease, 1))
+    lease = step(lambda: table.mark_careful(lease, 1, returned=True))
+    lease = step(lambda: table.checkpoint(lease, Position("100"), careful_span=2))
+    lease = step(lambda: table.record_failure(lease, Position("200"), "x" * 2000, details="{}" * 3000))
+    earlier = lease = step(lambda: table.stall(lease, "ResourceNotFoundException", "200"))
+    lease = step(lambda: table.stall(lease, "AccessDeniedException", "200", release=True))
+    step(lambda: table.stall(earlier, "stale", "200"))  # a counter written over since: fenced
+    lease = step(lambda: table.note_skipped(lease, '[{"start": "200"}]'))
+    lease = step(lambda: table.stall(lease, "throttled", "300"))
+    lease = step(lambda: table.release(lease))
+    step(lambda: table.checkpoint(lease, Position("300"), release=True))  # ends stall and failure
+    step(lambda: table.start_at("shard-1#redrive#200", Position("150", 3)))
+    step(lambda: table.start_at("shard-1#redrive#200", Position("150")))  # exists: False
+    outcomes.append(table.get("shard-1#redrive#200"))
+    return outcomes
+
+
+def test_the_in_memory_table_fails_stalls_and_runs_carefully_as_the_real_table_does() -> None:
+    with mock_aws():
+        dynamodb = CountingDynamoDB(_dynamodb_with_sink())
+        real = _careful_and_stalled(LeaseTable(dynamodb, "leases", clock=lambda: 0.0))
+    memory = InMemoryLeaseTable(start=0.0)
+    assert _careful_and_stalled(memory) == real
+    assert (memory.reads, memory.total_writes) == (dynamodb.reads, dynamodb.writes)
+    stalled = real[real.index(("LeaseLost",)) - 1]  # the row the fenced write left alone
+    assert stalled.stalls == 2 and stalled.stalled_cause == "AccessDeniedException"
+    assert stalled.inflight is None and stalled.failed_attempts == 1
+    assert len(stalled.last_error) == 1000 and len(stalled.last_error_details) == 4000
+    assert (real[-5], real[-3]) == (True, False), "the redrive row is created once"
+    assert real[-1].checkpoint == Position("150", 3) and real[-1].owner == ""
+    ended = real[-6]  # after the checkpoint that moved past the failure and the stall
+    assert ended.stalls == 0 and ended.failed_at is None and ended.skipped_by_mapping is not None
 
 
 def _transactions(table: LeaseTable) -> list[Any]:

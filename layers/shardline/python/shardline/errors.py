@@ -13,6 +13,9 @@ always caught `ValueError`, the class is a `ValueError` too::
     ├── BufferFull                        put() with `when_buffer_full="raise"` found the
     │                                     producer's buffer bound reached; nothing was buffered
     ├── LeaseLost                         another invocation took the shard's lease: stop
+    ├── DependencyUnavailable             raised by a consumer handler: a dependency failed, not
+    │                                     the record; the shard stalls and retries, nothing is
+    │                                     counted against the record
     ├── SinkConflict                      a sink write in a checkpoint transaction failed
     │                                     its own condition; nothing was written
     └── SinkRejected                      DynamoDB refused a sink write as invalid (an item
@@ -43,6 +46,7 @@ __all__ = [
     "AggregationError",
     "BufferFull",
     "ConfigurationError",
+    "DependencyUnavailable",
     "EventError",
     "InvalidRecord",
     "LeaseLost",
@@ -163,6 +167,20 @@ class BufferFull(ShardlineError):
 
 class LeaseLost(ShardlineError):
     """Another invocation took the lease: stop, write nothing more."""
+
+
+class DependencyUnavailable(ShardlineError):
+    """Raise it from a consumer handler when what failed is not the record but something the
+    handler depends on (an API, a database): the shard stalls — counted in `ShardStalls`, noted
+    in the lease row, logged with this message — and the record is retried with backoff, never
+    counted as its failure nor dead-lettered. Raise it only for such outages: a record that
+    raises it every time stalls its shard until the mapping's record age discards the batch.
+
+        try:
+            prices.lookup(order["sku"])
+        except httpx.TransportError as exc:
+            raise DependencyUnavailable("prices API unreachable") from exc
+    """
 
 
 class SinkConflict(ShardlineError):

@@ -6,7 +6,8 @@ reused while the container is warm, its metrics published as EMF after every inv
 
 Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, DLQ_BUCKET,
 MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
-Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does.
+Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does, and time out within TIME_MARGIN
+(`client_config`), so shardline's own calls never outlast the invocation.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from shardline.aws_lambda._environment import ConsumerEnvironment
 from shardline.consumer._consumer import KinesisConsumer
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._leases import LeaseTable
-from shardline.consumer._settings import RecordHandler
+from shardline.consumer._settings import RecordHandler, client_config
 
 
 class ConsumerFunction:
@@ -56,7 +57,8 @@ class ConsumerFunction:
         if service not in self.clients:
             import boto3  # in the Lambda runtime; imported on first use, not at cold start
 
-            self.clients[service] = boto3.client(service)
+            margin = ConsumerEnvironment.from_environ().time_margin
+            self.clients[service] = boto3.client(service, config=client_config(margin))
         return self.clients[service]
 
     def get(self) -> KinesisConsumer:

@@ -21,7 +21,9 @@ a client posts again is a new record.
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
 whose they are), `_handler_deadline` (interrupting a handler at the time budget),
-`_deaggregation` (events to user records, with their ids), `_dedup` (the aggregates a shard
+`_careful` (pinning a crash on the record that ran alone), `_stalls` (failures of the
+environment, which stall a shard and blame no record), `_deaggregation` (events to user records,
+with their ids), `_dedup` (the aggregates a shard
 applied: producer-retry dedup), `_once` (client-id guards), `_leases` (the KCL-compatible
 lease/checkpoint table), `_dead_letters` (poison records, whole, in SQS or S3), `_resharding`
 (parents before children, and their dedup state handed down), `_metrics`.
@@ -49,12 +51,16 @@ if TYPE_CHECKING:
     from shardline.consumer._metrics import ConsumerMetrics as ConsumerMetrics
     from shardline.consumer._once import is_once_guard as is_once_guard
     from shardline.consumer._once import once as once
+    from shardline.consumer._redrive import RedriveResult as RedriveResult
+    from shardline.consumer._redrive import redrive as redrive
     from shardline.consumer._resharding import ShardLineage as ShardLineage
     from shardline.consumer._settings import BatchHandler as BatchHandler
     from shardline.consumer._settings import BatchWrites as BatchWrites
     from shardline.consumer._settings import ConsumerSettings as ConsumerSettings
     from shardline.consumer._settings import RecordHandler as RecordHandler
     from shardline.consumer._settings import Writes as Writes
+    from shardline.consumer._settings import client_config as client_config
+    from shardline.errors import DependencyUnavailable as DependencyUnavailable
     from shardline.errors import EventError as EventError
     from shardline.errors import LeaseLost as LeaseLost
     from shardline.errors import SinkConflict as SinkConflict
@@ -67,6 +73,7 @@ _EXPORTS = {
     "BatchHandler": "_settings",
     "BatchWrites": "_settings",
     "Writes": "_settings",
+    "client_config": "_settings",
     "ConsumedRecord": "_deaggregation",
     "deaggregate": "_deaggregation",
     "read_event": "_deaggregation",
@@ -82,6 +89,9 @@ _EXPORTS = {
     "ConsumerMetrics": "_metrics",
     "once": "_once",
     "is_once_guard": "_once",
+    "redrive": "_redrive",
+    "RedriveResult": "_redrive",
+    "DependencyUnavailable": "shardline.errors",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",
     "SinkConflict": "shardline.errors",

@@ -14,9 +14,13 @@ shard's lease (fencing any older invocation), de-aggregates, skips every user re
 the checkpoint, runs the handler record by record, and checkpoints only past records that are
 done. On a failure it reports the failing record's Kinesis sequence number, so the event-source
 mapping retries from there and the records before it in the same aggregate are skipped on
-replay. A record that keeps failing — its handler raises or hangs, its sink writes are refused,
-its delivery kills the process — goes, whole, to the dead-letter queue after `max_attempts`, and
-the shard moves on. A handler may return DynamoDB writes (TransactWriteItems entries): they are
+replay. A record that keeps failing while it runs alone — its handler raises or hangs, its sink
+writes are refused, its delivery kills the process — goes, whole, to the dead-letter queue after
+`max_attempts` attempts spaced by backoff, and the shard moves on. A failure of the environment
+(a missing or forbidden table, a DLQ that refuses, DynamoDB down, a handler raising
+`DependencyUnavailable`) blames no record: the shard stalls, loudly (`ShardStalls`, the lease
+row's `stalledCause`, an error log), and goes on where it stopped once the cause is gone.
+A handler may return DynamoDB writes (TransactWriteItems entries): they are
 committed in the same transaction as the checkpoint, so a crash leaves both or neither —
 exactly-once effects. Copies of a shardline aggregate (a producer's retry after a lost reply) are
 skipped by identity (`_dedup`), and a handler's `once` guard applies each client id once.
@@ -46,9 +50,14 @@ class KinesisConsumer:
     """One consumer group's processing of Lambda Kinesis events.
 
     - `kinesis`: a Kinesis client, to learn parent shards and hash ranges (ListShards) and to
-      probe whether a parent shard is finished (GetRecords). Without it, parent ordering only
-      uses parents already recorded in lease rows, and hash ranges are not checked.
+      probe whether a parent shard is finished (GetRecords). Without it there is no parent
+      ordering (a child's records may be processed before its parents finish) and hash ranges
+      are not checked; the event-source mapping itself delivers parents first.
     - `dlq`: where poison records go after `max_attempts` failed attempts (None: they block).
+    - `max_attempts` (at least 2) and `retry_backoff`: a failing record is tried again after
+      `retry_backoff` seconds, doubling per attempt (at most 60), and dead-lettered at the
+      `max_attempts`-th failure — so with 3 and 2.0 a dependency out for less than 6 s fails
+      no record. The wait happens inside the invocation, within its time budget.
     - `checkpoint_every` / `checkpoint_interval`: write the checkpoint after this many records
       (default: no count) or seconds, and at the end of the batch — not once per record. A
       batch that succeeds within the interval costs one DynamoDB write. After a crash, a plain
@@ -61,9 +70,15 @@ class KinesisConsumer:
       reason) or `"skip"` (your conditions are idempotence checks: the effect is already there,
       the record's writes are dropped and it counts as done, `SinkConflictsSkipped`).
     - `detect_crashes`: mark each delivery in flight in the lease row, so that a delivery whose
-      process died (timeout, out of memory) is counted against its record on redelivery; costs
-      one more DynamoDB write per batch (and saves the read). Off: one write per batch, and such
-      a record is retried until the mapping gives up on it.
+      process died (timeout, out of memory) is found on redelivery and pinned on the record that
+      caused it (`_careful`: doubling spans, a crash counts only against a record that ran
+      alone); costs one more DynamoDB write per batch (and saves the read). Off: one write per
+      batch, and such a record is retried until the mapping gives up on it.
+
+    Clients: shardline's own calls must fit in `time_margin`. Give the DynamoDB, SQS and S3
+    clients timeouts to match (`ConsumerFunction` does: `client_config(time_margin)`); boto3's
+    defaults (60 s reads, retried) can outlast the function, which then dies in shardline's
+    own write — taken for a crash, although never pinned on a record.
     """
 
     def __init__(
@@ -80,6 +95,7 @@ class KinesisConsumer:
         multi_stream: bool = False,
         sink_conflicts: str = "fail",
         detect_crashes: bool = True,
+        retry_backoff: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = ConsumerSettings(
@@ -91,6 +107,7 @@ class KinesisConsumer:
             multi_stream=multi_stream,
             sink_conflicts=sink_conflicts,
             detect_crashes=detect_crashes,
+            retry_backoff=retry_backoff,
         )
         self.table = table
         self.metrics = ConsumerMetrics()
@@ -99,6 +116,8 @@ class KinesisConsumer:
         self._clock = clock
         self._record_handler: RecordHandler | None = None
         self._batch_handler: BatchHandler | None = None
+        self._unreleased: set[tuple[str, str]] = set()  # see GroupRuntime
+        self._stalls: dict[str, int] = {}
 
     def handler(self, fn: RecordHandler) -> RecordHandler:
         """Decorator: `fn(record)` is called once per user record, in order."""
@@ -122,9 +141,10 @@ class KinesisConsumer:
         return self.settings.group
 
     def process(
-        self, event: Mapping[str, Any], context: LambdaContext | None
+        self, event: Mapping[str, Any], context: LambdaContext | None, *, lease_key_suffix: str = ""
     ) -> dict[str, list[dict[str, str]]]:
-        """Process a Lambda Kinesis event; the answer for ReportBatchItemFailures."""
+        """Process a Lambda Kinesis event; the answer for ReportBatchItemFailures.
+        `lease_key_suffix` runs it under lease rows of its own (a redrive: `redrive`)."""
         if self._record_handler is None and self._batch_handler is None:
             raise ConfigurationError(f"consumer group {self.group}: register a handler first")
         runtime = GroupRuntime(
@@ -136,12 +156,14 @@ class KinesisConsumer:
             self._clock,
             self._record_handler,
             self._batch_handler,
+            self._unreleased,
+            self._stalls,
         )
         by_shard = read_event(event)
         failures: list[dict[str, str]] = []
         owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
         for (stream, shard_id), records in by_shard.items():
-            failed_at = ShardRun(runtime, stream, shard_id, records, context, owner).run()
+            failed_at = ShardRun(runtime, stream, shard_id, records, context, owner, lease_key_suffix).run()
             if failed_at is not None:
                 failures.append({"itemIdentifier": failed_at})
         return {"batchItemFailures": failures}

@@ -6,6 +6,10 @@ the consumer counts the record as failed while there is still time to write that
 timer is armed once per invocation, and fires only into a handler: outside one (shardline's own
 writes) it merely notes that time is up, so a DynamoDB call is never cut in half.
 
+A handler that installs its own SIGALRM handler or timer disarms the budget; after each handler
+call `rearm()` finds that, puts shardline's back for the time that is left, and says so (the
+consumer counts `TimeBudgetDisarmed` and logs it). Handlers must not use SIGALRM.
+
 Where signals cannot be used (another thread, a platform without `SIGALRM`), nothing is armed;
 a handler that runs past the function's timeout is then caught on redelivery instead, by the
 lease's in-flight mark (`LeaseTable.begin`).
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -37,6 +42,7 @@ class HandlerDeadline:
         self.expired = False
         self._armed = False
         self._previous: Any = None
+        self._ends_at = 0.0
 
     def __enter__(self) -> HandlerDeadline:
         usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
@@ -47,8 +53,25 @@ class HandlerDeadline:
             return self
         self._previous = signal.signal(signal.SIGALRM, self._fire)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self._ends_at = time.monotonic() + self.seconds
         self._armed = True
         return self
+
+    def rearm(self) -> bool:
+        """Put the timer back if a handler replaced its signal handler or cleared it; True if it
+        had to (the time that was left is kept)."""
+        if not self._armed or self.expired:
+            return False
+        ours = signal.getsignal(signal.SIGALRM) == self._fire
+        if ours and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            return False
+        signal.signal(signal.SIGALRM, self._fire)
+        left = self._ends_at - time.monotonic()
+        if left <= 0:
+            self.expired = True
+        else:
+            signal.setitimer(signal.ITIMER_REAL, left)
+        return True
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

@@ -12,8 +12,14 @@ for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoi
 poison-record handling), `inflightSequenceNumber` (the first sequence number of a delivery that
 began and has not answered yet: still there when the next delivery begins, the process died),
 `appliedAggregates` (the shardline aggregates applied in this shard within the dedup horizon,
-compact JSON: `_dedup`; set by the checkpoint's own write, never by a write of its own) and
-`updatedAt` (epoch seconds of the last write).
+compact JSON: `_dedup`; set by the checkpoint's own write, never by a write of its own),
+`lastFailureAt` and `lastErrorDetails` (when the failing record last failed, for its backoff, and
+what DynamoDB refused), `carefulSpan` and `spanReturned` (after a crash: how many records past the
+checkpoint the delivery runs before its next checkpoint, and whether a lone record's handler
+returned — `_careful`), `stalledSince`, `stalledCause`, `stalledSequence` and `stalls` (the shard is
+stalled on a failure of its environment, not of a record — `_stalls`), `skippedByMapping` (JSON:
+batches the mapping discarded while the shard was stalled, for a redrive) and `updatedAt` (epoch
+seconds of the last write).
 
 Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
 do), setting `leaseOwner`: whoever writes next under a counter it did not see gets `LeaseLost`.
@@ -56,6 +62,10 @@ TRANSIENT_REASONS = frozenset(
 )
 TRANSIENT_ATTEMPTS = 4
 TRANSIENT_BACKOFF_S = 0.02
+#: Bounds on the text a lease row keeps about a failure (DynamoDB items are at most 400 KB).
+MAX_ERROR_CHARS = 1000
+MAX_DETAILS_CHARS = 4000
+_STALL_ATTRIBUTES = ("stalledSince", "stalledCause", "stalledSequence", "stalls")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,15 @@ class Lease:
     last_error: str | None = None
     inflight: str | None = None  # first sequence number of a delivery that has not answered
     applied_aggregates: str | None = None  # `appliedAggregates`: the dedup state (`_dedup`)
+    failed_time: float | None = None  # `lastFailureAt`: when `failed_at` last failed (table clock)
+    last_error_details: str | None = None  # `lastErrorDetails`: JSON, bounded
+    careful_span: int | None = None  # `carefulSpan`: records run past the checkpoint before the next one
+    span_returned: bool = False  # `spanReturned`: a lone careful record's handler returned
+    stalled_since: float | None = None  # `stalledSince`: the shard stalls on its environment
+    stalled_cause: str | None = None
+    stalled_sequence: str | None = None  # the sequence number the stalled delivery retries from
+    stalls: int = 0  # consecutive stalled deliveries
+    skipped_by_mapping: str | None = None  # JSON list of batches the mapping discarded while stalled
 
 
 def _lease_of(item: Mapping[str, Any]) -> Lease:
@@ -95,7 +114,20 @@ def _lease_of(item: Mapping[str, Any]) -> Lease:
         last_error=item.get("lastError", {}).get("S"),
         inflight=item.get("inflightSequenceNumber", {}).get("S"),
         applied_aggregates=item.get("appliedAggregates", {}).get("S"),
+        failed_time=_number(item, "lastFailureAt"),
+        last_error_details=item.get("lastErrorDetails", {}).get("S"),
+        careful_span=int(item["carefulSpan"]["N"]) if "carefulSpan" in item else None,
+        span_returned=bool(item.get("spanReturned", {}).get("BOOL", False)),
+        stalled_since=_number(item, "stalledSince"),
+        stalled_cause=item.get("stalledCause", {}).get("S"),
+        stalled_sequence=item.get("stalledSequence", {}).get("S"),
+        stalls=int(item.get("stalls", {"N": "0"})["N"]),
+        skipped_by_mapping=item.get("skippedByMapping", {}).get("S"),
     )
+
+
+def _number(item: Mapping[str, Any], name: str) -> float | None:
+    return float(item[name]["N"]) if name in item else None
 
 
 def _code(exc: ClientError) -> str:
@@ -106,12 +138,27 @@ class LeaseTable:
     """Leases and checkpoints of one consumer group, in one DynamoDB table."""
 
     def __init__(
-        self, dynamodb_client: DynamoDBClient, table_name: str, *, clock: Callable[[], float] = time.time
+        self,
+        dynamodb_client: DynamoDBClient,
+        table_name: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._client = dynamodb_client
         self.table_name = table_name
         self._clock = clock
+        self._sleep = sleep
         self._sink_keys: dict[str, tuple[str, ...] | None] = {}
+
+    def now(self) -> float:
+        """The group's wall clock (epoch seconds): rows are stamped with it, backoffs measured in it."""
+        return self._clock()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on the group's clock (a failed record's backoff, a stalled shard's)."""
+        if seconds > 0:
+            self._sleep(seconds)
 
     @staticmethod
     def create(dynamodb_client: DynamoDBClient, table_name: str) -> None:
@@ -236,35 +283,96 @@ class LeaseTable:
     def release(self, lease: Lease) -> Lease:
         """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint).
         Raises `LeaseLost` if the lease was taken since."""
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key=self._key(lease.key),
-                UpdateExpression="SET leaseOwner = :owner, leaseCounter = :next, updatedAt = :now "
-                "REMOVE inflightSequenceNumber",
-                ConditionExpression="leaseCounter = :counter",
-                ExpressionAttributeValues={
-                    ":owner": {"S": lease.owner},
-                    ":next": {"N": str(lease.counter + 1)},
-                    ":now": self._now(),
-                    ":counter": {"N": str(lease.counter)},
-                },
-            )
-        except ClientError as exc:
-            if _code(exc) == CONDITION_FAILED:
-                raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
-            raise
+        self._fenced(lease, {}, {}, ["inflightSequenceNumber"])
         return replace(lease, counter=lease.counter + 1, inflight=None)
+
+    def mark_careful(
+        self, lease: Lease, span: int, *, returned: bool = False, release: bool = False
+    ) -> Lease:
+        """Run carefully from the checkpoint on (`_careful`): `span` records before the next
+        checkpoint; `returned=True`: the lone record's handler returned (a crash now is not its
+        doing). `release=True` also removes the in-flight mark."""
+        assignments = {"carefulSpan": ":span"}
+        values: dict[str, Any] = {":span": {"N": str(span)}}
+        removes = ["inflightSequenceNumber"] if release else []
+        if returned:
+            assignments["spanReturned"] = ":returned"
+            values[":returned"] = {"BOOL": True}
+        elif lease.span_returned:
+            removes.append("spanReturned")
+        self._fenced(lease, assignments, values, removes)
+        return replace(
+            lease,
+            counter=lease.counter + 1,
+            careful_span=span,
+            span_returned=returned,
+            inflight=None if release else lease.inflight,
+        )
+
+    def stall(self, lease: Lease, cause: str, sequence: str, *, release: bool = False) -> Lease:
+        """Note that the shard stalls on its environment (`_stalls`): since when (kept from the
+        first stalled delivery), why, where the mapping retries, how many deliveries in a row."""
+        cause = cause[:MAX_ERROR_CHARS] or "-"
+        now = self.now()
+        self._fenced(
+            lease,
+            {
+                "stalledSince": "if_not_exists(stalledSince, :at)",
+                "stalledCause": ":cause",
+                "stalledSequence": ":retry",
+                "stalls": "if_not_exists(stalls, :zero) + :one",
+            },
+            {
+                ":at": {"N": f"{now:.3f}"},
+                ":cause": {"S": cause},
+                ":retry": {"S": sequence},
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+            },
+            ["inflightSequenceNumber"] if release else [],
+        )
+        return replace(
+            lease,
+            counter=lease.counter + 1,
+            stalled_since=lease.stalled_since if lease.stalled_since is not None else now,
+            stalled_cause=cause,
+            stalled_sequence=sequence,
+            stalls=lease.stalls + 1,
+            inflight=None if release else lease.inflight,
+        )
+
+    def note_skipped(self, lease: Lease, skipped: str) -> Lease:
+        """Replace `skippedByMapping` with `skipped` (JSON) and end the stall: the mapping has moved
+        past the stalled batch."""
+        self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, _STALL_ATTRIBUTES)
+        return replace(
+            lease,
+            counter=lease.counter + 1,
+            skipped_by_mapping=skipped,
+            stalled_since=None,
+            stalled_cause=None,
+            stalled_sequence=None,
+            stalls=0,
+        )
+
+    def start_at(self, key: str, checkpoint: Position) -> bool:
+        """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
+        return self._write_new(Lease(key, "", 1, checkpoint))
 
     def sink_key(self, table_name: str) -> tuple[str, ...] | None:
         """The key attributes of a sink table (DescribeTable, once per table), or None when the
-        table cannot be described (then a `Put` is told apart from others by its whole item)."""
+        role may not describe it (then a `Put` is told apart from others by its whole item).
+        A table that does not exist raises: the shard stalls on it (`_stalls`)."""
         if table_name not in self._sink_keys:
             try:
                 schema = self._client.describe_table(TableName=table_name)["Table"]["KeySchema"]
-                self._sink_keys[table_name] = tuple(str(key["AttributeName"]) for key in schema)
-            except ClientError:
-                self._sink_keys[table_name] = None
+            except ClientError as exc:
+                if _code(exc) == "ResourceNotFoundException":
+                    raise
+                if _code(exc) in ("AccessDeniedException", "AccessDenied"):
+                    self._sink_keys[table_name] = None
+                return None  # throttled or unavailable: asked again next time
+            self._sink_keys[table_name] = tuple(str(key["AttributeName"]) for key in schema)
         return self._sink_keys[table_name]
 
     def _write_new(self, lease: Lease) -> bool:
@@ -273,7 +381,7 @@ class LeaseTable:
             "leaseOwner": {"S": lease.owner},
             "leaseCounter": {"N": "1"},
             "checkpoint": {"S": lease.checkpoint.sequence},
-            "checkpointSubSequenceNumber": {"N": "0"},
+            "checkpointSubSequenceNumber": {"N": str(lease.checkpoint.sub_sequence)},
             "ownerSwitchesSinceCheckpoint": {"N": "0"},
             "updatedAt": self._now(),
         }
@@ -292,28 +400,41 @@ class LeaseTable:
     # -- checkpoints -----------------------------------------------------------------------
 
     def checkpoint(
-        self, lease: Lease, position: Position, *, release: bool = False, applied: str | None = None
+        self,
+        lease: Lease,
+        position: Position,
+        *,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         """Move the checkpoint forward to `position` under `lease`. Returns the updated lease.
 
         A position at or below the current checkpoint changes nothing. Raises `LeaseLost` if the
         lease was taken since. `release=True` also removes the delivery's in-flight mark.
         `applied` (None: unchanged) is the applied-aggregate state at `position` (`_dedup`),
-        written by the same write ("" removes it).
+        written by the same write ("" removes it). `careful_span`: the span of a careful run
+        that starts past `position` (`_careful`; None ends careful running). A checkpoint that
+        moves ends a stall and clears the failure it passes.
         """
         if position <= lease.checkpoint:
             return lease
+        update = self._checkpoint_update(lease, position, release, applied, careful_span)
         try:
-            self._client.update_item(**self._checkpoint_update(lease, position, release, applied))
+            self._client.update_item(**update)
         except ClientError as exc:
             if _code(exc) != CONDITION_FAILED:
-                return self._confirm_landed(lease, position, exc, applied)
+                return self._confirm_landed(lease, position, exc, applied, careful_span)
             return self._confirm_landed(
-                lease, position, LeaseLost(f"lease {lease.key} was taken by another owner"), applied
+                lease,
+                position,
+                LeaseLost(f"lease {lease.key} was taken by another owner"),
+                applied,
+                careful_span,
             )
         except Exception as exc:  # timeout, reset: did it land?
-            return self._confirm_landed(lease, position, exc, applied)
-        return self._advanced(lease, position, release, applied)
+            return self._confirm_landed(lease, position, exc, applied, careful_span)
+        return self._advanced(lease, position, release, applied, careful_span)
 
     def checkpoint_with(
         self,
@@ -323,21 +444,25 @@ class LeaseTable:
         *,
         release: bool = False,
         applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction: both or neither.
 
         At most `MAX_TRANSACTION_ITEMS - 1` writes. Raises `LeaseLost` when the lease was taken,
         `SinkConflict` when one of `writes` failed its own condition, `SinkRejected` when DynamoDB
-        refused one as invalid — each saying which writes, when DynamoDB did. `applied`: as in
-        `checkpoint`, in the checkpoint's own item of the transaction.
+        refused one as invalid — each saying which writes, when DynamoDB did. `applied` and
+        `careful_span`: as in `checkpoint`, in the checkpoint's own item of the transaction.
+        Any other refusal (a missing or forbidden table, throttling) raises as botocore raised it.
         """
         if not writes:
-            return self.checkpoint(lease, position, release=release, applied=applied)
+            return self.checkpoint(
+                lease, position, release=release, applied=applied, careful_span=careful_span
+            )
         if len(writes) > MAX_TRANSACTION_ITEMS - 1:
             raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         if position <= lease.checkpoint:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        update = self._checkpoint_update(lease, position, release, applied)
+        update = self._checkpoint_update(lease, position, release, applied, careful_span)
         del update["ReturnValues"]
         # Idempotent retries of this very transaction (same lease, position and writes) only.
         identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
@@ -354,13 +479,13 @@ class LeaseTable:
                 codes = [reason.get("Code", "None") for reason in reasons]
                 if codes and codes[0] == CANCELED_BY_CONDITION:
                     return self._confirm_landed(
-                        lease, position, LeaseLost(f"lease {lease.key} was taken"), applied
+                        lease, position, LeaseLost(f"lease {lease.key} was taken"), applied, careful_span
                     )
                 _raise_for_sink_writes(reasons, exc)
-            return self._confirm_landed(lease, position, exc, applied)
+            return self._confirm_landed(lease, position, exc, applied, careful_span)
         except Exception as exc:
-            return self._confirm_landed(lease, position, exc, applied)
-        return self._advanced(lease, position, release, applied)
+            return self._confirm_landed(lease, position, exc, applied, careful_span)
+        return self._advanced(lease, position, release, applied, careful_span)
 
     def _transact(self, items: list[Mapping[str, Any]], token: str) -> None:
         """TransactWriteItems, again (up to `TRANSIENT_ATTEMPTS` times, with jittered backoff) while
@@ -378,41 +503,51 @@ class LeaseTable:
                     raise
                 time.sleep(random.uniform(0, TRANSIENT_BACKOFF_S * 2**attempt))
 
-    def record_failure(self, lease: Lease, position: Position, error: str, *, release: bool = False) -> Lease:
-        """Count one more failed attempt at `position` (a new position starts at 1).
-        `release=True` also removes the delivery's in-flight mark."""
+    def record_failure(
+        self,
+        lease: Lease,
+        position: Position,
+        error: str,
+        *,
+        release: bool = False,
+        details: str | None = None,
+    ) -> Lease:
+        """Count one more failed attempt at `position` (a new position starts at 1), stamped with
+        the table's clock (its backoff starts now). `details` (JSON, bounded) say more, e.g. the
+        sink writes DynamoDB refused. `release=True` also removes the delivery's in-flight mark."""
         attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
-        error = error[:1000] or "-"
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key=self._key(lease.key),
-                UpdateExpression="SET failedSequenceNumber = :seq, failedSubSequenceNumber = :sub, "
-                "failedAttempts = :n, lastError = :error, updatedAt = :now, "
-                "leaseOwner = :owner, leaseCounter = :next"
-                + (" REMOVE inflightSequenceNumber" if release else ""),
-                ConditionExpression="leaseCounter = :counter",
-                ExpressionAttributeValues={
-                    ":seq": {"S": position.sequence},
-                    ":sub": {"N": str(position.sub_sequence)},
-                    ":n": {"N": str(attempts)},
-                    ":error": {"S": error},
-                    ":now": self._now(),
-                    ":counter": {"N": str(lease.counter)},
-                    ":owner": {"S": lease.owner},
-                    ":next": {"N": str(lease.counter + 1)},
-                },
-            )
-        except ClientError as exc:
-            if _code(exc) == CONDITION_FAILED:
-                raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
-            raise
+        error = error[:MAX_ERROR_CHARS] or "-"
+        details = details[:MAX_DETAILS_CHARS] if details else None
+        now = self.now()
+        assignments = {
+            "failedSequenceNumber": ":seq",
+            "failedSubSequenceNumber": ":sub",
+            "failedAttempts": ":n",
+            "lastError": ":error",
+            "lastFailureAt": ":at",
+        }
+        values: dict[str, Any] = {
+            ":seq": {"S": position.sequence},
+            ":sub": {"N": str(position.sub_sequence)},
+            ":n": {"N": str(attempts)},
+            ":error": {"S": error},
+            ":at": {"N": f"{now:.3f}"},
+        }
+        removes = ["inflightSequenceNumber"] if release else []
+        if details:
+            assignments["lastErrorDetails"] = ":details"
+            values[":details"] = {"S": details}
+        elif lease.last_error_details is not None:
+            removes.append("lastErrorDetails")
+        self._fenced(lease, assignments, values, removes)
         return replace(
             lease,
             counter=lease.counter + 1,
             failed_at=position,
             failed_attempts=attempts,
             last_error=error,
+            failed_time=now,
+            last_error_details=details,
             inflight=None if release else lease.inflight,
         )
 
@@ -445,20 +580,68 @@ class LeaseTable:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _fenced(
+        self,
+        lease: Lease,
+        assignments: Mapping[str, str],
+        values: Mapping[str, Any],
+        removes: Iterable[str] = (),
+    ) -> None:
+        """UpdateItem of `lease`'s row under its counter, claiming it (owner, counter + 1): SET
+        each attribute to its expression, REMOVE `removes`. `LeaseLost` if the lease was taken."""
+        expression = "SET leaseOwner = :owner, leaseCounter = :next, updatedAt = :now"
+        expression += "".join(f", {name} = {value}" for name, value in assignments.items())
+        removed = list(removes)
+        if removed:
+            expression += " REMOVE " + ", ".join(removed)
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=self._key(lease.key),
+                UpdateExpression=expression,
+                ConditionExpression="leaseCounter = :counter",
+                ExpressionAttributeValues={
+                    ":owner": {"S": lease.owner},
+                    ":next": {"N": str(lease.counter + 1)},
+                    ":now": self._now(),
+                    ":counter": {"N": str(lease.counter)},
+                    **values,
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) == CONDITION_FAILED:
+                raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
+            raise
+
     def _checkpoint_update(
-        self, lease: Lease, position: Position, release: bool = False, applied: str | None = None
+        self,
+        lease: Lease,
+        position: Position,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
     ) -> dict[str, Any]:
         removed = []
         if lease.failed_at is not None and lease.failed_at <= position:
             removed += ["failedSequenceNumber", "failedSubSequenceNumber", "failedAttempts", "lastError"]
+            removed += ["lastFailureAt", "lastErrorDetails"]
         if release:
             removed.append("inflightSequenceNumber")
+        if lease.stalled_since is not None or lease.stalls:
+            removed += _STALL_ATTRIBUTES
+        if lease.span_returned:
+            removed.append("spanReturned")
         expression = (
             "SET checkpoint = :seq, checkpointSubSequenceNumber = :sub, "
             "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now, "
             "leaseOwner = :owner, leaseCounter = :next"
         )
         values: dict[str, Any] = {}
+        if careful_span is not None:
+            expression += ", carefulSpan = :span"
+            values[":span"] = {"N": str(careful_span)}
+        elif lease.careful_span is not None:
+            removed.append("carefulSpan")
         if applied is not None and applied != (lease.applied_aggregates or ""):
             if applied:
                 expression += ", appliedAggregates = :applied"
@@ -489,15 +672,38 @@ class LeaseTable:
         }
 
     def _advanced(
-        self, lease: Lease, position: Position, release: bool = False, applied: str | None = None
+        self,
+        lease: Lease,
+        position: Position,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         if lease.failed_at is not None and lease.failed_at <= position:
-            lease = replace(lease, failed_at=None, failed_attempts=0, last_error=None)
+            lease = replace(
+                lease,
+                failed_at=None,
+                failed_attempts=0,
+                last_error=None,
+                failed_time=None,
+                last_error_details=None,
+            )
         if release:
             lease = replace(lease, inflight=None)
         if applied is not None:
             lease = replace(lease, applied_aggregates=applied or None)
-        return replace(lease, counter=lease.counter + 1, checkpoint=position, owner_switches=0)
+        return replace(
+            lease,
+            counter=lease.counter + 1,
+            checkpoint=position,
+            owner_switches=0,
+            careful_span=careful_span,
+            span_returned=False,
+            stalled_since=None,
+            stalled_cause=None,
+            stalled_sequence=None,
+            stalls=0,
+        )
 
     def _confirm_held(self, lease: Lease, error: Exception) -> None:
         """Raise `LeaseLost` if the row shows `lease` was taken since."""
@@ -506,7 +712,12 @@ class LeaseTable:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
 
     def _confirm_landed(
-        self, lease: Lease, position: Position, error: Exception, applied: str | None = None
+        self,
+        lease: Lease,
+        position: Position,
+        error: Exception,
+        applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
         stored = self.get(lease.key)
@@ -515,7 +726,7 @@ class LeaseTable:
             lease.owner,
             position,
         ):  # it landed; the reply was lost
-            return self._advanced(lease, position, stored.inflight is None, applied)
+            return self._advanced(lease, position, stored.inflight is None, applied, careful_span)
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
         raise error

@@ -33,6 +33,11 @@ class ConsumerMetrics:
         "OutOfRangeRecordsSkipped",  # members of shardline aggregates outside the shard's range
         "ClientIdDuplicatesSkipped",  # records whose `once` guard was already there
         "DedupLanesEvicted",  # producer lanes dropped from the dedup state to bound its size
+        "ShardStalls",  # deliveries stalled on the environment (a missing table, a refusing DLQ, ...)
+        "BatchesSkippedByMapping",  # stalled batches the mapping discarded: redrive them
+        "CrashesIsolated",  # crashes pinned on a record that ran alone (counted against it)
+        "RetriesDeferred",  # waits for a failing record's backoff
+        "TimeBudgetDisarmed",  # a handler replaced shardline's SIGALRM timer (re-armed)
     )
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.config import Config
+
 from shardline.consumer._deaggregation import ConsumedRecord
 from shardline.errors import ConfigurationError
 
@@ -35,12 +37,22 @@ class ConsumerSettings:
     multi_stream: bool = False
     sink_conflicts: str = "fail"
     detect_crashes: bool = True
+    retry_backoff: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.group:
             raise ConfigurationError("group must be a non-empty string")
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.max_attempts < 2:
+            raise ConfigurationError(
+                f"max_attempts must be at least 2, got {self.max_attempts}: one failure is no evidence "
+                "against a record (a crash of another, an overlapping delivery), so one is never "
+                "enough to dead-letter it"
+            )
+        if not 0 < self.retry_backoff <= 60:
+            raise ConfigurationError(
+                f"retry_backoff must be above 0 and at most 60 seconds, got {self.retry_backoff}: the "
+                "attempts of a failing record are spaced so that a brief outage fails none of them"
+            )
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise ConfigurationError(
                 f"checkpoint_every must be at least 1 or None, got {self.checkpoint_every}"
@@ -53,3 +65,19 @@ class ConsumerSettings:
     def lease_key(self, stream: str, shard_id: str) -> str:
         """The lease table key of a shard: its id, or `<stream>:<shard id>` for a multi-stream group."""
         return f"{stream}:{shard_id}" if self.multi_stream else shard_id
+
+
+def client_config(time_margin: float) -> Config:
+    """botocore settings for the clients a consumer makes its own calls with (DynamoDB, SQS, S3,
+    Kinesis), so that each call, retry included, ends within `time_margin` — the seconds the
+    consumer keeps for its last writes — instead of boto3's 60 s reads that can outlast the
+    function. A call that times out stalls the shard (`_stalls`); it never blames a record.
+
+        dynamodb = boto3.client("dynamodb", config=client_config(2.0))
+    """
+    per_try = max(0.2, time_margin / 4)  # connect + read, twice, fits in the margin
+    return Config(
+        connect_timeout=per_try,
+        read_timeout=per_try,
+        retries={"mode": "standard", "total_max_attempts": 2},
+    )

@@ -9,11 +9,14 @@ and a `once` guard whose item is already there cancels the transaction at its in
 (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does: the consumer then skips the record.
 `reads` counts GetItem calls and `writes` counts write requests by kind, as DynamoDB would bill
 them (one that fails its condition included). `fail_next` injects a failure into the next call
-of an operation, before or after its write lands.
+of an operation, before or after its write lands. The table's clock is virtual: `now()` starts at
+the wall clock and `sleep()` (a failing record's backoff, a stalled shard's) moves it on without
+waiting, so a test of backoffs runs in no time and `slept` says how long the consumer waited.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -22,7 +25,13 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from shardline.consumer._leases import MAX_TRANSACTION_ITEMS, Lease, LeaseTable
+from shardline.consumer._leases import (
+    MAX_DETAILS_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_TRANSACTION_ITEMS,
+    Lease,
+    LeaseTable,
+)
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing._sink_tables import Item, SinkTables
@@ -39,6 +48,9 @@ OPERATIONS = (
     "checkpoint",
     "checkpoint_with",
     "record_failure",
+    "mark_careful",
+    "stall",
+    "note_skipped",
     "mark_shard_end",
 )
 _CONFIRMED = ("checkpoint", "checkpoint_with")  # LeaseTable re-reads the row when these fail
@@ -54,6 +66,9 @@ class LeaseWrite(StrEnum):
     CHECKPOINT = "checkpoint"  # UpdateItem of the checkpoint
     TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + sink writes
     FAILURE = "failure"  # UpdateItem counting a failed attempt
+    CAREFUL = "careful"  # UpdateItem of the careful span after a crash (`_careful`)
+    STALL = "stall"  # UpdateItem noting a stall on the environment (`_stalls`)
+    SKIPPED = "skipped by mapping"  # UpdateItem noting a batch the mapping discarded
     SHARD_END = "shard end"  # UpdateItem setting a parent's checkpoint to SHARD_END
 
 
@@ -69,11 +84,21 @@ class InMemoryLeaseTable(LeaseTable):
 
     `key_schema` names the key attributes of each sink table a handler `Put`s into, e.g.
     `{"orders": ["id"]}`; declared, it is also checked against the keys of `Update`, `Delete`
-    and `ConditionCheck` entries (undeclared, their `Key` is taken as it is).
+    and `ConditionCheck` entries (undeclared, their `Key` is taken as it is). `start`: where the
+    virtual clock starts (epoch seconds; default the wall clock).
     """
 
-    def __init__(self, table_name: str = "leases", *, key_schema: Mapping[str, Sequence[str]] = {}) -> None:
-        super().__init__(_NoClient(), table_name)  # the client is never called
+    def __init__(
+        self,
+        table_name: str = "leases",
+        *,
+        key_schema: Mapping[str, Sequence[str]] = {},
+        start: float | None = None,
+    ) -> None:
+        self._virtual_now = time.time() if start is None else start
+        self.slept = 0.0  # seconds the consumer waited on this table's clock
+        # the client is never called; the clock is virtual
+        super().__init__(_NoClient(), table_name, clock=self._read_clock, sleep=self._move_clock)
         self._rows: dict[str, Lease] = {}
         self._sinks = SinkTables(key_schema)
         self._faults: dict[str, list[tuple[BaseException, bool]]] = {}
@@ -116,6 +141,13 @@ class InMemoryLeaseTable(LeaseTable):
         self._rows[key] = Lease(
             key, owner, current.counter if current else 1, checkpoint, applied_aggregates=applied_aggregates
         )
+
+    def _read_clock(self) -> float:
+        return self._virtual_now
+
+    def _move_clock(self, seconds: float) -> None:
+        self._virtual_now += seconds
+        self.slept += seconds
 
     def sink_key(self, table_name: str) -> tuple[str, ...] | None:
         """The declared key attributes of a sink table (as `LeaseTable` learns them with DescribeTable)."""
@@ -192,7 +224,8 @@ class InMemoryLeaseTable(LeaseTable):
                 inflight=delivery,
             )
             self._rows[key] = lease
-            return lease, current.inflight == delivery
+            # A mark of the same owner is this very call's, retried after a lost reply: no crash.
+            return lease, current.inflight == delivery and current.owner != owner
 
         return self._faulted("begin", begin)
 
@@ -209,12 +242,18 @@ class InMemoryLeaseTable(LeaseTable):
         return self._faulted("release", release)
 
     def checkpoint(
-        self, lease: Lease, position: Position, *, release: bool = False, applied: str | None = None
+        self,
+        lease: Lease,
+        position: Position,
+        *,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         def checkpoint() -> Lease:
             if position <= lease.checkpoint:
                 return lease
-            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release, applied)
+            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release, applied, careful_span)
 
         return self._faulted("checkpoint", checkpoint, lease)
 
@@ -226,10 +265,13 @@ class InMemoryLeaseTable(LeaseTable):
         *,
         release: bool = False,
         applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         def transaction() -> Lease:
             if not writes:
-                return self.checkpoint(lease, position, release=release, applied=applied)
+                return self.checkpoint(
+                    lease, position, release=release, applied=applied, careful_span=careful_span
+                )
             if len(writes) > MAX_TRANSACTION_ITEMS - 1:
                 raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
             if position <= lease.checkpoint:
@@ -251,36 +293,110 @@ class InMemoryLeaseTable(LeaseTable):
             except SinkConflict:
                 self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
                 raise
-            return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied)
+            return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied, careful_span)
 
         return self._faulted("checkpoint_with", transaction, lease)
 
-    def record_failure(self, lease: Lease, position: Position, error: str, *, release: bool = False) -> Lease:
+    def record_failure(
+        self,
+        lease: Lease,
+        position: Position,
+        error: str,
+        *,
+        release: bool = False,
+        details: str | None = None,
+    ) -> Lease:
         def record() -> Lease:
             stored = self._fence(lease, LeaseWrite.FAILURE, compare_checkpoint=False)
             attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
-            message = error[:1000] or "-"
+            failure: dict[str, Any] = {
+                "failed_at": position,
+                "failed_attempts": attempts,
+                "last_error": error[:MAX_ERROR_CHARS] or "-",
+                "failed_time": self.now(),
+                "last_error_details": details[:MAX_DETAILS_CHARS] if details else None,
+            }
             failed = replace(
-                lease,
-                counter=lease.counter + 1,
-                failed_at=position,
-                failed_attempts=attempts,
-                last_error=message,
-                inflight=None if release else lease.inflight,
+                lease, counter=lease.counter + 1, inflight=None if release else lease.inflight, **failure
             )
             self._rows[lease.key] = replace(
                 stored,
                 owner=lease.owner,
                 counter=failed.counter,
-                failed_at=position,
-                failed_attempts=attempts,
-                last_error=message,
                 inflight=None if release else stored.inflight,
+                **failure,
             )
             self.writes[LeaseWrite.FAILURE] += 1
             return failed
 
         return self._faulted("record_failure", record)
+
+    def mark_careful(
+        self, lease: Lease, span: int, *, returned: bool = False, release: bool = False
+    ) -> Lease:
+        def mark() -> Lease:
+            stored = self._fence(lease, LeaseWrite.CAREFUL, compare_checkpoint=False)
+            careful: dict[str, Any] = {"careful_span": span, "span_returned": returned}
+            marked = replace(
+                lease, counter=lease.counter + 1, inflight=None if release else lease.inflight, **careful
+            )
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=marked.counter,
+                inflight=None if release else stored.inflight,
+                **careful,
+            )
+            self.writes[LeaseWrite.CAREFUL] += 1
+            return marked
+
+        return self._faulted("mark_careful", mark)
+
+    def stall(self, lease: Lease, cause: str, sequence: str, *, release: bool = False) -> Lease:
+        def stall() -> Lease:
+            stored = self._fence(lease, LeaseWrite.STALL, compare_checkpoint=False)
+            noted = cause[:MAX_ERROR_CHARS] or "-"
+            since = stored.stalled_since if stored.stalled_since is not None else self.now()
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=lease.counter + 1,
+                stalled_since=since,
+                stalled_cause=noted,
+                stalled_sequence=sequence,
+                stalls=stored.stalls + 1,
+                inflight=None if release else stored.inflight,
+            )
+            self.writes[LeaseWrite.STALL] += 1
+            return replace(
+                lease,
+                counter=lease.counter + 1,
+                stalled_since=lease.stalled_since if lease.stalled_since is not None else since,
+                stalled_cause=noted,
+                stalled_sequence=sequence,
+                stalls=lease.stalls + 1,
+                inflight=None if release else lease.inflight,
+            )
+
+        return self._faulted("stall", stall)
+
+    def note_skipped(self, lease: Lease, skipped: str) -> Lease:
+        def note() -> Lease:
+            stored = self._fence(lease, LeaseWrite.SKIPPED, compare_checkpoint=False)
+            noted = {"skipped_by_mapping": skipped, **_NOT_STALLED}
+            self._rows[lease.key] = replace(stored, owner=lease.owner, counter=lease.counter + 1, **noted)
+            self.writes[LeaseWrite.SKIPPED] += 1
+            return replace(lease, counter=lease.counter + 1, **noted)
+
+        return self._faulted("note_skipped", note)
+
+    def start_at(self, key: str, checkpoint: Position) -> bool:
+        if key in self._rows:
+            self.writes[LeaseWrite.CREATE] += 1  # a conditional put, billed when it fails
+            return False
+        self._rows[key] = Lease(key, "", 1, checkpoint)
+        self.writes[LeaseWrite.CREATE] += 1
+        return True
 
     def mark_shard_end(self, seen: Lease) -> bool:
         def mark() -> bool:
@@ -343,28 +459,48 @@ class InMemoryLeaseTable(LeaseTable):
         kind: LeaseWrite,
         release: bool = False,
         applied: str | None = None,
+        careful_span: int | None = None,
     ) -> Lease:
         stored = self._fence(lease, kind)
-        advanced = replace(lease, checkpoint=position, owner_switches=0, counter=lease.counter + 1)
+        # What every checkpoint that moves changes, as `LeaseTable._checkpoint_update` writes it.
+        moved: dict[str, Any] = {
+            "checkpoint": position,
+            "owner_switches": 0,
+            "counter": lease.counter + 1,
+            "careful_span": careful_span,
+            "span_returned": False,
+            **_NOT_STALLED,
+        }
+        if lease.failed_at is not None and lease.failed_at <= position:
+            moved.update(_NO_FAILURE)
+        advanced = replace(lease, **moved)
         if applied is not None:
             advanced = replace(advanced, applied_aggregates=applied or None)
-        if lease.failed_at is not None and lease.failed_at <= position:
-            advanced = replace(advanced, failed_at=None, failed_attempts=0, last_error=None)
         if release:
             advanced = replace(advanced, inflight=None)
         self._rows[lease.key] = replace(
             stored,
             owner=lease.owner,
-            checkpoint=position,
-            owner_switches=0,
-            counter=advanced.counter,
-            failed_at=advanced.failed_at,
-            failed_attempts=advanced.failed_attempts,
-            last_error=advanced.last_error,
             inflight=None if release else stored.inflight,
             applied_aggregates=(
                 advanced.applied_aggregates if applied is not None else stored.applied_aggregates
             ),
+            **moved,
         )
         self.writes[kind] += 1
         return advanced
+
+
+_NOT_STALLED: dict[str, Any] = {
+    "stalled_since": None,
+    "stalled_cause": None,
+    "stalled_sequence": None,
+    "stalls": 0,
+}
+_NO_FAILURE: dict[str, Any] = {
+    "failed_at": None,
+    "failed_attempts": 0,
+    "last_error": None,
+    "failed_time": None,
+    "last_error_details": None,
+}

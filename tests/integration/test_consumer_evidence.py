@@ -1,0 +1,130 @@
+"""Issue 24 across the wire, on moto server with the real `LeaseTable`: a batch handler's one list
+of writes with one refused write loses nothing and dead-letters only its record; a sink table
+that does not exist, and a transaction DynamoDB cancels for an item collection over 10 GB, stall
+the shard loudly and blame no record — and once the cause is gone, everything is applied."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from shardline.consumer import ConsumedRecord, DeadLetterQueue
+from tests.integration.helpers import n_of
+
+
+def _put(table: str, record: ConsumedRecord, **extra: Any) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": {"id": {"S": str(n_of(record))}}, **extra}}
+
+
+def _sink_ids(pipeline) -> set[int]:
+    return {int(item["id"]["S"]) for item in pipeline.sink_items()}
+
+
+def _lettered(pipeline) -> list[int]:
+    return sorted(json.loads(base64.b64decode(letter["data"]))["n"] for letter in pipeline.dead_letters())
+
+
+@pytest.mark.parametrize("sink_conflicts", ["fail", "skip"])
+def test_loss_a_refused_write_in_a_one_list_chunk_is_pinned_on_its_record_over_moto(pipeline, sink_conflicts):
+    consumer = pipeline.consumer(
+        dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url), sink_conflicts=sink_conflicts
+    )
+
+    @consumer.batch_handler
+    def handle(chunk: list[ConsumedRecord]) -> list[dict[str, Any]]:
+        writes = []
+        for record in chunk:
+            if n_of(record) == 25:  # its condition can never hold
+                writes.append(_put(pipeline.sink, record, ConditionExpression="attribute_exists(id)"))
+            else:
+                writes.append(_put(pipeline.sink, record))
+        return writes
+
+    pipeline.feed(batch_size=100).drain(consumer.process)
+
+    everything = set(range(len(pipeline.sent)))
+    assert _sink_ids(pipeline) == everything - {25}, "every good record applied, none lost"
+    assert _lettered(pipeline) == ([25] if sink_conflicts == "fail" else [])
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.failed_at is None and row.inflight is None
+
+
+def test_stalled_a_sink_table_that_does_not_exist_stalls_loudly_then_everything_applies(pipeline):
+    consumer = pipeline.consumer(dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url))
+    missing = f"{pipeline.sink}-not-yet"
+
+    @consumer.handler
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        return [_put(missing, record)]
+
+    feed = pipeline.feed(batch_size=100)
+    for _ in range(10):
+        feed.invoke(consumer.process)
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.stalls == 10 and row.stalled_cause is not None
+    assert "ResourceNotFoundException" in row.stalled_cause and "does not exist" in row.stalled_cause
+    snapshot = consumer.metrics.snapshot()
+    assert snapshot["ShardStalls"] == 10 and snapshot["RecordsFailed"] == 0
+    assert row.failed_at is None and pipeline.dead_letters() == [], "no record blamed"
+
+    pipeline.dynamodb.create_table(
+        TableName=missing,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    feed.drain(consumer.process)
+    items = pipeline.dynamodb.scan(TableName=missing, ConsistentRead=True)["Items"]
+    assert sorted(int(item["id"]["S"]) for item in items) == list(range(len(pipeline.sent)))
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.stalled_cause is None and row.stalls == 0
+
+
+class _CollectionTooLarge:
+    """DynamoDB over moto, but a transaction with sink writes is cancelled as DynamoDB cancels one
+    whose item collection (a table with a local index) is over 10 GB, while `full` is set."""
+
+    def __init__(self, dynamodb: Any) -> None:
+        self._dynamodb = dynamodb
+        self.full = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dynamodb, name)
+
+    def transact_write_items(self, **request: Any) -> Any:
+        if self.full:
+            reasons = [{"Code": "None"}] + [
+                {"Code": "ItemCollectionSizeLimitExceeded", "Message": "Collection size exceeded"}
+            ] * (len(request["TransactItems"]) - 1)
+            raise ClientError(
+                {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                    "CancellationReasons": reasons,
+                },
+                "TransactWriteItems",
+            )
+        return self._dynamodb.transact_write_items(**request)
+
+
+def test_stalled_an_item_collection_over_10_gb_stalls_the_shard_and_blames_no_record(pipeline):
+    from shardline.consumer import LeaseTable
+
+    dynamodb = _CollectionTooLarge(pipeline.dynamodb)
+    pipeline.leases = LeaseTable(
+        dynamodb, pipeline.leases.table_name, clock=pipeline.clock.now, sleep=pipeline.clock.sleep
+    )
+    consumer = pipeline.consumer(dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url))
+    consumer.handler(lambda record: [_put(pipeline.sink, record)])
+    feed = pipeline.feed(batch_size=100)
+    for _ in range(6):
+        feed.invoke(consumer.process)
+    row = pipeline.leases.get(pipeline.shard_id)
+    assert row.stalled_cause is not None and "ItemCollectionSizeLimitExceeded" in row.stalled_cause
+    assert consumer.metrics.snapshot()["RecordsFailed"] == 0 and pipeline.dead_letters() == []
+    dynamodb.full = False
+    feed.drain(consumer.process)
+    assert _sink_ids(pipeline) == set(range(len(pipeline.sent)))

@@ -447,3 +447,26 @@ def test_smaller_the_in_memory_table_takes_one_owner_beginning_twice_for_no_cras
     assert not crashed
     _, crashed = table.begin(SHARD, "owner-2", "100")
     assert crashed
+
+
+def test_good_a_death_in_the_failure_count_of_a_careful_record_is_not_pinned_on_it() -> None:
+    """The lone record of a careful span raised (its handler returned, by raising); the function
+    then died in shardline's own write counting that failure: the death is not the record's."""
+    consumer, table, sqs = setup(max_attempts=2)
+    flaky = {"r0": 1}
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        if flaky.get(record_id(record), 0) > 0:
+            flaky[record_id(record)] -= 1
+            raise ConnectionError("orders API: connection reset")
+        return [effect(record)]
+
+    consumer.handler(handle)
+    replay = MappingReplay(kinesis_event(records(3))["Records"], 10)
+    table.fail_next("checkpoint_with", ProcessDied("timed out in the commit"))
+    replay.invoke(consumer.process)  # dies in the commit: the next delivery runs carefully
+    table.fail_next("record_failure", ProcessDied("timed out after counting"), landed=True)
+    replay.invoke(consumer.process)  # r0 alone raises once; the death follows its failure count
+    replay.drain(consumer.process)
+    assert sqs.bodies() == [] and applied(table) == {"r0": 1, "r1": 1, "r2": 1}
+    assert metric(consumer, "CrashesIsolated") == 0

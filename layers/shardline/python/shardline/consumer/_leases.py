@@ -66,6 +66,13 @@ TRANSIENT_BACKOFF_S = 0.02
 MAX_ERROR_CHARS = 1000
 MAX_DETAILS_CHARS = 4000
 _STALL_ATTRIBUTES = ("stalledSince", "stalledCause", "stalledSequence", "stalls")
+#: A lease's fields once its stall ended.
+NOT_STALLED: dict[str, Any] = {
+    "stalled_since": None,
+    "stalled_cause": None,
+    "stalled_sequence": None,
+    "stalls": 0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,10 +288,13 @@ class LeaseTable:
         return lease, before.inflight == delivery and before.owner != owner
 
     def release(self, lease: Lease) -> Lease:
-        """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint).
-        Raises `LeaseLost` if the lease was taken since."""
-        self._fenced(lease, {}, {}, ["inflightSequenceNumber"])
-        return replace(lease, counter=lease.counter + 1, inflight=None)
+        """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint),
+        and end the stall `lease` shows (the delivery reached DynamoDB and answered: whatever
+        stalled it is gone, though the checkpoint had nothing to pass). Raises `LeaseLost` if the
+        lease was taken since."""
+        stalled = lease.stalled_since is not None or lease.stalls > 0
+        self._fenced(lease, {}, {}, ["inflightSequenceNumber", *(_STALL_ATTRIBUTES if stalled else ())])
+        return replace(lease, counter=lease.counter + 1, inflight=None, **(NOT_STALLED if stalled else {}))
 
     def mark_careful(
         self, lease: Lease, span: int, *, returned: bool = False, release: bool = False
@@ -345,15 +355,7 @@ class LeaseTable:
         """Replace `skippedByMapping` with `skipped` (JSON) and end the stall: the mapping has moved
         past the stalled batch."""
         self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, _STALL_ATTRIBUTES)
-        return replace(
-            lease,
-            counter=lease.counter + 1,
-            skipped_by_mapping=skipped,
-            stalled_since=None,
-            stalled_cause=None,
-            stalled_sequence=None,
-            stalls=0,
-        )
+        return replace(lease, counter=lease.counter + 1, skipped_by_mapping=skipped, **NOT_STALLED)
 
     def start_at(self, key: str, checkpoint: Position) -> bool:
         """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
@@ -699,10 +701,7 @@ class LeaseTable:
             owner_switches=0,
             careful_span=careful_span,
             span_returned=False,
-            stalled_since=None,
-            stalled_cause=None,
-            stalled_sequence=None,
-            stalls=0,
+            **NOT_STALLED,
         )
 
     def _confirm_held(self, lease: Lease, error: Exception) -> None:

@@ -141,8 +141,11 @@ class ShardRun:
                 self._commit(release=True)
             except _RetryFrom as retry:
                 failed = retry.sequence
-            if self.marked and self.lease is not None:  # no write took the mark away yet
-                self.lease = self.group.table.release(self.lease)  # a redelivery is then no crash
+            lease = self.lease
+            if lease is not None and (self.marked or lease.stalled_since is not None or lease.stalls):
+                # No write took the mark away yet (a redelivery is then no crash), or the row
+                # still shows a stall this delivery got past without moving the checkpoint.
+                self.lease = self.group.table.release(lease)
                 self.marked = False
             self.group.stalls.pop(self.key, None)
             return failed

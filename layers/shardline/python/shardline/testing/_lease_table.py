@@ -29,6 +29,7 @@ from shardline.consumer._leases import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
     MAX_TRANSACTION_ITEMS,
+    NOT_STALLED,
     Lease,
     LeaseTable,
 )
@@ -232,9 +233,10 @@ class InMemoryLeaseTable(LeaseTable):
     def release(self, lease: Lease) -> Lease:
         def release() -> Lease:
             stored = self._fence(lease, LeaseWrite.RELEASE, compare_checkpoint=False)
-            released = replace(lease, counter=lease.counter + 1, inflight=None)
+            ended = NOT_STALLED if lease.stalled_since is not None or lease.stalls else {}
+            released = replace(lease, counter=lease.counter + 1, inflight=None, **ended)
             self._rows[lease.key] = replace(
-                stored, owner=lease.owner, counter=released.counter, inflight=None
+                stored, owner=lease.owner, counter=released.counter, inflight=None, **ended
             )
             self.writes[LeaseWrite.RELEASE] += 1
             return released
@@ -383,7 +385,7 @@ class InMemoryLeaseTable(LeaseTable):
     def note_skipped(self, lease: Lease, skipped: str) -> Lease:
         def note() -> Lease:
             stored = self._fence(lease, LeaseWrite.SKIPPED, compare_checkpoint=False)
-            noted = {"skipped_by_mapping": skipped, **_NOT_STALLED}
+            noted = {"skipped_by_mapping": skipped, **NOT_STALLED}
             self._rows[lease.key] = replace(stored, owner=lease.owner, counter=lease.counter + 1, **noted)
             self.writes[LeaseWrite.SKIPPED] += 1
             return replace(lease, counter=lease.counter + 1, **noted)
@@ -469,7 +471,7 @@ class InMemoryLeaseTable(LeaseTable):
             "counter": lease.counter + 1,
             "careful_span": careful_span,
             "span_returned": False,
-            **_NOT_STALLED,
+            **NOT_STALLED,
         }
         if lease.failed_at is not None and lease.failed_at <= position:
             moved.update(_NO_FAILURE)
@@ -491,12 +493,7 @@ class InMemoryLeaseTable(LeaseTable):
         return advanced
 
 
-_NOT_STALLED: dict[str, Any] = {
-    "stalled_since": None,
-    "stalled_cause": None,
-    "stalled_sequence": None,
-    "stalls": 0,
-}
+
 _NO_FAILURE: dict[str, Any] = {
     "failed_at": None,
     "failed_attempts": 0,

@@ -299,7 +299,10 @@ def run_sink(
         handler = partial(module.count, table)
     leases = MeteredLeases("leases", key_schema={table: key})
     consumer = KinesisConsumer(f"bench-{sink}", leases)
-    consumer.handler(handler)
+    if sink == "key_counter":  # as the function registers it: a batch handler
+        consumer.batch_handler(handler)
+    else:
+        consumer.handler(handler)
     for shard_id, records in shards.items():
         events = [event_record("bench", shard_id, record) for record in records]
         MappingReplay(events, batch_size=BATCH_SIZE).drain(consumer.process)

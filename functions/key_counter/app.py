@@ -1,18 +1,23 @@
 """Consumer group `key_counter`: how many user records the stream carried, per partition key.
 
-Counter table (hash key `partitionKey` S; attribute `count` N). Each record adds one with
-`ADD #count :one` — not idempotent: applied twice, a count is wrong. The handler returns the
-`Update` as a TransactWriteItems entry, so it commits in the same transaction as the checkpoint;
-a replayed batch is skipped below the checkpoint, and a crash leaves both or neither. The counts
-stay exact through replays, crashes and lost replies.
+Counter table (hash key `partitionKey` S; attribute `count` N). The handler is a batch handler:
+for each chunk of records the consumer gives it, one `ADD #count :n` per partition key (n: the
+chunk's records with that key) — not idempotent: applied twice, a count is wrong. It returns
+them as one list of TransactWriteItems entries for the whole chunk, so they commit in the same
+transaction as the checkpoint past the chunk; a replayed batch is skipped below the checkpoint, and
+a crash leaves both or neither. The counts stay exact through replays, crashes and lost replies.
+One item per key per chunk, not per record: a hot key costs one write per chunk, and no
+transaction ever has to be cut short because two records touch the same counter. A chunk whose
+list does not fit one transaction (over 99 writes) is split in halves by the consumer.
 
 Identity: a second copy of an aggregate (a producer retry after a lost reply) is skipped by the
 consumer before this handler sees it. A client re-POST is a new Kinesis record: a record with a
 client id (`ConsumedRecord.id`: its HTTP `id`, or `<Idempotency-Key>:<index>`) is counted once
-because its `ADD` is guarded — the handler returns `shardline.consumer.once(...)` for the id beside
-the `Update`, in the same transaction; a later copy's guard fails its condition and the consumer
-skips the record as already applied (metric `ClientIdDuplicatesSkipped`). A record without a
-client id is counted once per producer retry, but a client re-POST of it counts again.
+because its count is guarded — the list holds `shardline.consumer.once(..., record_id=id)` for
+each id, in the same transaction; a later copy's guard fails its condition, names the id, and the
+consumer runs the chunk again without that record (metric `ClientIdDuplicatesSkipped`). Records
+with the same id in one chunk are counted once. A record without a client id is counted once per
+producer retry, but a client re-POST of it counts again.
 
 Guard item, one per client id, in the counter table:
 
@@ -20,11 +25,9 @@ Guard item, one per client id, in the counter table:
                        longer than any Kinesis partition key (256 UTF-16 code units), so no
                        counter can share it, and a guard never shows up as a counted key
     shardlineOnce   N  1
+    shardlineOnceId S  the client id
     expiresAt       N  epoch seconds: the record's arrival + ONCE_TTL_SECONDS (7 days), the table's
                        TTL attribute; a re-POST later than that is a new record
-
-DynamoDB refuses a transaction that touches one item twice; when a record's key is already in
-the pending transaction, shardline commits that one first and starts the next.
 
 Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE (the counter
 table), DLQ_URL (optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN
@@ -34,6 +37,7 @@ POWERTOOLS_TRACE_DISABLED.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -58,25 +62,33 @@ def is_guard(item: dict[str, Any]) -> bool:
     )
 
 
-def count(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
-    """The user logic: one more record for this partition key (once per client id), committed with
-    the checkpoint."""
-    writes: list[dict[str, Any]] = [
+def count(table: str, records: list[ConsumedRecord]) -> list[dict[str, Any]]:
+    """The user logic: for a chunk of records, how many more records each partition key has (once
+    per client id), as one list of writes committed with the checkpoint past the chunk."""
+    per_key: Counter[str] = Counter()
+    guards: list[dict[str, Any]] = []
+    guarded: set[str] = set()
+    for record in records:
+        if record.id is not None:
+            if record.id in guarded:
+                continue  # the same client record twice in the chunk: counted once
+            guarded.add(record.id)
+            expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
+            guards.append(once(table, guard_key(record.id), expires_at=expires_at, record_id=record.id))
+        per_key[record.partition_key] += 1
+    return [
         {
             "Update": {
                 "TableName": table,
-                "Key": {"partitionKey": {"S": record.partition_key}},
-                "UpdateExpression": "ADD #count :one",
+                "Key": {"partitionKey": {"S": key}},
+                "UpdateExpression": "ADD #count :n",
                 "ExpressionAttributeNames": {"#count": "count"},
-                "ExpressionAttributeValues": {":one": {"N": "1"}},
+                "ExpressionAttributeValues": {":n": {"N": str(n)}},
             }
         }
-    ]
-    if record.id is not None:
-        expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
-        writes.append(once(table, guard_key(record.id), expires_at=expires_at))
-    return writes
+        for key, n in per_key.items()
+    ] + guards
 
 
-function = ConsumerFunction(lambda table: partial(count, table))
+function = ConsumerFunction(batch_handler_for=lambda table: partial(count, table))
 handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

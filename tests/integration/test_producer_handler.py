@@ -605,7 +605,10 @@ class Sinks:
         for table, key, handler in groups:
             leases = InMemoryLeaseTable(key_schema={table: key})
             consumer = KinesisConsumer(f"group-{table}", leases, kinesis=client)
-            consumer.handler(partial(handler, table))
+            if table == COUNTS:  # as the function registers it
+                consumer.batch_handler(partial(handler, table))
+            else:
+                consumer.handler(partial(handler, table))
             for shard in client.list_shards(StreamName=name)["Shards"]:
                 replay = MappingReplay(read_shard(client, name, shard["ShardId"]), batch_size=7)
                 replay.drain(consumer.process)

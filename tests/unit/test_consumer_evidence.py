@@ -12,14 +12,24 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+from bench.identity import function_module
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, DependencyUnavailable, KinesisConsumer
 from shardline.errors import ConfigurationError
-from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
+from shardline.kinesis import UserRecord
+from shardline.testing import (
+    SEQUENCE_STEP,
+    FakeLambdaContext,
+    InMemoryLeaseTable,
+    LeaseWrite,
+    MappingReplay,
+    kinesis_event,
+)
 from tests.unit.test_consumer_never_blocks import (
     SHARD,
     SINK,
@@ -352,6 +362,49 @@ def test_cost_a_refusal_dynamodb_does_not_pin_costs_log_n_transactions() -> None
     transactions = table.total_writes - before
     assert transactions <= 12, f"{transactions} writes to pin one refusal among 50 records"
     assert applied(table) == {f"r{i}": 1 for i in range(40)}
+
+
+def counter_consumer() -> tuple[KinesisConsumer, InMemoryLeaseTable, Any]:
+    """functions/key_counter's handler, registered as the function registers it."""
+    counter = function_module("key_counter")
+    table = InMemoryLeaseTable(key_schema={"counts": ["partitionKey"]})
+    consumer = KinesisConsumer("key_counter", table, max_attempts=3)
+    consumer.batch_handler(partial(counter.count, "counts"))
+    return consumer, table, counter
+
+
+def counts(table: InMemoryLeaseTable, counter: Any) -> dict[str, int]:
+    items = table.items("counts")
+    return {i["partitionKey"]["S"]: int(i["count"]["N"]) for i in items if not counter.is_guard(i)}
+
+
+def test_cost_the_key_counter_commits_a_batch_of_hot_keys_in_one_transaction() -> None:
+    consumer, table, counter = counter_consumer()
+    users = [UserRecord(f"k{i % 5}", b"x") for i in range(100)]  # 5 hot keys
+    consumer.process(kinesis_event(users, records_per_aggregate=10), FakeLambdaContext())
+    assert counts(table, counter) == {f"k{i}": 20 for i in range(5)}
+    assert table.writes[LeaseWrite.TRANSACTION] == 1, "not one transaction per repeated key"
+
+
+def test_cost_a_re_posted_batch_to_the_key_counter_costs_one_more_transaction_not_a_split() -> None:
+    consumer, table, counter = counter_consumer()
+    users = [UserRecord(f"k{i % 5}", b"x", None, f"order-{i}") for i in range(40)]
+    first = kinesis_event(users, producer="p1", records_per_aggregate=10)
+    consumer.process(first, FakeLambdaContext())
+    before = table.total_writes
+    fresh = [UserRecord("k9", b"x", None, "order-new")]
+    again = kinesis_event(  # the client re-POSTed all 40 beside one new record: new aggregates
+        [*users[:20], *fresh, *users[20:]], producer="p2", first_sequence=SEQUENCE_AFTER(first)
+    )
+    answer = consumer.process(again, FakeLambdaContext())
+    assert answer == {"batchItemFailures": []}
+    assert counts(table, counter) == {**{f"k{i}": 8 for i in range(5)}, "k9": 1}
+    assert metric(consumer, "ClientIdDuplicatesSkipped") == 40
+    assert table.total_writes - before <= 4, "begin, the cancelled transaction, the rerun's commit"
+
+
+def SEQUENCE_AFTER(event: dict[str, Any]) -> int:
+    return int(event["Records"][-1]["kinesis"]["sequenceNumber"]) + SEQUENCE_STEP
 
 
 # -- smaller ----------------------------------------------------------------------------------

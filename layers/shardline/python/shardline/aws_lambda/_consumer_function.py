@@ -21,17 +21,28 @@ from shardline.aws_lambda._environment import ConsumerEnvironment
 from shardline.consumer._consumer import KinesisConsumer
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._leases import LeaseTable
-from shardline.consumer._settings import RecordHandler, client_config
+from shardline.consumer._settings import BatchHandler, RecordHandler, client_config
+from shardline.errors import ConfigurationError
 
 
 class ConsumerFunction:
     """One consumer group's Lambda state: clients, the consumer, the last metrics published, and
     `handler`, the entry point with Powertools' Logger, Tracer and Metrics around `handle`."""
 
-    def __init__(self, handler_for: Callable[[str], RecordHandler]) -> None:
+    def __init__(
+        self,
+        handler_for: Callable[[str], RecordHandler] | None = None,
+        *,
+        batch_handler_for: Callable[[str], BatchHandler] | None = None,
+    ) -> None:
+        """`handler_for(sink table name)` gives the record handler, or `batch_handler_for(...)`
+        the batch handler (`KinesisConsumer.batch_handler`): exactly one of them."""
         from aws_lambda_powertools import Logger, Metrics, Tracer  # an adapter: the core never imports it
 
+        if (handler_for is None) == (batch_handler_for is None):
+            raise ConfigurationError("ConsumerFunction: give handler_for or batch_handler_for, not both")
         self._handler_for = handler_for  # sink table name -> record handler
+        self._batch_handler_for = batch_handler_for
         self.logger = Logger()
         self.tracer = Tracer()
         self.metrics = Metrics()
@@ -74,7 +85,11 @@ class ConsumerFunction:
                 checkpoint_interval=env.checkpoint_interval,
                 time_margin=env.time_margin,
             )
-            consumer.handler(self._handler_for(env.sink_table))
+            if self._handler_for is not None:
+                consumer.handler(self._handler_for(env.sink_table))
+            else:
+                assert self._batch_handler_for is not None
+                consumer.batch_handler(self._batch_handler_for(env.sink_table))
             self.consumer = consumer
         return self.consumer
 

@@ -21,6 +21,11 @@ transaction with `ConditionalCheckFailed` at the guard's index. The consumer rec
 (`is_once_guard`), counts the record as already applied (its writes skipped, the checkpoint moved
 past it, metric `ClientIdDuplicatesSkipped`) whatever `sink_conflicts` says, and commits the rest.
 
+A batch handler that answers one list of writes for its chunk (e.g. one `ADD` per key for the
+whole chunk) passes `record_id=record.id`: the guard item keeps the id (`shardlineOnceId`), so a
+refused guard names the records it stands for, and the consumer runs the chunk again without them
+— one more transaction per refusal, not a split down to single records.
+
 The guard costs one item write per record with an id (write capacity: 1 WCU for a small item,
 2 in a transaction). Give it a TTL with `expires_at` (epoch seconds, DynamoDB's `expiresAt`
 attribute when the table's TTL is set to it) longer than any re-POST can come: the client's own
@@ -37,18 +42,27 @@ ONCE_ATTRIBUTE = "shardlineOnce"
 #: The attribute a guard's expiry goes in (set the table's TTL to it).
 EXPIRES_AT_ATTRIBUTE = "expiresAt"
 ONCE_CONDITION = f"attribute_not_exists({ONCE_ATTRIBUTE})"
+#: The attribute naming the client id a guard stands for (`record_id=`).
+ONCE_ID_ATTRIBUTE = "shardlineOnceId"
 #: The attributes a guard item holds besides its key.
-GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE})
+GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE, ONCE_ID_ATTRIBUTE})
 
 
-def once(table_name: str, key: Mapping[str, Any], *, expires_at: int | None = None) -> dict[str, Any]:
+def once(
+    table_name: str,
+    key: Mapping[str, Any],
+    *,
+    expires_at: int | None = None,
+    record_id: str | None = None,
+) -> dict[str, Any]:
     """A TransactWriteItems `Put` of a guard item at `key` (DynamoDB attribute values, e.g.
-    `{"pk": {"S": "order#42"}}`) in `table_name`, on condition that no guard is there yet."""
+    `{"pk": {"S": "order#42"}}`) in `table_name`, on condition that no guard is there yet.
+    `record_id`: the client id it guards, kept in the item (for a batch handler's one list)."""
     if not isinstance(table_name, str) or not table_name:
         raise ValueError("once: table_name must be a non-empty string")
     if not isinstance(key, Mapping) or not key:
         raise ValueError("once: key must be a non-empty mapping of attribute names to values")
-    for name in (ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE):
+    for name in GUARD_ATTRIBUTES:
         if name in key:
             raise ValueError(f"once: the key must not name {name!r}, the guard's own attribute")
     item: dict[str, Any] = {**key, ONCE_ATTRIBUTE: {"N": "1"}}
@@ -56,6 +70,10 @@ def once(table_name: str, key: Mapping[str, Any], *, expires_at: int | None = No
         if isinstance(expires_at, bool) or not isinstance(expires_at, int) or expires_at < 0:
             raise ValueError("once: expires_at is epoch seconds, a non-negative int")
         item[EXPIRES_AT_ATTRIBUTE] = {"N": str(expires_at)}
+    if record_id is not None:
+        if not isinstance(record_id, str) or not record_id:
+            raise ValueError("once: record_id is the record's client id, a non-empty string")
+        item[ONCE_ID_ATTRIBUTE] = {"S": record_id}
     return {"Put": {"TableName": table_name, "Item": item, "ConditionExpression": ONCE_CONDITION}}
 
 
@@ -68,3 +86,12 @@ def is_once_guard(write: object) -> bool:
         return False
     item = put.get("Item")
     return isinstance(item, Mapping) and ONCE_ATTRIBUTE in item
+
+
+def guarded_id(write: object) -> str | None:
+    """The client id a guard built with `once(..., record_id=...)` stands for, else None."""
+    if not is_once_guard(write):
+        return None
+    assert isinstance(write, Mapping)
+    value = write["Put"]["Item"].get(ONCE_ID_ATTRIBUTE)
+    return str(value["S"]) if isinstance(value, Mapping) and "S" in value else None

@@ -47,7 +47,7 @@ from shardline.consumer._dedup import DedupRun
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
 from shardline.consumer._leases import MAX_ERROR_CHARS, Lease, LeaseTable
 from shardline.consumer._metrics import ConsumerMetrics
-from shardline.consumer._once import is_once_guard
+from shardline.consumer._once import guarded_id, is_once_guard
 from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, BatchWrites, ConsumerSettings, RecordHandler
 from shardline.consumer._stalls import STALL_BACKOFF_S, backoff, stall_cause
@@ -92,11 +92,13 @@ class _RetryFrom(Exception):
 
 
 class _Rerun(Exception):
-    """A batch handler's one list of writes for `records` was refused: run them again in halves."""
+    """A batch handler's one list of writes for `records` was refused: run them again — without
+    the records at `applied` (their `once` guards are there: already applied), else in halves."""
 
-    def __init__(self, records: list[ConsumedRecord]) -> None:
+    def __init__(self, records: list[ConsumedRecord], applied: frozenset[Position] = frozenset()) -> None:
         super().__init__(len(records))
         self.records = records
+        self.applied = applied
 
 
 class ShardRun:
@@ -130,6 +132,7 @@ class ShardRun:
         self.deadline = HandlerDeadline(None)
         self.dedup: DedupRun | None = None  # the applied-aggregate state, from the lease row
         self.fresh: list[ConsumedRecord] = []
+        self.applied_copies: set[Position] = set()  # records a refused guard showed as applied
 
     def run(self) -> str | None:
         """Process the shard's records; the sequence number to retry from, or None."""
@@ -273,6 +276,10 @@ class ShardRun:
                         if out_of_time():
                             self._commit()
                             return chunk[0].sequence_number
+                        if len(chunk) == 1 and chunk[0].position in self.applied_copies:
+                            self._done(chunk[0], [])  # its guard is there: already applied
+                            metrics.count("ClientIdDuplicatesSkipped")
+                            continue
                         at = _index_of(chunk, condemned) if condemned is not None else None
                         if at is not None:
                             if len(chunk) > 1:
@@ -322,7 +329,7 @@ class ShardRun:
                     return None
                 except _Rerun as rerun:
                     metrics.count("BatchesSplit")
-                    stack = self._rerun_stack(rerun.records, stack)
+                    stack = self._rerun_stack(rerun.records, stack, rerun.applied)
         finally:
             metrics.count("RecordsProcessed", processed)
 
@@ -341,11 +348,15 @@ class ShardRun:
         return [records]
 
     def _rerun_stack(
-        self, refused: list[ConsumedRecord], stack: list[list[ConsumedRecord]]
+        self,
+        refused: list[ConsumedRecord],
+        stack: list[list[ConsumedRecord]],
+        applied: frozenset[Position] = frozenset(),
     ) -> list[list[ConsumedRecord]]:
         """After a refused one-list chunk (`_reject` committed what preceded it): every record done
-        since the checkpoint runs again — that chunk in halves, so the refusal is pinned on one
-        record — and then what had not run yet."""
+        since the checkpoint runs again — that chunk without its records already applied (each
+        alone, to be passed) when the refused guards named them, else in halves, so the refusal is
+        pinned on one record — and then what had not run yet."""
         assert self.lease is not None
         checkpoint = self.lease.checkpoint
         waiting = {record.position for chunk in stack for record in chunk}
@@ -356,8 +367,18 @@ class ShardRun:
         self.pending.clear()
         self.done = None
         self.since_checkpoint = 0
-        middle = len(refused) // 2
-        return [*stack, after, refused[middle:], refused[:middle], before]
+        if applied:
+            self.applied_copies |= applied
+            chunks: list[list[ConsumedRecord]] = [[]]
+            for record in refused:
+                if record.position in applied:
+                    chunks += [[record], []]
+                else:
+                    chunks[-1].append(record)
+        else:
+            middle = len(refused) // 2
+            chunks = [refused[:middle], refused[middle:]]
+        return [*stack, after, *reversed(chunks), before]
 
     def _done(self, record: ConsumedRecord, writes: list[Mapping[str, Any]], covering: int = 1) -> None:
         """`record`'s handler returned: its writes wait for the checkpoint that passes it. With
@@ -626,11 +647,13 @@ class ShardRun:
                     continue
                 culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
                 guarded = culprit is not None and _guard_refused(refused, culprit, self.pending)
+                ids = _guarded_ids(refused, culprit, self.pending) if culprit is not None else None
                 if culprit is None:
                     culprit, refused = self._isolate(refused)
                     guarded = culprit is not None and _guard_refused(refused, culprit)
+                    ids = _guarded_ids(refused, culprit) if culprit is not None else None
                 if culprit is not None:
-                    self._reject(culprit, refused, guarded)
+                    self._reject(culprit, refused, guarded, ids)
                 continue
             self._committed(position)
             self.pending.clear()
@@ -709,7 +732,13 @@ class ShardRun:
         if self.dedup is not None:
             self.dedup.committed(position)
 
-    def _reject(self, culprit: RecordWrites, refused: SinkConflict | SinkRejected, guarded: bool) -> None:
+    def _reject(
+        self,
+        culprit: RecordWrites,
+        refused: SinkConflict | SinkRejected,
+        guarded: bool,
+        guarded_ids: frozenset[str] | None = None,
+    ) -> None:
         groups = self.pending.groups
         at = groups.index(culprit)
         done, after = self.done, groups[at + 1 :]
@@ -717,7 +746,9 @@ class ShardRun:
         self.done = culprit.before
         self._commit()  # the records before the culprit
         if culprit.covering > 1:  # a batch handler's one list: pin it on one record
-            raise _Rerun(self._covered(culprit))
+            covered = self._covered(culprit)
+            ids = guarded_ids or frozenset()
+            raise _Rerun(covered, frozenset(r.position for r in covered if r.id is not None and r.id in ids))
         metrics = self.group.metrics
         if guarded:
             metrics.count("ClientIdDuplicatesSkipped")  # its `once` guard is there: already applied
@@ -775,6 +806,25 @@ def _guard_refused(
         and (pending is None or pending.owner(index) is culprit)
         for index in refused.indexes
     )
+
+
+def _guarded_ids(
+    refused: SinkConflict | SinkRejected, culprit: RecordWrites, pending: PendingTransaction | None = None
+) -> frozenset[str] | None:
+    """The client ids of a one-list chunk's refused `once(..., record_id=)` guards — None unless
+    every write of `culprit` that DynamoDB blamed is such a guard. Indexes as in `_guard_refused`."""
+    if not isinstance(refused, SinkConflict) or culprit.covering == 1 or not refused.indexes:
+        return None
+    writes = pending.writes if pending is not None else culprit.writes
+    ids = set()
+    for index in refused.indexes:
+        if index >= len(writes) or (pending is not None and pending.owner(index) is not culprit):
+            continue
+        record_id = guarded_id(writes[index])
+        if record_id is None:
+            return None
+        ids.add(record_id)
+    return frozenset(ids) or None
 
 
 def _writes_by_record(

@@ -55,9 +55,10 @@ class KinesisConsumer:
       are not checked; the event-source mapping itself delivers parents first.
     - `dlq`: where poison records go after `max_attempts` failed attempts (None: they block).
     - `max_attempts` (at least 2) and `retry_backoff`: a failing record is tried again after
-      `retry_backoff` seconds, doubling per attempt (at most 60), and dead-lettered at the
-      `max_attempts`-th failure — so with 3 and 2.0 a dependency out for less than 6 s fails
-      no record. The wait happens inside the invocation, within its time budget.
+      `retry_backoff` seconds, doubling per attempt (at most 60; jitter adds up to a quarter),
+      and dead-lettered at the `max_attempts`-th failure — so with 3 and 2.0 a dependency out
+      for less than 6 s fails no record. The wait happens inside the invocation, within its
+      time budget.
     - `checkpoint_every` / `checkpoint_interval`: write the checkpoint after this many records
       (default: no count) or seconds, and at the end of the batch — not once per record. A
       batch that succeeds within the interval costs one DynamoDB write. After a crash, a plain

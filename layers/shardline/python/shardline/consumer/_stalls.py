@@ -11,12 +11,15 @@ the cause is removed, the next delivery goes on where the shard stopped: nothing
 
 from __future__ import annotations
 
+import random
+
 from botocore.exceptions import ClientError
 
 from shardline.consumer._leases import MAX_ERROR_CHARS
 from shardline.errors import DependencyUnavailable
 
-#: The longest wait between two deliveries of a stalled shard, and of a failing record.
+#: The longest wait between two deliveries of a stalled shard, and of a failing record (before
+#: jitter, which adds up to a quarter).
 MAX_BACKOFF_S = 60.0
 #: The first wait of a stalled shard (it doubles with each stalled delivery).
 STALL_BACKOFF_S = 1.0
@@ -40,8 +43,11 @@ _HINTS = {
 
 
 def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF_S) -> float:
-    """The wait before try `attempt + 1`: `base` doubled per earlier try, at most `cap`."""
-    return min(cap, base * 2.0 ** max(0, attempt - 1))
+    """The wait before try `attempt + 1`: `base` doubled per earlier try, at most `cap`, and up
+    to a quarter more at random — jitter only adds, so the spacing a user counts on (an outage
+    shorter than the waits fails no record) holds, while shards stalled on one cause do not
+    retry in step."""
+    return min(cap, base * 2.0 ** max(0, attempt - 1)) * random.uniform(1.0, 1.25)
 
 
 def stall_cause(failure: BaseException) -> str:

@@ -157,6 +157,7 @@ class Pipeline:
     """One stream (one shard) of aggregated records, a lease table and a sink table."""
 
     def __init__(self, endpoint: str, records: int = CONSUMER_RECORDS) -> None:
+        self.endpoint = endpoint
         self.kinesis = kinesis_client(endpoint)
         self.dynamodb = aws_client("dynamodb", endpoint)
         self.sqs = aws_client("sqs", endpoint)

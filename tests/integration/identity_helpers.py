@@ -2,7 +2,8 @@
 of every copy in a stream with its aggregate id.
 
 `LossyProxy` forwards each call to moto server or kinesis-mock over loopback, unchanged, and does
-to PutRecords calls what a test scripts, one action per call (then passes the rest):
+to PutRecords calls (or the operations named by `scripted`, e.g. DynamoDB's TransactWriteItems)
+what a test scripts, one action per call (then passes the rest):
 
 - `LOSE_AFTER`: the call is served (the write lands), then the connection is shut without a reply;
 - `LOSE_BEFORE`: the connection is shut without forwarding (nothing lands);
@@ -50,8 +51,9 @@ def slow(seconds: float) -> str:
 class LossyProxy:
     """An HTTP proxy on 127.0.0.1 in front of `target_url`; see the module docstring."""
 
-    def __init__(self, target_url: str) -> None:
+    def __init__(self, target_url: str, scripted: tuple[str, ...] = ("PutRecords",)) -> None:
         target = urlsplit(target_url)
+        self._scripted = frozenset(scripted)
         self._target = (target.hostname or "127.0.0.1", target.port or 80)
         self._actions: deque[str] = deque()
         self._lock = threading.Lock()
@@ -81,7 +83,7 @@ class LossyProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def script(self, *actions: str) -> None:
-        """The next PutRecords calls, one action each."""
+        """The next scripted calls (PutRecords unless told), one action each."""
         with self._lock:
             self._actions.extend(actions)
 
@@ -110,7 +112,7 @@ class LossyProxy:
         operation = (handler.headers.get("X-Amz-Target") or "").rpartition(".")[2]
         with self._lock:
             self.calls[operation] += 1
-            action = self._actions.popleft() if operation == "PutRecords" and self._actions else PASS
+            action = self._actions.popleft() if operation in self._scripted and self._actions else PASS
             self.applied[action] += action != PASS
             self.pending += 1
         try:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from shardline.consumer import ConsumedRecord, DeadLetterQueue
+from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, LeaseTable, client_config
+from shardline.testing import FakeLambdaContext
 from tests.integration.helpers import n_of
+from tests.integration.identity_helpers import HANG, LossyProxy
 
 
 def _put(table: str, record: ConsumedRecord, **extra: Any) -> dict[str, Any]:
@@ -127,4 +131,47 @@ def test_stalled_an_item_collection_over_10_gb_stalls_the_shard_and_blames_no_re
     assert consumer.metrics.snapshot()["RecordsFailed"] == 0 and pipeline.dead_letters() == []
     dynamodb.full = False
     feed.drain(consumer.process)
+    assert _sink_ids(pipeline) == set(range(len(pipeline.sent)))
+
+
+def test_good_a_commit_that_hangs_times_out_within_the_margin_and_stalls_blaming_no_record(pipeline):
+    """shardline's own DynamoDB calls run within the time budget: with `client_config(margin)` a
+    commit DynamoDB never answers times out inside the margin (boto3's default would read for
+    60 s, twice the function's timeout here), the shard stalls, no record is blamed — and the next
+    delivery applies everything."""
+    margin, timeout_s = 2.0, 10.0
+    with LossyProxy(pipeline.endpoint, scripted=("TransactWriteItems",)) as proxy:
+        dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=proxy.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=client_config(margin),
+        )
+        leases = LeaseTable(
+            dynamodb, pipeline.leases.table_name, clock=pipeline.clock.now, sleep=pipeline.clock.sleep
+        )
+        consumer = KinesisConsumer("test-group", leases, time_margin=margin)
+
+        @consumer.handler
+        def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+            return [_put(pipeline.sink, record)]
+
+        replay = pipeline.feed(batch_size=100)
+        proxy.script(HANG, HANG)  # the commit and its one retry are never answered
+        ends = time.monotonic() + timeout_s
+        context = FakeLambdaContext(lambda: int((ends - time.monotonic()) * 1000))
+        started = time.monotonic()
+        answer = replay.invoke(consumer.process, context)
+        took = time.monotonic() - started
+
+        assert took < timeout_s, f"the invocation outlived the function's timeout: {took:.1f} s"
+        assert answer["batchItemFailures"], "the batch is retried"
+        snapshot = consumer.metrics.snapshot()
+        assert snapshot["ShardStalls"] == 1 and snapshot["RecordsFailed"] == 0
+        row = pipeline.leases.get(pipeline.shard_id)
+        assert row.stalled_cause is not None and "timeout" in row.stalled_cause.lower()
+        assert row.failed_at is None
+        replay.drain(consumer.process)
     assert _sink_ids(pipeline) == set(range(len(pipeline.sent)))

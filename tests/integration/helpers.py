@@ -153,6 +153,18 @@ class VirtualClock:
         self.time += max(0.0, seconds)
 
 
+def create_sink_table(dynamodb: Any) -> str:
+    """A new on-demand sink table with hash key `id` (S); its name."""
+    name = f"sink-{uuid.uuid4().hex[:8]}"
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
 class Pipeline:
     """One stream (one shard) of aggregated records, a lease table and a sink table."""
 
@@ -173,13 +185,7 @@ class Pipeline:
             self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}", clock=self.clock.now, sleep=self.clock.sleep
         )
         LeaseTable.create(self.dynamodb, self.leases.table_name)
-        self.sink = f"sink-{uuid.uuid4().hex[:8]}"
-        self.dynamodb.create_table(
-            TableName=self.sink,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        self.sink = create_sink_table(self.dynamodb)
         self.queue_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
 
     def feed(self, batch_size: int = 10) -> MappingReplay:

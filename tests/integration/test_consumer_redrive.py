@@ -28,7 +28,13 @@ from shardline.kinesis import UserRecord
 from shardline.kinesis._positions import Position
 from shardline.producer import Producer, ProducerConfig
 from shardline.testing import read_shard
-from tests.integration.helpers import aws_client, create_stream, kinesis_client, unique_stream_name
+from tests.integration.helpers import (
+    aws_client,
+    create_sink_table,
+    create_stream,
+    kinesis_client,
+    unique_stream_name,
+)
 
 RECORDS = 90
 
@@ -54,13 +60,7 @@ class Shard:
         self.sequences = [record["kinesis"]["sequenceNumber"] for record in self.event_records]
         self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}", sleep=lambda _: None)
         LeaseTable.create(self.dynamodb, self.leases.table_name)
-        self.sink = f"sink-{uuid.uuid4().hex[:8]}"
-        self.dynamodb.create_table(
-            TableName=self.sink,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        self.sink = create_sink_table(self.dynamodb)
         self.dlq_url = self.sqs.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")["QueueUrl"]
 
     def consumer(self, poison: frozenset[str] = frozenset(), **options: Any) -> KinesisConsumer:

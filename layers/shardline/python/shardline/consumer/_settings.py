@@ -69,15 +69,17 @@ class ConsumerSettings:
 
 def client_config(time_margin: float) -> Config:
     """botocore settings for the clients a consumer makes its own calls with (DynamoDB, SQS, S3,
-    Kinesis), so that each call, retry included, ends within `time_margin` — the seconds the
-    consumer keeps for its last writes — instead of boto3's 60 s reads that can outlast the
-    function. A call that times out stalls the shard (`_stalls`); it never blames a record.
+    Kinesis): each try reads for at most `time_margin` seconds — the time the consumer keeps for
+    its last writes — and connects within half of it (at most 1 s), two tries in all, instead of
+    boto3's 60 s reads that outlast the function. A DynamoDB transaction of 100 items answers in
+    well under a second, so a try that takes the whole margin is an outage: the call fails, the
+    shard stalls (`_stalls`), and no record is blamed. Keep `time_margin` above the slowest commit
+    you expect; a call that hangs through both tries may still outlive the margin, never a record.
 
         dynamodb = boto3.client("dynamodb", config=client_config(2.0))
     """
-    per_try = max(0.2, time_margin / 4)  # connect + read, twice, fits in the margin
     return Config(
-        connect_timeout=per_try,
-        read_timeout=per_try,
+        connect_timeout=min(1.0, max(0.2, time_margin / 2)),
+        read_timeout=max(0.2, time_margin),
         retries={"mode": "standard", "total_max_attempts": 2},
     )

@@ -194,6 +194,11 @@ class Pipeline:
     def consumer(self, **options) -> KinesisConsumer:
         return KinesisConsumer("test-group", self.leases, kinesis=self.kinesis, **options)
 
+    def lease_table(self, dynamodb: Any) -> LeaseTable:
+        """The group's lease table through another DynamoDB client (a faulty one), on the same
+        virtual clock: backoffs of a failed record or a stalled shard cost no time."""
+        return LeaseTable(dynamodb, self.leases.table_name, clock=self.clock.now, sleep=self.clock.sleep)
+
     def sink_items(self) -> list[dict]:
         return self.dynamodb.scan(TableName=self.sink, ConsistentRead=True)["Items"]
 

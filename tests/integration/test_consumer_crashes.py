@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from botocore.exceptions import ClientError
 
-from shardline.consumer import KinesisConsumer, LeaseTable
+from shardline.consumer import KinesisConsumer
 from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
 from tests.integration.helpers import Pipeline, n_of
 
@@ -85,9 +85,8 @@ def crashing_consumer(
 ) -> tuple[KinesisConsumer, Counter]:
     rng = random.Random(seed)
     dynamodb = CrashingDynamoDB(pipeline.dynamodb, rng, rate)
-    consumer = KinesisConsumer(
-        "crash-group", LeaseTable(dynamodb, pipeline.leases.table_name), kinesis=pipeline.kinesis, **options
-    )
+    table = pipeline.lease_table(dynamodb)
+    consumer = KinesisConsumer("crash-group", table, kinesis=pipeline.kinesis, **options)
     return consumer, dynamodb.crashes
 
 

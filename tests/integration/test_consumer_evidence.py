@@ -14,7 +14,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, LeaseTable, client_config
+from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, client_config
 from shardline.testing import FakeLambdaContext
 from tests.integration.helpers import n_of
 from tests.integration.identity_helpers import HANG, LossyProxy
@@ -115,12 +115,8 @@ class _CollectionTooLarge:
 
 
 def test_stalled_an_item_collection_over_10_gb_stalls_the_shard_and_blames_no_record(pipeline):
-    from shardline.consumer import LeaseTable
-
     dynamodb = _CollectionTooLarge(pipeline.dynamodb)
-    pipeline.leases = LeaseTable(
-        dynamodb, pipeline.leases.table_name, clock=pipeline.clock.now, sleep=pipeline.clock.sleep
-    )
+    pipeline.leases = pipeline.lease_table(dynamodb)
     consumer = pipeline.consumer(dlq=DeadLetterQueue(pipeline.sqs, pipeline.queue_url))
     consumer.handler(lambda record: [_put(pipeline.sink, record)])
     feed = pipeline.feed(batch_size=100)
@@ -149,10 +145,7 @@ def test_good_a_commit_that_hangs_times_out_within_the_margin_and_stalls_blaming
             aws_secret_access_key="testing",
             config=client_config(margin),
         )
-        leases = LeaseTable(
-            dynamodb, pipeline.leases.table_name, clock=pipeline.clock.now, sleep=pipeline.clock.sleep
-        )
-        consumer = KinesisConsumer("test-group", leases, time_margin=margin)
+        consumer = KinesisConsumer("test-group", pipeline.lease_table(dynamodb), time_margin=margin)
 
         @consumer.handler
         def handle(record: ConsumedRecord) -> list[dict[str, Any]]:

@@ -747,10 +747,13 @@ def test_7_consumers_expose_the_identity_and_the_example_sinks_use_it(invoke, st
             name, "shardId-000000000000", "1", 0, "k", None, b"x", 1.0, "p.0.1.1", record_id
         )
 
-    for handler in (partial_sink(sinks.events.to_sink, EVENTS), partial_sink(sinks.counter.count, COUNTS)):
+    counter_chunk = partial_sink(sinks.counter.count, COUNTS)  # a batch handler: a chunk of records
+    for handler in (partial_sink(sinks.events.to_sink, EVENTS), lambda record: counter_chunk([record])):
         assert sum(map(is_once_guard, handler(consumed("abc")))) == 1
         assert sum(map(is_once_guard, handler(consumed(None)))) == 0
+    # The key counter's one list for a chunk: one guard per client id, however often it is there.
+    assert sum(map(is_once_guard, counter_chunk([consumed("abc"), consumed("abc"), consumed(None)]))) == 1
 
 
 def partial_sink(handler: Any, table: str) -> Any:
-    return lambda record: handler(table, record)
+    return lambda records: handler(table, records)

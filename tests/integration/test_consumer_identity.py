@@ -18,7 +18,7 @@ from shardline.consumer._dedup import AppliedAggregates
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.kpl._identity import AggregateId
 from shardline.testing import FakeLambdaContext, MappingReplay, kinesis_event
-from tests.integration.helpers import aws_client
+from tests.integration.helpers import VirtualClock, aws_client
 from tests.unit.test_consumer_identity import (
     EXPECTED,
     HIGH,
@@ -83,9 +83,11 @@ class FaultyDynamoDB:
 
 
 def leases(dynamodb) -> LeaseTable:
+    """A new lease table on a virtual clock: a failed record's backoff costs no time."""
     name = f"leases-{uuid.uuid4().hex[:12]}"
     LeaseTable.create(dynamodb, name)
-    return LeaseTable(dynamodb, name)
+    clock = VirtualClock()
+    return LeaseTable(dynamodb, name, clock=clock.now, sleep=clock.sleep)
 
 
 def counting_sink(table_name: str) -> Callable[[ConsumedRecord], list[dict[str, Any]]]:

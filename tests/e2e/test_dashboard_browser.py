@@ -93,9 +93,11 @@ def test_the_dashboard_draws_every_widget_with_live_traffic_during_a_send(runtim
 
 
 def test_a_chaos_run_trips_an_alarm_that_the_page_shows(cdk_out: Path, tmp_path: Path) -> None:
-    # Heavy chaos kills consumer invocations (Lambda Errors) and poison records fill a DLQ: the
-    # alarms on both need 2 breaching periods of 5 minutes (2 of 3), so ALARM comes at the first
-    # period boundary after the faults start, as in CloudWatch: within about 5 minutes.
+    # Heavy chaos kills consumer invocations (Lambda Errors), browns DynamoDB out (a stalled
+    # shard: ShardStalled, on its first one-minute datapoint) and poison records fill a DLQ: the
+    # alarms on errors and dead letters need 2 breaching periods of 5 minutes (2 of 3), so ALARM
+    # comes at the first period boundary after the faults start, as in CloudWatch: within about
+    # 5 minutes; a stall's within about a minute.
     heavy = load_profile("heavy")
     profile = dataclasses.replace(heavy, seed=13, workers=dataclasses.replace(heavy.workers, kill_every=8))
     runtime = start_runtime(cdk_out, tmp_path, chaos=profile)
@@ -110,7 +112,7 @@ def test_a_chaos_run_trips_an_alarm_that_the_page_shows(cdk_out: Path, tmp_path:
     assert report["met"], report["alarms"]
     tripped = [a for a in report["alarms"] if a["state"] == "ALARM"]
     print("in ALARM:", [a["text"] for a in tripped])
-    expected = ("Errors", "DeadLetters", "RecordsFailed")
+    expected = ("Errors", "DeadLetters", "RecordsFailed", "ShardStalled")
     assert any(word in a["id"] for a in tripped for word in expected), tripped
 
 

@@ -227,7 +227,7 @@ def render(before: dict[str, dict[str, float]], after: dict[str, dict[str, float
             if old == new == 0:
                 continue
             ratio = f"{new / old:.2f}×" if old else "—"
-            lines.append(f"| {scenario} | {name} | {old:g} | {new:g} | {ratio} |")
+            lines.append(f"| {scenario} | {name} | {old:.3g} | {new:.3g} | {ratio} |")
     return "\n".join(lines)
 
 

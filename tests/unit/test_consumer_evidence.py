@@ -315,6 +315,32 @@ def test_good_a_poison_record_still_reaches_the_dlq_after_its_spaced_attempts() 
     assert len(failed_at) == 3 and gaps[0] >= 2.0 and gaps[1] >= 4.0, "attempts spaced by doubling backoff"
 
 
+def test_good_a_death_in_the_write_counting_a_pinned_crash_is_not_pinned_again() -> None:
+    """r0 dies twice, the second time alone: pinned, counted once. The function then dies in
+    shardline's own write of that count, before r0 runs again: no second count (with
+    max_attempts 2 it would be dead-lettered), and r0 applies when it runs."""
+    consumer, table, sqs = setup(max_attempts=2)
+    deaths = {"r0": 2}
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        if deaths.get(record_id(record), 0) > 0:
+            deaths[record_id(record)] -= 1
+            raise ProcessDied("out of memory")
+        return [effect(record)]
+
+    consumer.handler(handle)
+    replay = MappingReplay(kinesis_event(records(3))["Records"], 10)
+    replay.invoke(consumer.process)  # r0 dies among others: nothing pinned
+    replay.invoke(consumer.process)  # careful: r0 alone, dies
+    table.fail_next("record_failure", ProcessDied("timed out after counting"), landed=True)
+    replay.invoke(consumer.process)  # the death is pinned on r0 and counted; then the function dies
+    row = table.row(SHARD)
+    assert row is not None and row.failed_attempts == 1 and not row.span_started
+    replay.drain(consumer.process)
+    assert sqs.bodies() == [] and applied(table) == {"r0": 1, "r1": 1, "r2": 1}
+    assert metric(consumer, "CrashesIsolated") == 1
+
+
 # -- cost -------------------------------------------------------------------------------------
 
 

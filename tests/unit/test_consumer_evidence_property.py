@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, DependencyUnavailable, KinesisConsumer
@@ -68,6 +68,9 @@ DEATHS: dict[str, tuple[str, BaseException, bool]] = {
     "slow commit": ("checkpoint_with", ProcessDied("timed out in the commit"), False),
     "slow commit that landed": ("checkpoint_with", ProcessDied("timed out after the commit"), True),
     "slow failure count that landed": ("record_failure", ProcessDied("timed out after counting"), True),
+    "slow careful mark": ("mark_careful", ProcessDied("timed out in a careful mark"), False),
+    "slow careful mark that landed": ("mark_careful", ProcessDied("timed out after a careful mark"), True),
+    "slow release that landed": ("release", ProcessDied("timed out after the release"), True),
 }
 OTHER_FAULTS = ("dlq refuses", "dependency unavailable", "short outage")
 ENVIRONMENT = (*TABLE_FAULTS, *OTHER_FAULTS)
@@ -126,6 +129,14 @@ class RefusingSQS(RecordingSQS):
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Found by this test: the function died in shardline's own write counting a pinned crash, before
+# the record ran again; the next delivery pinned that death on the good record too.
+@example(
+    kinesis_records=[["killer"], ["dies once"]],
+    batch_size=1,
+    faults=[(4, "short outage"), (6, "slow failure count that landed")],
+    batch=False,
+)
 @given(
     kinesis_records=st.lists(KINESIS_RECORD, min_size=1, max_size=6),
     batch_size=st.integers(1, 4),

@@ -139,6 +139,7 @@ def _careful_and_stalled(table: LeaseTable) -> list[Any]:
     lease, crashed = step(lambda: table.begin("shard-1", "b", "100"))  # a's process died
     assert crashed
     lease = step(lambda: table.mark_careful(lease, 1))
+    lease = step(lambda: table.mark_careful(lease, 1, started=True))
     lease = step(lambda: table.mark_careful(lease, 1, returned=True))
     lease = step(lambda: table.checkpoint(lease, Position("100"), careful_span=2))
     lease = step(lambda: table.record_failure(lease, Position("200"), "x" * 2000, details="{}" * 3000))
@@ -147,8 +148,9 @@ def _careful_and_stalled(table: LeaseTable) -> list[Any]:
     step(lambda: table.stall(earlier, "stale", "200"))  # a counter written over since: fenced
     lease = step(lambda: table.note_skipped(lease, '[{"start": "200"}]'))
     lease = step(lambda: table.stall(lease, "throttled", "300"))
-    lease = step(lambda: table.release(lease))
-    step(lambda: table.checkpoint(lease, Position("300"), release=True))  # ends stall and failure
+    lease = step(lambda: table.stall(lease, "throttled again", "300"))
+    lease = step(lambda: table.release(lease, careful_done=True))  # ends the stall and careful running
+    step(lambda: table.checkpoint(lease, Position("300"), release=True))  # ends the failure
     step(lambda: table.start_at("shard-1#redrive#200", Position("150", 3)))
     step(lambda: table.start_at("shard-1#redrive#200", Position("150")))  # exists: False
     outcomes.append(table.get("shard-1#redrive#200"))
@@ -168,8 +170,11 @@ def test_the_in_memory_table_fails_stalls_and_runs_carefully_as_the_real_table_d
     assert len(stalled.last_error) == 1000 and len(stalled.last_error_details) == 4000
     assert (real[-5], real[-3]) == (True, False), "the redrive row is created once"
     assert real[-1].checkpoint == Position("150", 3) and real[-1].owner == ""
-    ended = real[-6]  # after the checkpoint that moved past the failure and the stall
+    ended = real[-6]  # after the checkpoint that moved past the failure
     assert ended.stalls == 0 and ended.failed_at is None and ended.skipped_by_mapping is not None
+    released = real[-8]  # after the release that ended the stall and careful running
+    assert released.stalls == 0 and released.careful_span is None and not released.span_started
+    assert any(getattr(row, "span_started", False) for row in real), "a started span was stored"
 
 
 def _transactions(table: LeaseTable) -> list[Any]:

@@ -6,13 +6,16 @@ in-flight mark in the lease row; the next delivery of the same batch finds it (`
 Which record killed it is unknown, so nothing is counted against any record yet. The shard runs
 *carefully* instead: the records past the checkpoint in spans of 1, 2, 4, 8, ... records, each
 span's size written in the lease row (`carefulSpan`) by the checkpoint that precedes it. A crash
-inside a span of one is pinned on that record — if its handler had not returned yet
-(`spanReturned`, written after a lone record's handler returns, so a death in shardline's own
-commit that follows is never the record's) — and counted against it as a failure; a crash inside a
-larger span starts the spans again at one, from that span's first record.
+inside a span of one is pinned on that record only if its handler had started and not returned:
+`spanStarted` is written right before the lone record's handler runs and `spanReturned` right
+after it returns, and a failure counted for it clears `spanStarted` — so a death in shardline's
+own calls before the handler (taking the lease, counting an earlier crash, a parent's probe) or
+after it (the commit) is never the record's. It is then counted against the record as a failure;
+a crash inside a larger span starts the spans again at one, from that span's first record.
 
-Cost, per careful delivery of n records: one write to start (`mark_careful`), one `spanReturned`
-write, and ⌈log2(n + 1)⌉ checkpoints (100 records: 7, instead of 100 one per record). A record
+Cost, per careful delivery of n records: one write to start (`mark_careful`), a `spanStarted` and
+a `spanReturned` write, and ⌈log2(n + 1)⌉ checkpoints (100 records: 7, instead of 100 one per
+record). A record
 that kills every delivery at distance d past the checkpoint is pinned after at most
 ⌈log2(d + 1)⌉ + 1 crashes, then needs `max_attempts` pinned crashes, spaced by backoff, to be
 dead-lettered.
@@ -34,8 +37,9 @@ CRASHED_ALONE = (
 
 
 def crash_pinned(previous: Lease) -> bool:
-    """Did the delivery that died run one record alone, whose handler had not returned?"""
-    return previous.careful_span == 1 and not previous.span_returned
+    """Did the delivery that died run one record alone, whose handler had started and not
+    returned?"""
+    return previous.careful_span == 1 and previous.span_started and not previous.span_returned
 
 
 class CarefulSpans:

@@ -14,12 +14,12 @@ began and has not answered yet: still there when the next delivery begins, the p
 `appliedAggregates` (the shardline aggregates applied in this shard within the dedup horizon,
 compact JSON: `_dedup`; set by the checkpoint's own write, never by a write of its own),
 `lastFailureAt` and `lastErrorDetails` (when the failing record last failed, for its backoff, and
-what DynamoDB refused), `carefulSpan` and `spanReturned` (after a crash: how many records past the
-checkpoint the delivery runs before its next checkpoint, and whether a lone record's handler
-returned — `_careful`), `stalledSince`, `stalledCause`, `stalledSequence` and `stalls` (the shard is
-stalled on a failure of its environment, not of a record — `_stalls`), `skippedByMapping` (JSON:
-batches the mapping discarded while the shard was stalled, for a redrive) and `updatedAt` (epoch
-seconds of the last write).
+what DynamoDB refused), `carefulSpan`, `spanStarted` and `spanReturned` (after a crash: how
+many records past the checkpoint the delivery runs before its next checkpoint, and whether a lone
+record's handler started and returned — `_careful`), `stalledSince`, `stalledCause`,
+`stalledSequence` and `stalls` (the shard is stalled on a failure of its environment, not of a
+record — `_stalls`), `skippedByMapping` (JSON: batches the mapping discarded while the shard was
+stalled, for a redrive) and `updatedAt` (epoch seconds of the last write).
 
 Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
 do), setting `leaseOwner`: whoever writes next under a counter it did not see gets `LeaseLost`.
@@ -66,6 +66,9 @@ TRANSIENT_BACKOFF_S = 0.02
 MAX_ERROR_CHARS = 1000
 MAX_DETAILS_CHARS = 4000
 _STALL_ATTRIBUTES = ("stalledSince", "stalledCause", "stalledSequence", "stalls")
+_CAREFUL_ATTRIBUTES = ("carefulSpan", "spanStarted", "spanReturned")
+#: A lease's fields once careful running ended.
+NOT_CAREFUL: dict[str, Any] = {"careful_span": None, "span_started": False, "span_returned": False}
 #: A lease's fields once its stall ended.
 NOT_STALLED: dict[str, Any] = {
     "stalled_since": None,
@@ -94,7 +97,8 @@ class Lease:
     failed_time: float | None = None  # `lastFailureAt`: when `failed_at` last failed (table clock)
     last_error_details: str | None = None  # `lastErrorDetails`: JSON, bounded
     careful_span: int | None = None  # `carefulSpan`: records run past the checkpoint before the next one
-    span_returned: bool = False  # `spanReturned`: a lone careful record's handler returned
+    span_started: bool = False  # `spanStarted`: a lone careful record's handler started
+    span_returned: bool = False  # `spanReturned`: ... and returned
     stalled_since: float | None = None  # `stalledSince`: the shard stalls on its environment
     stalled_cause: str | None = None
     stalled_sequence: str | None = None  # the sequence number the stalled delivery retries from
@@ -124,6 +128,7 @@ def _lease_of(item: Mapping[str, Any]) -> Lease:
         failed_time=_number(item, "lastFailureAt"),
         last_error_details=item.get("lastErrorDetails", {}).get("S"),
         careful_span=int(item["carefulSpan"]["N"]) if "carefulSpan" in item else None,
+        span_started=bool(item.get("spanStarted", {}).get("BOOL", False)),
         span_returned=bool(item.get("spanReturned", {}).get("BOOL", False)),
         stalled_since=_number(item, "stalledSince"),
         stalled_cause=item.get("stalledCause", {}).get("S"),
@@ -287,34 +292,55 @@ class LeaseTable:
         )
         return lease, before.inflight == delivery and before.owner != owner
 
-    def release(self, lease: Lease) -> Lease:
+    def release(self, lease: Lease, *, careful_done: bool = False) -> Lease:
         """Remove the in-flight mark of `lease`'s delivery (it answered without a checkpoint),
         and end the stall `lease` shows (the delivery reached DynamoDB and answered: whatever
-        stalled it is gone, though the checkpoint had nothing to pass). Raises `LeaseLost` if the
-        lease was taken since."""
-        stalled = lease.stalled_since is not None or lease.stalls > 0
-        self._fenced(lease, {}, {}, ["inflightSequenceNumber", *(_STALL_ATTRIBUTES if stalled else ())])
-        return replace(lease, counter=lease.counter + 1, inflight=None, **(NOT_STALLED if stalled else {}))
+        stalled it is gone, though the checkpoint had nothing to pass). `careful_done=True`: the
+        delivery went through its whole batch, careful running ends (`_careful`). Raises
+        `LeaseLost` if the lease was taken since."""
+        ended: dict[str, Any] = {}
+        removes = ["inflightSequenceNumber"]
+        if lease.stalled_since is not None or lease.stalls > 0:
+            removes += _STALL_ATTRIBUTES
+            ended.update(NOT_STALLED)
+        if careful_done and lease.careful_span is not None:
+            removes += _CAREFUL_ATTRIBUTES
+            ended.update(NOT_CAREFUL)
+        self._fenced(lease, {}, {}, removes)
+        return replace(lease, counter=lease.counter + 1, inflight=None, **ended)
 
     def mark_careful(
-        self, lease: Lease, span: int, *, returned: bool = False, release: bool = False
+        self,
+        lease: Lease,
+        span: int,
+        *,
+        started: bool = False,
+        returned: bool = False,
+        release: bool = False,
     ) -> Lease:
         """Run carefully from the checkpoint on (`_careful`): `span` records before the next
-        checkpoint; `returned=True`: the lone record's handler returned (a crash now is not its
-        doing). `release=True` also removes the in-flight mark."""
+        checkpoint. `started=True`: the lone record's handler starts now (a death from here on
+        may be its doing); `returned=True`: it returned (a death now is not its doing); neither:
+        a new span, nothing started. `release=True` also removes the in-flight mark."""
         assignments = {"carefulSpan": ":span"}
         values: dict[str, Any] = {":span": {"N": str(span)}}
         removes = ["inflightSequenceNumber"] if release else []
+        if started:
+            assignments["spanStarted"] = ":true"
         if returned:
-            assignments["spanReturned"] = ":returned"
-            values[":returned"] = {"BOOL": True}
-        elif lease.span_returned:
+            assignments["spanReturned"] = ":true"
+        if started or returned:
+            values[":true"] = {"BOOL": True}
+        if lease.span_started and not (started or returned):
+            removes.append("spanStarted")
+        if lease.span_returned and not returned:
             removes.append("spanReturned")
         self._fenced(lease, assignments, values, removes)
         return replace(
             lease,
             counter=lease.counter + 1,
             careful_span=span,
+            span_started=started or (returned and lease.span_started),
             span_returned=returned,
             inflight=None if release else lease.inflight,
         )
@@ -536,6 +562,8 @@ class LeaseTable:
             ":at": {"N": f"{now:.3f}"},
         }
         removes = ["inflightSequenceNumber"] if release else []
+        if lease.span_started:  # the started handler is accounted for: a death now is not its
+            removes.append("spanStarted")
         if details:
             assignments["lastErrorDetails"] = ":details"
             values[":details"] = {"S": details}
@@ -550,6 +578,7 @@ class LeaseTable:
             last_error=error,
             failed_time=now,
             last_error_details=details,
+            span_started=False,
             inflight=None if release else lease.inflight,
         )
 
@@ -631,6 +660,8 @@ class LeaseTable:
             removed.append("inflightSequenceNumber")
         if lease.stalled_since is not None or lease.stalls:
             removed += _STALL_ATTRIBUTES
+        if lease.span_started:
+            removed.append("spanStarted")
         if lease.span_returned:
             removed.append("spanReturned")
         expression = (
@@ -700,6 +731,7 @@ class LeaseTable:
             checkpoint=position,
             owner_switches=0,
             careful_span=careful_span,
+            span_started=False,
             span_returned=False,
             **NOT_STALLED,
         )

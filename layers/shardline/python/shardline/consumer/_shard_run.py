@@ -145,10 +145,14 @@ class ShardRun:
             except _RetryFrom as retry:
                 failed = retry.sequence
             lease = self.lease
-            if lease is not None and (self.marked or lease.stalled_since is not None or lease.stalls):
+            careful_done = failed is None and lease is not None and lease.careful_span is not None
+            if lease is not None and (
+                self.marked or lease.stalled_since is not None or lease.stalls or careful_done
+            ):
                 # No write took the mark away yet (a redelivery is then no crash), or the row
-                # still shows a stall this delivery got past without moving the checkpoint.
-                self.lease = self.group.table.release(lease)
+                # still shows a stall this delivery got past, or careful running that the whole
+                # batch got through, without moving the checkpoint.
+                self.lease = self.group.table.release(lease, careful_done=careful_done)
                 self.marked = False
             self.group.stalls.pop(self.key, None)
             return failed
@@ -225,6 +229,7 @@ class ShardRun:
                     continue
                 if not self._backed_off(record):
                     return record.sequence_number
+                self._starting(record)
                 try:
                     deadline.in_handler = True
                     returned = handler(record)
@@ -290,6 +295,8 @@ class ShardRun:
                             continue
                         if not self._backed_off(chunk[0]):
                             return chunk[0].sequence_number
+                        if len(chunk) == 1:
+                            self._starting(chunk[0])
                         try:
                             deadline.in_handler = True
                             returned = handler(chunk)
@@ -390,18 +397,30 @@ class ShardRun:
         self.done = record
         self.since_checkpoint += covering
 
+    def _starting(self, record: ConsumedRecord) -> None:
+        """A careful record is about to run alone: say so, so that a death from here on may be
+        pinned on it — and a death before (in shardline's own calls) is not (`_careful`)."""
+        if self._alone(record):
+            assert self.lease is not None
+            self.lease = self.group.table.mark_careful(self.lease, 1, started=True)
+
     def _returned(self, record: ConsumedRecord) -> None:
         """A careful record that ran alone returned: say so before its commit, so that a death in
         the commit is not taken for its own (`_careful`)."""
+        if self._alone(record):
+            assert self.lease is not None
+            self.lease = self.group.table.mark_careful(self.lease, 1, returned=True)
+
+    def _alone(self, record: ConsumedRecord) -> bool:
+        """Is `record` the one record of a careful span of one (the first past the checkpoint)?"""
         lease = self.lease
-        if (
+        return (
             self.careful is not None
             and lease is not None
             and lease.careful_span == 1
             and record.position > lease.checkpoint
             and (self.done is None or self.done.position <= lease.checkpoint)
-        ):
-            self.lease = self.group.table.mark_careful(lease, 1, returned=True)
+        )
 
     def _out_of_time(self) -> Callable[[], bool]:
         remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)

@@ -29,6 +29,7 @@ from shardline.consumer._leases import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
     MAX_TRANSACTION_ITEMS,
+    NOT_CAREFUL,
     NOT_STALLED,
     Lease,
     LeaseTable,
@@ -230,10 +231,14 @@ class InMemoryLeaseTable(LeaseTable):
 
         return self._faulted("begin", begin)
 
-    def release(self, lease: Lease) -> Lease:
+    def release(self, lease: Lease, *, careful_done: bool = False) -> Lease:
         def release() -> Lease:
             stored = self._fence(lease, LeaseWrite.RELEASE, compare_checkpoint=False)
-            ended = NOT_STALLED if lease.stalled_since is not None or lease.stalls else {}
+            ended: dict[str, Any] = {}
+            if lease.stalled_since is not None or lease.stalls:
+                ended.update(NOT_STALLED)
+            if careful_done and lease.careful_span is not None:
+                ended.update(NOT_CAREFUL)
             released = replace(lease, counter=lease.counter + 1, inflight=None, **ended)
             self._rows[lease.key] = replace(
                 stored, owner=lease.owner, counter=released.counter, inflight=None, **ended
@@ -312,6 +317,7 @@ class InMemoryLeaseTable(LeaseTable):
             stored = self._fence(lease, LeaseWrite.FAILURE, compare_checkpoint=False)
             attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
             failure: dict[str, Any] = {
+                "span_started": False,  # the started handler is accounted for
                 "failed_at": position,
                 "failed_attempts": attempts,
                 "last_error": error[:MAX_ERROR_CHARS] or "-",
@@ -334,13 +340,28 @@ class InMemoryLeaseTable(LeaseTable):
         return self._faulted("record_failure", record)
 
     def mark_careful(
-        self, lease: Lease, span: int, *, returned: bool = False, release: bool = False
+        self,
+        lease: Lease,
+        span: int,
+        *,
+        started: bool = False,
+        returned: bool = False,
+        release: bool = False,
     ) -> Lease:
         def mark() -> Lease:
             stored = self._fence(lease, LeaseWrite.CAREFUL, compare_checkpoint=False)
-            careful: dict[str, Any] = {"careful_span": span, "span_returned": returned}
+            careful: dict[str, Any] = {
+                "careful_span": span,
+                "span_started": started or (returned and stored.span_started),
+                "span_returned": returned,
+            }
             marked = replace(
-                lease, counter=lease.counter + 1, inflight=None if release else lease.inflight, **careful
+                lease,
+                counter=lease.counter + 1,
+                inflight=None if release else lease.inflight,
+                careful_span=span,
+                span_started=started or (returned and lease.span_started),
+                span_returned=returned,
             )
             self._rows[lease.key] = replace(
                 stored,
@@ -470,6 +491,7 @@ class InMemoryLeaseTable(LeaseTable):
             "owner_switches": 0,
             "counter": lease.counter + 1,
             "careful_span": careful_span,
+            "span_started": False,
             "span_returned": False,
             **NOT_STALLED,
         }

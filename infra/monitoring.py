@@ -236,9 +236,12 @@ class Monitoring(Construct):
                 "shard and sequence ranges only. Runbook: redrive those ranges through the group while "
                 f"the stream retains them (README, '{REDRIVE_SECTION}', {REDRIVE_ANCHOR}).",
             )
-            # A stalled shard pages on its first stalled delivery, not over several periods: nothing
-            # else moves it, and the mapping discards the stalled batch at its record age, which this
-            # alarm must come well before. It stays in ALARM while deliveries keep stalling.
+            # A stalled shard pages within minutes, not over five-minute periods: nothing else moves
+            # it, and the mapping discards the stalled batch at its record age, which this alarm must
+            # come well before. Two minutes with a stalled delivery in the window: a stall that goes
+            # on (a delivery at least every function timeout) pages in about two minutes; one
+            # throttled delivery that the next one got past pages nobody. It stays in ALARM while
+            # deliveries keep stalling.
             record_age = _duration(group.config.max_record_age_seconds)
             window = stall_window_minutes(group.config.timeout_seconds)
             self._alarm(
@@ -254,8 +257,9 @@ class Monitoring(Construct):
                 "fix the cause (create the table, grant the permission, restore the dependency): the shard "
                 "resumes by itself. This fires within minutes; the mapping discards a stalled batch only "
                 f"at its record age ({record_age}): fix it before then, or see the BatchesSkippedByMapping "
-                f"alarm. OK {window} min after the last stalled delivery.",
+                f"alarm. ALARM on stalled deliveries in 2 of the last {window} minutes; OK when fewer.",
                 within_minutes=window,
+                datapoints=2,
             )
             self._alarm(
                 f"{name}BatchesSkippedByMapping",
@@ -287,17 +291,18 @@ class Monitoring(Construct):
         description: str,
         *,
         within_minutes: int | None = None,
+        datapoints: int = 1,
     ) -> None:
         """Two bad periods of three above `threshold` (one burst shardline absorbs by retrying pages
-        nobody); with `within_minutes` (a metric of one-minute periods), one datapoint at or above it in
-        the last `within_minutes` periods (a stall: nothing else will move it)."""
+        nobody); with `within_minutes` (a metric of one-minute periods), `datapoints` at or above it
+        in the last `within_minutes` periods."""
         fast = within_minutes is not None
         alarm = metric.create_alarm(
             self,
             construct_id,
             threshold=threshold,
             evaluation_periods=within_minutes or EVALUATION_PERIODS,
-            datapoints_to_alarm=1 if fast else DATAPOINTS_TO_ALARM,
+            datapoints_to_alarm=datapoints if fast else DATAPOINTS_TO_ALARM,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
             if fast
             else cw.ComparisonOperator.GREATER_THAN_THRESHOLD,

@@ -549,3 +549,30 @@ def test_good_a_death_in_the_failure_count_of_a_careful_record_is_not_pinned_on_
     replay.drain(consumer.process)
     assert sqs.bodies() == [] and applied(table) == {"r0": 1, "r1": 1, "r2": 1}
     assert metric(consumer, "CrashesIsolated") == 0
+
+
+def test_consumer_function_takes_a_record_handler_or_a_batch_handler_never_both_or_neither() -> None:
+    from shardline.aws_lambda import ConsumerFunction
+
+    def record_handler_for(table: str) -> Any:
+        return lambda record: []
+
+    def batch_handler_for(table: str) -> Any:
+        return lambda records: []
+
+    with pytest.raises(ConfigurationError, match="not both"):
+        ConsumerFunction(record_handler_for, batch_handler_for=batch_handler_for)
+    with pytest.raises(ConfigurationError, match="handler_for or batch_handler_for"):
+        ConsumerFunction()
+    function = ConsumerFunction(batch_handler_for=batch_handler_for)
+    environment = {"SHARDLINE_GROUP": "g", "LEASE_TABLE": "leases", "SINK_TABLE": "sink"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {**environment, "AWS_REGION": "us-east-1"}.items():
+            patch.setenv(name, value)
+        consumer = function.get()  # clients are made, not called
+        assert consumer.group == "g" and consumer._batch_handler is not None
+        assert consumer._record_handler is None
+        patch.setenv("MAX_ATTEMPTS", "1")
+        function.reset()
+        with pytest.raises(ConfigurationError, match="MAX_ATTEMPTS must be at least 2"):
+            function.get()

@@ -12,7 +12,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
-| consumer | `MAX_ATTEMPTS` | int >= 1 | 3 |
+| consumer | `MAX_ATTEMPTS` | int >= 2 | 3 |
 | consumer | `CHECKPOINT_INTERVAL`, `TIME_MARGIN` | float >= 0 (seconds) | 5, 2 |
 
 Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, ...).
@@ -105,7 +105,7 @@ class ConsumerEnvironment:
             sink_table=_required(env, "SINK_TABLE"),
             dlq_url=env.get("DLQ_URL", "").strip() or None,
             dlq_bucket=env.get("DLQ_BUCKET", "").strip() or None,
-            max_attempts=_int(env, "MAX_ATTEMPTS", 3),
+            max_attempts=_int(env, "MAX_ATTEMPTS", 3, low=2),
             checkpoint_interval=_seconds(env, "CHECKPOINT_INTERVAL", 5.0),
             time_margin=_seconds(env, "TIME_MARGIN", 2.0),
         )
@@ -133,7 +133,7 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int = 1) -> int:
     text = env.get(name, "").strip()
     if not text:
         return default
@@ -141,8 +141,8 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         value = int(text)
     except ValueError:
         raise ConfigurationError(f"{name} must be an integer, got {text!r}") from None
-    if value < 1:
-        raise ConfigurationError(f"{name} must be at least 1, got {value}")
+    if value < low:
+        raise ConfigurationError(f"{name} must be at least {low}, got {value}")
     return value
 
 

@@ -108,12 +108,15 @@ class SlowPuts(RequestLog):
 
 def test_at_the_deadline_in_flight_records_finish_and_queued_ones_expire(stream):
     client, name = stream
-    slow = SlowPuts(client._client, delay=0.5)
+    # The first request must start before the deadline and still be in flight at it, whatever the
+    # machine's load: a deadline of 2 s (0.2 s was missed by a loaded CI machine before anything
+    # was sent) and requests of 4 s.
+    slow = SlowPuts(client._client, delay=4.0)
     config = ProducerConfig(aggregation_enabled=False)
     producer = Producer(slow, name, config=config)
     records = [UserRecord("one-key", f"{i}".encode()) for i in range(600)]  # one shard: 500 + 100
 
-    results = producer.put_many(records, deadline=0.2)
+    results = producer.put_many(records, deadline=2.0)
 
     # No wall-clock bound: the behaviour is that nothing starts after the deadline, which the
     # request count proves whatever the machine's load.

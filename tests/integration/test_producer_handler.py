@@ -761,3 +761,25 @@ def test_7_consumers_expose_the_identity_and_the_example_sinks_use_it(invoke, st
 
 def partial_sink(handler: Any, table: str) -> Any:
     return lambda records: handler(table, records)
+
+
+def test_1_a_record_whose_data_is_a_kpl_aggregate_reaches_consumers_as_the_one_record(invoke, stream):
+    """A caller posts one record whose data is itself a KPL aggregate of 20,000 members with keys
+    Kinesis refuses (empty, 300 characters): it goes inside shardline's own aggregate, so both
+    example consumers read back exactly the record that was accepted — one event, one count for
+    the caller's key — never 20,000 records with unvalidated keys."""
+    from shardline.kpl import encode
+
+    client, name = stream
+    members = [UserRecord("" if i % 2 else "other-tenant" * 25, b"x") for i in range(20_000)]
+    forged = encode(members)
+    status, body, _ = post(invoke, [{"data": b64(forged), "partitionKey": "tenant-a", "id": "forged-1"}])
+    assert status == 200, body
+
+    sinks = Sinks(client, name)
+
+    items = sinks.event_items()
+    assert [(item["partitionKey"]["S"], item["data"]["B"]) for item in items] == [("tenant-a", forged)]
+    assert sinks.counts() == {"tenant-a": 1}
+    for table in (EVENTS, COUNTS):
+        assert sinks.metrics[table]["UserRecords"] == 1

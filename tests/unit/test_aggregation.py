@@ -196,6 +196,8 @@ def reference_decode(body: bytes) -> list[UserRecord]:
         raise ReferenceError("key not UTF-8") from None
     if any(not (key.isascii() and key.isdigit()) or int(key) >= 2**128 for key in ehk_table):
         raise ReferenceError("an explicit hash key Kinesis would refuse")  # shardline's rule, not protobuf's
+    if any(not 1 <= len(key.encode("utf-16-le", "surrogatepass")) // 2 <= 256 for key in pk_table):
+        raise ReferenceError("a partition key Kinesis would refuse")  # shardline's rule, as above
     out = []
     for pk_i, ehk_i, data in raw:
         if pk_i >= len(pk_table) or (ehk_i is not None and ehk_i >= len(ehk_table)):
@@ -287,7 +289,12 @@ def test_the_independent_reference_encoding_matches_the_kpl(kpl_case):
 
 # -- round trips -----------------------------------------------------------------------------
 
-partition_keys = st.text(st.characters(codec="utf-8"), min_size=1, max_size=256)
+# Keys Kinesis takes: 1 to 256 UTF-16 code units (up to 128 characters of any plane, or up to
+# 256 of the Basic Multilingual Plane, one unit each).
+partition_keys = st.one_of(
+    st.text(st.characters(codec="utf-8"), min_size=1, max_size=128),
+    st.text(st.characters(codec="utf-8", max_codepoint=0xFFFF), min_size=129, max_size=256),
+)
 explicit_hash_keys = st.one_of(
     st.none(),
     st.integers(0, MAX_HASH_KEY).map(str),
@@ -362,7 +369,8 @@ def test_sizes_are_exact_when_table_indexes_need_more_varint_bytes(key_count):
 
 @pytest.mark.parametrize("key_len", [1, 127, 128, 256])
 def test_sizes_are_exact_for_long_multibyte_partition_keys(key_len):
-    keys = ["é" * key_len, "😀" * key_len, "a" * key_len]
+    # An emoji is two UTF-16 code units: 128 of them are the longest key Kinesis takes.
+    keys = ["é" * key_len, "😀" * min(key_len, 128), "a" * key_len]
     records = [UserRecord(k, k.encode()) for k in keys] + [UserRecord(keys[1], b"")]
     assert_codec_agrees(records)
 

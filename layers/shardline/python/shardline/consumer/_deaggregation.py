@@ -1,7 +1,10 @@
 """Lambda Kinesis events to user records: every field checked, base64, KPL de-aggregation, positions.
 
-A Kinesis record that is not a KPL aggregate — or claims to be one but fails its MD5 or cannot be
-decoded — is passed through as one user record (as the KCL does), and counted.
+A Kinesis record that is not a KPL aggregate — or claims to be one but fails its MD5, cannot be
+decoded, or holds keys Kinesis would have refused (an empty partition key, one over 256 UTF-16
+code units, a hash key that is not a decimal below 2**128: a forged aggregate, not a KPL's) — is
+passed through as one user record (as the KCL does), counted (`CorruptAggregatesPassedThrough`)
+and logged with its sequence number and what is wrong.
 
 Identity: a user record carries the ids it arrived with — `ConsumedRecord.id`, the
 caller's own (the `sl.id` tag), and `ConsumedRecord.aggregate_id`, the id of the shardline
@@ -20,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -29,6 +33,8 @@ from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
 from shardline.kpl._decode import decode, decode_aggregate, is_aggregated
 from shardline.kpl._identity import AggregateId
+
+logger = logging.getLogger(__name__)
 
 
 class ConsumedRecord(NamedTuple):
@@ -229,9 +235,16 @@ def user_records(
         if is_aggregated(data):
             try:
                 users, aggregate_id = decode_aggregate(data)
-            except AggregationError:
+            except AggregationError as corrupt:
                 users = None
                 passed_through += 1
+                logger.warning(
+                    "shard %s: Kinesis record %s looks like a KPL aggregate but is not one (%s): "
+                    "passed through whole, as one record",
+                    shard_id,
+                    sequence,
+                    corrupt,
+                )
             if users is not None:
                 covered = None
                 if aggregate_id is not None and dedup is not None:

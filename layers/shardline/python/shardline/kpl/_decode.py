@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import overload
 
 from shardline.errors import AggregationError
-from shardline.kinesis._records import UserRecord
+from shardline.kinesis._limits import MAX_PARTITION_KEY_LENGTH
+from shardline.kinesis._records import UserRecord, partition_key_length
 from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint_size
 from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
 
@@ -81,10 +82,19 @@ def decode_aggregate(payload: bytes) -> tuple[list[UserRecord], str | None]:
     return decoded if decoded is not None else _decode_generic(payload[4:end])
 
 
-def _check_hash_keys(table: list[str]) -> None:
-    """Kinesis takes only decimal hash keys below 2**128: a table entry that is not one makes the
-    aggregate malformed here, rather than a crash later in every consumer that reads the key."""
-    for hash_key in table:
+def _check_keys(partition_keys: list[str], hash_keys: list[str]) -> None:
+    """The key tables hold only what Kinesis would take from a producer: a partition key of 1 to
+    256 UTF-16 code units, a decimal hash key below 2**128. A table that breaks this makes the
+    aggregate malformed here (it is not what a KPL builds: a forged one, passed through whole),
+    rather than handing every consumer records whose keys never went through Kinesis's checks."""
+    for key in partition_keys:
+        # A key of at most 128 characters is at most 256 units: only longer ones are measured.
+        long = len(key) > MAX_PARTITION_KEY_LENGTH // 2
+        if not key or (long and partition_key_length(key) > MAX_PARTITION_KEY_LENGTH):
+            raise AggregationError(
+                f"partition key {key[:50]!r} is not 1 to {MAX_PARTITION_KEY_LENGTH} UTF-16 code units"
+            )
+    for hash_key in hash_keys:
         if not (hash_key.isascii() and hash_key.isdigit() and int(hash_key) < _HASH_KEYS):
             raise AggregationError(f"explicit hash key {hash_key[:50]!r} is not a decimal below 2**128")
 
@@ -108,7 +118,7 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             return None
         (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + n].decode("utf-8"))
         pos += n
-    _check_hash_keys(ehk_table)
+    _check_keys(pk_table, ehk_table)
     out: list[UserRecord] = []
     append = out.append
     make = tuple.__new__
@@ -254,7 +264,7 @@ def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
                 pos = _skip_field(buf, pos, end, tag)
     except UnicodeDecodeError:
         raise AggregationError("a key table entry is not valid UTF-8") from None
-    _check_hash_keys(ehk_table)
+    _check_keys(pk_table, ehk_table)
     aggregate_id = next((tags[AGGREGATE_TAG] for *_, tags in raw if AGGREGATE_TAG in tags), None)
     try:
         records = [

@@ -104,6 +104,44 @@ def test_a_poison_record_goes_whole_to_its_groups_dlq_and_the_shard_keeps_flowin
     assert count is not None and count["count"]["N"] == "11"  # key-counter accepts every record
 
 
+def test_1_a_forged_aggregate_posted_as_data_is_read_back_as_the_one_record_accepted(runtime):
+    """One record whose data is a KPL aggregate of 20,000 members with keys Kinesis refuses: every
+    consumer group reads back exactly that record (its key counted once), never its members."""
+    from shardline.kinesis import UserRecord
+    from shardline.kpl import encode
+
+    key = f"tenant-{time.time_ns()}"
+    forged = encode([UserRecord("" if i % 2 else "x" * 300, b"m") for i in range(20_000)])
+    record = {"partitionKey": key, "data": base64.b64encode(forged).decode(), "id": f"{key}-forged"}
+    status, answer = post(records_url(runtime), json.dumps({"records": [record]}).encode())
+    assert status == 200, answer
+    shard_id = answer["records"][0]["shardId"]
+    groups = {group["group"]: group for group in consumer_groups(runtime.app)}
+    dynamodb = client("dynamodb", runtime.endpoint_url)
+    sink, counter = groups["event-sink"]["sink_table"], groups["key-counter"]["sink_table"]
+    deadline = time.monotonic() + 300
+    ours: list[dict] = []
+    count = None
+    while time.monotonic() < deadline:
+        stored = dynamodb.query(
+            TableName=sink,
+            KeyConditionExpression="pk = :pk AND sk >= :first",
+            ExpressionAttributeValues={
+                ":pk": {"S": f"shardline-dev-events#{shard_id}"},
+                ":first": {"S": answer["records"][0]["sequenceNumber"].zfill(129)},
+            },
+        )["Items"]
+        ours = [item for item in stored if item["partitionKey"]["S"] == key]
+        count = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": key}}).get("Item")
+        if ours and count:
+            break
+        time.sleep(1)
+    assert [item["data"]["B"] for item in ours] == [forged], "the event sink holds the accepted record"
+    assert count is not None and count["count"]["N"] == "1", "the key counter counted it once"
+    members = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": "x" * 300}}).get("Item")
+    assert members is None, "no member of the forged aggregate was counted"
+
+
 @pytest.mark.parametrize(
     ("case", "body", "content_type", "sign", "expected"),
     [

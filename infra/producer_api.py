@@ -48,6 +48,8 @@ RECORDS_MODEL = {
 #: The producer's Kinesis actions on its streams, and no other: it writes and lists shards (its shard
 #: map). It never reads the stream: a lost reply is settled by identity (the aggregate's id, which
 #: consumers deduplicate), not by reading back, so the internet-facing role cannot read a record.
+#: The API's TLS: 1.2 at least (API Gateway's legacy policy name; it takes TLS 1.2 and 1.3).
+TLS_POLICY = "TLS_1_2"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
 #: ... and on a stream's customer-managed key, only what writing needs (never kms:Decrypt).
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
@@ -141,6 +143,12 @@ class ProducerApi(Construct):
                 ),
             ),
         )
+        # TLS 1.2 at least: without a security policy the Regional endpoint also accepts TLS 1.0.
+        # The legacy TLS_1_2 policy needs no endpoint access mode (the enhanced SecurityPolicy_*
+        # ones do); override the CfnRestApi's SecurityPolicy for TLS 1.3 only.
+        rest_api = self.api.node.default_child
+        assert isinstance(rest_api, apigw.CfnRestApi)
+        rest_api.security_policy = TLS_POLICY
         # API Gateway creates its execution log group on first use, kept forever: create it first.
         logs.LogGroup(
             self,

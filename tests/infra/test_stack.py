@@ -93,6 +93,13 @@ def test_queues_are_kms_encrypted_and_tls_only(template):
     assert policies.count('"aws:SecureTransport": "false"') == 4
 
 
+def test_4_the_api_takes_tls_1_2_at_least(template):
+    """Without a security policy the Regional endpoint also accepts TLS 1.0 (issue 25, item 4)."""
+    apis = [api["Properties"] for api in resources(template, "AWS::ApiGateway::RestApi").values()]
+    assert apis and all(api["SecurityPolicy"] == "TLS_1_2" for api in apis), apis
+    assert all(api["EndpointConfiguration"] == {"Types": ["REGIONAL"]} for api in apis)
+
+
 def test_the_api_requires_iam_validates_requests_throttles_logs_and_traces(template):
     template.has_resource_properties(
         "AWS::ApiGateway::Method",

@@ -35,6 +35,8 @@ def build(context: dict | None = None, outdir: str | None = None) -> tuple[cdk.A
         app,
         config.prefix,
         config=config,
+        # A stage that keeps its data (prod) cannot be deleted by a stray `cdk destroy`.
+        termination_protection=config.retain_data,
         # Account and region of the credentials `cdk deploy` runs with; synth needs none.
         env=cdk.Environment(
             account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")

@@ -23,7 +23,7 @@ class PipelineStack(Stack):
         # One key for queues and the alarm topic; CloudWatch and SNS may use it to deliver alarms.
         self.key = kms.Key(
             self, "Key", description="shardline queues and alarms", enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{config.prefix}/queues-and-alarms",
         )  # fmt: skip
         # CloudWatch encrypts what it publishes to the alarm topic: only for this account's alarms.
         self.key.add_to_resource_policy(

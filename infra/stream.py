@@ -27,6 +27,7 @@ class Stream(Construct):
                 description=f"shardline stream {config.name}",
                 enable_key_rotation=True,
                 removal_policy=RemovalPolicy.RETAIN,
+                alias=f"alias/{name}",  # the stream's own name: one alias per stage and stream
             )
         self.stream = kinesis.Stream(
             self,

@@ -34,6 +34,7 @@ NOT_RUN = {
     "AWS::S3::BucketPolicy": "IAM is not enforced locally (every local call is allowed)",
     "AWS::SNS::TopicPolicy": "IAM is not enforced locally (every local call is allowed)",
     "AWS::KMS::Key": "encryption at rest is not emulated (data is in memory)",
+    "AWS::KMS::Alias": "encryption at rest is not emulated (data is in memory)",
     "AWS::ApiGateway::Account": "the account's logging role: logs are files locally",
     "AWS::Logs::LogGroup": "function output goes to files under the run's log folder",
     "AWS::CDK::Metadata": "CDK's own bookkeeping",

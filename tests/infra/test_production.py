@@ -175,6 +175,20 @@ def test_prod_keeps_its_data_and_other_stages_go_with_their_stack():
             assert stream["DeletionPolicy"] == ("Retain" if kept else "Delete")
 
 
+def test_7_prod_is_protected_from_termination_and_every_key_has_an_alias():
+    for stage, protected in (("dev", False), ("prod", True)):
+        app, stack = build({**default_context(), "stage": stage})
+        assembly = app.synth()
+        assert stack.termination_protection is protected
+        assert assembly.get_stack_by_name(stack.stack_name).termination_protection is protected
+        template = Template.from_stack(stack)
+        keys = resources(template, "AWS::KMS::Key")
+        aliases = [a["Properties"] for a in resources(template, "AWS::KMS::Alias").values()]
+        assert sorted(a["TargetKeyId"]["Fn::GetAtt"][0] for a in aliases) == sorted(keys), aliases
+        names = {a["AliasName"] for a in aliases}
+        assert names == {f"alias/shardline-{stage}/queues-and-alarms", f"alias/shardline-{stage}-events"}
+
+
 def test_a_stage_that_is_not_a_short_lowercase_name_fails_synth():
     with pytest.raises(ConfigError, match=r"shardline\.stage"):
         load(default_context()["shardline"], stage="Prod_1")

@@ -51,6 +51,7 @@ class StreamConfig:
     retention_hours: int
     encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
     max_record_size_kib: int
+    explicit_hash_keys: bool = True  # may API callers choose a record's shard?
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,12 @@ class _Reader:
             raise self._fail(key, f"must be 1-64 letters, digits, '_', '.' or '-', got {value!r}")
         return value
 
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, f"must be true or false, got {value!r}")
+        return value
+
     def list(self, key: str) -> list[Any]:
         value = self.data.get(key, [])
         if not isinstance(value, list):
@@ -174,6 +181,7 @@ def _stream(data: Any, path: str) -> StreamConfig:
         retention_hours=read.int("retentionHours", 24, low=24, high=8760),
         encryption=read.str("encryption", "customer-managed", choices=("customer-managed", "aws-managed")),
         max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
+        explicit_hash_keys=read.bool("explicitHashKeys", True),
     )
 
 

@@ -85,6 +85,7 @@ class ProducerApi(Construct):
                             s.config.name: {
                                 "streamName": s.name,
                                 "maxRecordSize": s.config.max_record_size_kib * 1024,
+                                "explicitHashKeys": s.config.explicit_hash_keys,
                             }
                             for s in streams
                         }

@@ -454,6 +454,10 @@ def test_consumer_function_may_only_put_dead_letter_objects_and_describe_its_sin
         (lambda c: c["streams"][0].__setitem__("shards", 0), "shardline.streams[0].shards"),
         (lambda c: c["streams"][0].__setitem__("retentionHours", 1), "shardline.streams[0].retentionHours"),
         (lambda c: c["api"].__setitem__("auth", "open"), "shardline.api.auth"),
+        (
+            lambda c: c["streams"][0].__setitem__("explicitHashKeys", "no"),
+            "shardline.streams[0].explicitHashKeys",
+        ),
     ],
 )
 def test_configuration_errors_name_the_key(change, key):
@@ -490,6 +494,25 @@ def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
 def _placeholders(value: object) -> object:
     """A template value with every CDK token (Ref, Fn::GetAtt, Fn::Join, ...) as a placeholder string."""
     return value if isinstance(value, str) else "token-resolved-at-deploy-time"
+
+
+def test_3_a_stream_may_refuse_caller_chosen_explicit_hash_keys():
+    from shardline.aws_lambda import parse_streams
+
+    for refuse in (False, True):
+        context = default_context()
+        if refuse:
+            context["shardline"]["streams"][0]["explicitHashKeys"] = False
+        app, stack = build(context)
+        app.synth()
+        functions = resources(Template.from_stack(stack), "AWS::Lambda::Function").values()
+        [streams] = [
+            f["Properties"]["Environment"]["Variables"]["SHARDLINE_STREAMS"]
+            for f in functions
+            if "SHARDLINE_STREAMS" in f["Properties"]["Environment"]["Variables"]
+        ]
+        assert isinstance(streams, str), "SHARDLINE_STREAMS is known at synth"
+        assert parse_streams(streams)["events"].explicit_hash_keys is not refuse
 
 
 def test_every_function_environment_is_exactly_the_shardline_contract(template):

@@ -783,3 +783,22 @@ def test_1_a_record_whose_data_is_a_kpl_aggregate_reaches_consumers_as_the_one_r
     assert sinks.counts() == {"tenant-a": 1}
     for table in (EVENTS, COUNTS):
         assert sinks.metrics[table]["UserRecords"] == 1
+
+
+def test_3_a_stream_that_refuses_explicit_hash_keys_answers_400_and_writes_nothing(
+    invoke, stream, monkeypatch
+):
+    client, name = stream
+    routes = {ROUTE: {"streamName": name, "explicitHashKeys": False}}
+    monkeypatch.setenv("SHARDLINE_STREAMS", json.dumps(routes))
+    aimed = [
+        {"json": {"n": 0}, "partitionKey": "tenant-a"},
+        {"json": {"n": 1}, "partitionKey": "tenant-a", "explicitHashKey": "0"},  # aimed at one shard
+    ]
+    status, body, _ = post(invoke, aimed)
+    assert status == 400, body
+    assert [(e["index"], e["field"]) for e in body["errors"]] == [(1, "explicitHashKey")]
+    assert not any(read_stream(client, name).values()), "nothing written"
+    status, body, _ = post(invoke, aimed[:1])  # routed by its partition key: taken
+    assert status == 200, body
+    assert sum(len(entries) for entries in read_stream(client, name).values()) == 1

@@ -988,3 +988,32 @@ def test_the_internal_error_answer_names_the_request_not_the_exception():
     response = internal_error_response("req-9")
     assert response.status == 500
     assert response.body == {"message": "internal error; request id req-9", "requestId": "req-9"}
+
+
+# -- a stream that refuses caller-chosen shards --------------------------------------------------
+
+ROUTED_BY_KEY = StreamRoute("orders", "orders-physical", explicit_hash_keys=False)
+
+
+def test_3_a_stream_that_refuses_explicit_hash_keys_refuses_such_records_and_sends_nothing():
+    settings = ApiSettings(streams={"orders": ROUTED_BY_KEY}, max_records_per_request=5, max_body_bytes=4096)
+    body = json_body(
+        {"data": b64(b"a"), "partitionKey": "k"},
+        {"data": b64(b"b"), "partitionKey": "k", "explicitHashKey": "0"},
+        {"data": b64(b"c"), "partitionKey": "k", "explicitHashKey": str(MAX_HASH_KEY)},
+    )
+    response, put = call(body, settings=settings)
+    assert response.status == 400 and put.calls == []
+    assert errors(response) == [(1, "explicitHashKey"), (2, "explicitHashKey")]
+    assert "partition key only" in response.body["errors"][0]["message"]
+    # Without explicit hash keys, the same stream takes the records.
+    response, put = call(json_body({"data": b64(b"a"), "partitionKey": "k"}), settings=settings)
+    assert response.status == 200 and len(put.calls) == 1
+
+
+def test_3_explicit_hash_keys_are_read_from_shardline_streams_and_must_be_a_boolean():
+    routes = parse_streams(json.dumps({"orders": {"streamName": "s", "explicitHashKeys": False}}))
+    assert routes["orders"].explicit_hash_keys is False
+    assert parse_streams(json.dumps({"orders": {"streamName": "s"}}))["orders"].explicit_hash_keys is True
+    with pytest.raises(ConfigurationError, match=r'\["explicitHashKeys"\] must be true or false'):
+        parse_streams(json.dumps({"orders": {"streamName": "s", "explicitHashKeys": "no"}}))

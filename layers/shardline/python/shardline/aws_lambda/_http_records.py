@@ -23,15 +23,23 @@ from shardline.kinesis._records import UserRecord, find_problems
 
 _RECORD_FIELDS = frozenset({"data", "json", "partitionKey", "explicitHashKey", "id"})
 _LIBRARY_FIELDS = {"partition_key": "partitionKey", "explicit_hash_key": "explicitHashKey"}
+REFUSED_EXPLICIT_HASH_KEY = (
+    "is not accepted on this stream: its records are routed by their partition key only"
+)
 
 
 def to_user_records(
-    items: Sequence[Any], limits: Limits = DEFAULT_LIMITS, *, idempotency_key: str | None = None
+    items: Sequence[Any],
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    idempotency_key: str | None = None,
+    explicit_hash_keys: bool = True,
 ) -> list[UserRecord]:
     """Convert every record object, or raise `InvalidRecord` listing every problem of every record.
 
     With `idempotency_key` (already checked: `_http_request.check_idempotency_key`), a record
-    without its own `id` gets `<key>:<index>`."""
+    without its own `id` gets `<key>:<index>`. With `explicit_hash_keys=False` a record that
+    gives an `explicitHashKey` is refused (the stream routes by partition key only)."""
     records: list[UserRecord] = []
     problems: list[RecordProblem] = []
     first_index: dict[str, int] = {}
@@ -39,6 +47,9 @@ def to_user_records(
         default_id = None if idempotency_key is None else derived_id(idempotency_key, index)
         record, found = to_user_record(index, item, limits, default_id=default_id)
         problems.extend(found)
+        if not explicit_hash_keys and isinstance(item, dict) and "explicitHashKey" in item:
+            problems.append(RecordProblem(index, "explicitHashKey", REFUSED_EXPLICIT_HASH_KEY))
+            continue
         if record is None:
             continue
         records.append(record)

@@ -145,7 +145,10 @@ def parse_request(
     else:
         items = parse_json_body(text, max_records=settings.max_records_per_request)
     try:
-        return PutRequest(route, to_user_records(items, route.limits, idempotency_key=key))
+        records = to_user_records(
+            items, route.limits, idempotency_key=key, explicit_hash_keys=route.explicit_hash_keys
+        )
+        return PutRequest(route, records)
     except InvalidRecord as invalid:
         raise RequestRejected(validation_response(invalid.problems)) from None
 

@@ -39,11 +39,14 @@ MAX_IDEMPOTENCY_KEY_LENGTH = MAX_RECORD_ID_LENGTH - 8
 
 @dataclass(frozen=True, slots=True)
 class StreamRoute:
-    """One `{stream}` the API serves: the physical Kinesis stream behind it and that stream's limits."""
+    """One `{stream}` the API serves: the physical Kinesis stream behind it, that stream's limits,
+    and whether callers may choose a record's shard with `explicitHashKey` (False: refused, so no
+    caller can aim all its records at one shard, nor at another tenant's)."""
 
     name: str
     stream_name: str
     limits: Limits = DEFAULT_LIMITS
+    explicit_hash_keys: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
 
 
 def parse_streams(text: str) -> dict[str, StreamRoute]:
-    """Parse `SHARDLINE_STREAMS`: `{"<route name>": {"streamName": ..., "maxRecordSize": ...}}`."""
+    """Parse `SHARDLINE_STREAMS`: `{"<route name>": {"streamName": ..., "maxRecordSize": ...,
+    "explicitHashKeys": true|false}}` (the last two optional)."""
     if not text.strip():
         return {}
     try:
@@ -87,19 +91,22 @@ def _stream_route(name: str, spec: object) -> StreamRoute:
     where = f"SHARDLINE_STREAMS[{name!r}]"
     if not isinstance(spec, dict):
         raise ConfigurationError(f'{where} must be an object with "streamName"')
-    unknown = sorted(set(spec) - {"streamName", "maxRecordSize"})
+    unknown = sorted(set(spec) - {"streamName", "maxRecordSize", "explicitHashKeys"})
     if unknown:
         raise ConfigurationError(f"{where} has unknown keys {unknown}")
     stream_name = spec.get("streamName")
     if not isinstance(stream_name, str) or not stream_name:
         raise ConfigurationError(f'{where}["streamName"] must be a non-empty string')
+    explicit = spec.get("explicitHashKeys", True)
+    if not isinstance(explicit, bool):
+        raise ConfigurationError(f'{where}["explicitHashKeys"] must be true or false')
     size = spec.get("maxRecordSize")
     if size is None:
-        return StreamRoute(name, stream_name)
+        return StreamRoute(name, stream_name, explicit_hash_keys=explicit)
     if not isinstance(size, int) or isinstance(size, bool):
         raise ConfigurationError(f'{where}["maxRecordSize"] must be an integer number of bytes')
     try:
         limits = Limits.for_max_record_size(size)
     except ValueError as exc:
         raise ConfigurationError(f'{where}["maxRecordSize"]: {exc}') from None
-    return StreamRoute(name, stream_name, limits)
+    return StreamRoute(name, stream_name, limits, explicit)

@@ -37,7 +37,7 @@ def python_function(
         scope,
         f"{construct_id}Logs",
         retention=log_retention(pipeline.log_retention_days),
-        removal_policy=RemovalPolicy.DESTROY,
+        removal_policy=log_removal(pipeline),
     )
     return lambda_.Function(
         scope,
@@ -54,6 +54,12 @@ def python_function(
         logging_format=lambda_.LoggingFormat.JSON,
         environment={"POWERTOOLS_METRICS_NAMESPACE": pipeline.metrics_namespace, **environment},
     )
+
+
+def log_removal(pipeline: PipelineConfig) -> RemovalPolicy:
+    """What happens to a log group when its stack goes: kept with a stage's data (prod), which is
+    what an incident review or an audit reads; deleted with a dev stage."""
+    return RemovalPolicy.RETAIN if pipeline.retain_data else RemovalPolicy.DESTROY
 
 
 def log_retention(days: int) -> logs.RetentionDays:

@@ -11,7 +11,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.config import ApiConfig, PipelineConfig
-from infra.function import log_retention, python_function
+from infra.function import log_removal, log_retention, python_function
 from infra.layers import Layers
 from infra.stream import Stream
 from shardline.aws_lambda import ProducerEnvironment
@@ -109,7 +109,7 @@ class ProducerApi(Construct):
         access_logs = logs.LogGroup(
             self,
             "AccessLogs",
-            removal_policy=RemovalPolicy.DESTROY,
+            removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
         )
         self.api = apigw.RestApi(
@@ -155,7 +155,7 @@ class ProducerApi(Construct):
             self,
             "ExecutionLogs",
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{self.api.deployment_stage.stage_name}",
-            removal_policy=RemovalPolicy.DESTROY,
+            removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
         )
         validator = self.api.add_request_validator(

@@ -173,6 +173,10 @@ def test_prod_keeps_its_data_and_other_stages_go_with_their_stack():
             assert table["Properties"].get("DeletionProtectionEnabled", False) is kept
         for stream in resources(template, "AWS::Kinesis::Stream").values():
             assert stream["DeletionPolicy"] == ("Retain" if kept else "Delete")
+        # Every log group (functions', API access and execution logs) is kept with the data.
+        log_groups = resources(template, "AWS::Logs::LogGroup")
+        assert len(log_groups) >= 5
+        assert {group["DeletionPolicy"] for group in log_groups.values()} == {"Retain" if kept else "Delete"}
 
 
 def test_7_prod_is_protected_from_termination_and_every_key_has_an_alias():

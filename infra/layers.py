@@ -1,11 +1,14 @@
 """The Lambda layers: shardline's own (a plain folder, no Docker) and the public Powertools one.
 
 shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
-without `.pyc` files compiles every module on every cold start. The layer folder is copied to
-build/layer/<pid> and compiled there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`,
-`python3.12` on the PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses
-without comparing timestamps that the zip does not keep. Without such an interpreter the layer
-ships sources only, and synth says so.
+without `.pyc` files compiles every module on every cold start. The package's own files (`*.py`
+and `py.typed`, nothing else the folder may hold) are copied to build/layer/<pid> and compiled
+there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`, `python3.12` on the
+PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses without comparing
+timestamps that the zip does not keep, naming their source where Lambda unpacks it
+(`/opt/python/...`, also what a traceback shows) rather than the build folder: the same commit
+builds the same bytes, so the same asset hash. Without such an interpreter the layer ships sources
+only, and synth says so.
 
 The Powertools layer is the version the tests ran against: its version is read from the pin in
 requirements-dev.txt, and its ARN from the SSM parameter AWS publishes for that version, runtime
@@ -32,6 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PINS = ROOT / "requirements-dev.txt"
 LAYER_SOURCE = ROOT / "layers" / "shardline"
 LAYER_BUILD = ROOT / "build" / "layer"
+#: Where Lambda unpacks a layer's `python/` folder: the path compiled into the layer's bytecode.
+LAYER_MOUNT = "/opt/python"
+#: The files of the package the layer ships (sources and its typing marker).
+LAYER_FILES = ("*.py", "py.typed")
 
 
 def runtime_python() -> str | None:
@@ -68,13 +75,21 @@ def build_layer() -> tuple[Path, bool]:
             shutil.rmtree(stale, ignore_errors=True)
     folder = LAYER_BUILD / str(os.getpid())
     shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(LAYER_SOURCE, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for source in sorted(LAYER_SOURCE.rglob("*")):
+        relative = source.relative_to(LAYER_SOURCE)
+        if source.is_file() and "__pycache__" not in relative.parts and any(
+            source.match(pattern) for pattern in LAYER_FILES
+        ):
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, folder / relative)
     python = runtime_python()
     if python is None:
         return folder, False
+    compile_all = [python, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash"]
     subprocess.run(
-        [python, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", str(folder / "python")],
+        [*compile_all, "-d", LAYER_MOUNT, str(folder / "python")],
         check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # no set or frozenset constant in hash order
     )
     return folder, True
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,45 @@ def test_the_layer_ships_unchecked_hash_bytecode_for_the_runtimes_python(synthes
         flags = int.from_bytes(compiled.read_bytes()[4:8], "little")
         assert flags == 0b01, f"{compiled.name}: hash-based and unchecked, as a read-only /opt needs"
     assert len(sources) > 40
+
+
+_LAYER_ASSET = """
+from app import build
+from aws_cdk.assertions import Template
+_, stack = build()
+resources = Template.from_stack(stack).to_json()["Resources"].values()
+layers = [r for r in resources if r["Type"] == "AWS::Lambda::LayerVersion"]
+print(layers[0]["Properties"]["Content"]["S3Key"])
+"""
+
+
+def test_7_the_same_commit_builds_the_same_layer_asset_in_any_process(synthesized):
+    """Two synths in two processes (two build folders) give one layer asset: the layer holds only
+    the package's files, and its bytecode names its source where Lambda unpacks it, not the
+    build folder (which held the process id: one commit gave a new layer hash per synth)."""
+    from infra.layers import LAYER_MOUNT, RUNTIME, runtime_python
+
+    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    command = [sys.executable, "-c", _LAYER_ASSET]
+    hashes = set()
+    for _ in range(2):
+        run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        hashes.add(run.stdout.split()[-1])
+    assert len(hashes) == 1, hashes
+    template_file = synthesized[1]
+    layer = next(
+        r
+        for r in json.loads(template_file.read_text())["Resources"].values()
+        if r["Type"] == "AWS::Lambda::LayerVersion"
+    )
+    assert layer["Properties"]["Content"]["S3Key"] in hashes, "the test session's own synth too"
+    assets_file = template_file.with_name(template_file.name.replace(".template.", ".assets."))
+    asset = json.loads(assets_file.read_text())["files"][layer["Properties"]["Content"]["S3Key"][:-4]]
+    folder = template_file.parent / asset["source"]["path"]
+    shipped = {path.name for path in folder.rglob("*") if path.is_file()}
+    assert {name.rsplit(".", 1)[-1] if "." in name else name for name in shipped} <= {"py", "typed", "pyc"}
+    if runtime_python() is None:
+        pytest.skip(f"no {RUNTIME.name} interpreter here: the layer ships sources (synth warns)")
+    compiled = next((folder / "python" / "shardline" / "__pycache__").glob("__init__.*.pyc")).read_bytes()
+    assert f"{LAYER_MOUNT}/shardline/__init__.py".encode() in compiled
+    assert str(ROOT).encode() not in compiled

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -143,6 +143,14 @@ class ProducerApi(Construct):
                     user=True,
                 ),
             ),
+        )
+        # The account-wide logging role may be assumed by API Gateway acting for this account only
+        # (the confused-deputy guard AWS recommends for service roles).
+        logging_role = self.api.node.find_child("CloudWatchRole").node.default_child
+        assert isinstance(logging_role, iam.CfnRole)
+        logging_role.add_property_override(
+            "AssumeRolePolicyDocument.Statement.0.Condition",
+            {"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
         )
         # TLS 1.2 at least: without a security policy the Regional endpoint also accepts TLS 1.0.
         # The legacy TLS_1_2 policy needs no endpoint access mode (the enhanced SecurityPolicy_*

@@ -100,6 +100,18 @@ def test_4_the_api_takes_tls_1_2_at_least(template):
     assert all(api["EndpointConfiguration"] == {"Types": ["REGIONAL"]} for api in apis)
 
 
+def test_6_the_account_wide_api_logging_role_trusts_api_gateway_for_this_account_only(template):
+    roles = [
+        role["Properties"]["AssumeRolePolicyDocument"]
+        for role in resources(template, "AWS::IAM::Role").values()
+        if "apigateway" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert len(roles) == 1
+    [statement] = roles[0]["Statement"]
+    assert statement["Principal"] == {"Service": "apigateway.amazonaws.com"}
+    assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
 def test_the_api_requires_iam_validates_requests_throttles_logs_and_traces(template):
     template.has_resource_properties(
         "AWS::ApiGateway::Method",

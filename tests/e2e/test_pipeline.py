@@ -43,6 +43,19 @@ def records_in_stream(runtime, stream: str) -> int:
     return sum(shard["records_written"] for shard in shard_counters(runtime, stream).values())
 
 
+def events_since(dynamodb, sink: str, first: dict) -> list[dict]:
+    """The event sink's items of `first`'s shard from `first` (an entry of the API's answer) on:
+    the partition holds earlier tests' records too."""
+    return dynamodb.query(
+        TableName=sink,
+        KeyConditionExpression="pk = :pk AND sk >= :first",
+        ExpressionAttributeValues={
+            ":pk": {"S": f"shardline-dev-events#{first['shardId']}"},
+            ":first": {"S": first["sequenceNumber"].zfill(129)},
+        },
+    )["Items"]
+
+
 def records_url(runtime, stream: str = "events") -> str:
     return f"{runtime.api_url}/streams/{stream}/records"
 
@@ -70,7 +83,6 @@ def test_a_poison_record_goes_whole_to_its_groups_dlq_and_the_shard_keeps_flowin
     records += [{"partitionKey": key, "data": base64.b64encode(b"after-%d" % i).decode()} for i in range(5)]
     status, answer = post(records_url(runtime), json.dumps({"records": records}).encode())
     assert status == 200, answer
-    shard_id = answer["records"][0]["shardId"]
     groups = {group["group"]: group for group in consumer_groups(runtime.app)}
     dynamodb = client("dynamodb", runtime.endpoint_url)
     sqs = client("sqs", runtime.endpoint_url)
@@ -85,14 +97,7 @@ def test_a_poison_record_goes_whole_to_its_groups_dlq_and_the_shard_keeps_flowin
                 body = json.loads(message["Body"])
                 if body.get("partitionKey") == key:
                     dead_letter = body
-        stored = dynamodb.query(  # from our first record on: the partition holds earlier tests' too
-            TableName=sink,
-            KeyConditionExpression="pk = :pk AND sk >= :first",
-            ExpressionAttributeValues={
-                ":pk": {"S": f"shardline-dev-events#{shard_id}"},
-                ":first": {"S": answer["records"][0]["sequenceNumber"].zfill(129)},
-            },
-        )["Items"]
+        stored = events_since(dynamodb, sink, answer["records"][0])
         ours = sorted(item["data"]["B"] for item in stored if item["partitionKey"]["S"] == key)
         count = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": key}}).get("Item")
         if dead_letter is not None and len(ours) == 10 and count and count["count"]["N"] == "11":
@@ -115,7 +120,6 @@ def test_1_a_forged_aggregate_posted_as_data_is_read_back_as_the_one_record_acce
     record = {"partitionKey": key, "data": base64.b64encode(forged).decode(), "id": f"{key}-forged"}
     status, answer = post(records_url(runtime), json.dumps({"records": [record]}).encode())
     assert status == 200, answer
-    shard_id = answer["records"][0]["shardId"]
     groups = {group["group"]: group for group in consumer_groups(runtime.app)}
     dynamodb = client("dynamodb", runtime.endpoint_url)
     sink, counter = groups["event-sink"]["sink_table"], groups["key-counter"]["sink_table"]
@@ -123,14 +127,7 @@ def test_1_a_forged_aggregate_posted_as_data_is_read_back_as_the_one_record_acce
     ours: list[dict] = []
     count = None
     while time.monotonic() < deadline:
-        stored = dynamodb.query(
-            TableName=sink,
-            KeyConditionExpression="pk = :pk AND sk >= :first",
-            ExpressionAttributeValues={
-                ":pk": {"S": f"shardline-dev-events#{shard_id}"},
-                ":first": {"S": answer["records"][0]["sequenceNumber"].zfill(129)},
-            },
-        )["Items"]
+        stored = events_since(dynamodb, sink, answer["records"][0])
         ours = [item for item in stored if item["partitionKey"]["S"] == key]
         count = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": key}}).get("Item")
         if ours and count:

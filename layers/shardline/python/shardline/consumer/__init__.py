@@ -22,11 +22,12 @@ Private modules, one concern each: `_consumer` (the group and its settings), `_s
 invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
 whose they are), `_handler_deadline` (interrupting a handler at the time budget),
 `_careful` (pinning a crash on the record that ran alone), `_stalls` (failures of the
-environment, which stall a shard and blame no record), `_deaggregation` (events to user records,
-with their ids), `_dedup` (the aggregates a shard
-applied: producer-retry dedup), `_once` (client-id guards), `_leases` (the KCL-compatible
-lease/checkpoint table), `_dead_letters` (poison records, whole, in SQS or S3), `_resharding`
-(parents before children, and their dedup state handed down), `_metrics`.
+environment, which stall a shard and blame no record), `_redrive` (putting what the mapping
+discarded back through the group), `_deaggregation` (events to user records, with their ids),
+`_dedup` (the aggregates a shard applied: producer-retry dedup), `_once` (client-id guards),
+`_leases` (the KCL-compatible lease/checkpoint table), `_dead_letters` (poison records, whole,
+in SQS or S3), `_resharding` (parents before children, and their dedup state handed down),
+`_metrics`.
 """
 
 from __future__ import annotations

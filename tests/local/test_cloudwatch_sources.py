@@ -30,9 +30,11 @@ def test_kinesis_metrics_come_from_the_endpoint_as_kinesis_publishes_them(local_
     began = time.time()
     collector.collect_once()  # the cursor moves past what other tests left
     written = 0
-    for _ in range(3):  # 3 × 400 records of 1 KiB on one shard: over its 1,000 records/s, some throttled
+    size = 3 * 1024  # 400 records of 3 KiB: 1.2 MB, over the shard's 1 MiB/s in the first request
+    # alone, so some are throttled however slowly a loaded machine sends the three requests
+    for _ in range(3):
         answer = client.put_records(
-            StreamName=name, Records=[{"PartitionKey": "k", "Data": b"x" * 1024} for _ in range(400)]
+            StreamName=name, Records=[{"PartitionKey": "k", "Data": b"x" * size} for _ in range(400)]
         )
         written += 400 - answer["FailedRecordCount"]
         throttled = sum(1 for r in answer["Records"] if r.get("ErrorCode") == THROTTLED)
@@ -45,7 +47,7 @@ def test_kinesis_metrics_come_from_the_endpoint_as_kinesis_publishes_them(local_
     assert refused > 0 and throttled > 0
     assert _sum(collector, "WriteProvisionedThroughputExceeded", name, began) == refused
     assert _sum(collector, "PutRecords.ThrottledRecords", name, began) == refused
-    assert _sum(collector, "IncomingBytes", name, began) == written * (1024 + 1)  # data and key
+    assert _sum(collector, "IncomingBytes", name, began) == written * (size + 1)  # data and key
     collector.collect_once()
     assert _sum(collector, "IncomingRecords", name, began) == written  # nothing is served twice
 

@@ -6,6 +6,7 @@ Every error names the key it is about, e.g. `shardline.consumerGroups[1].stream:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,13 @@ MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
 DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 SINKS = ("events", "counter")
+#: Lambda keeps 100 concurrent executions of an account's quota unreserved; the default quota is 1,000.
+UNRESERVED_MINIMUM = 100
+DEFAULT_CONCURRENCY_BUDGET = 1000 - UNRESERVED_MINIMUM
+#: On-demand streams start with 4 shards and split as they grow: reserve for this many by default.
+ON_DEMAND_SHARDS_RESERVED = 10
+#: Seconds a producer invocation holds beside the throttled give-up: its own work, a last backoff.
+PRODUCER_CALL_SECONDS = 1.0
 #: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
 #: failure when it runs alone), which takes a second attempt after whatever failed first.
 MIN_MAX_ATTEMPTS = 2
@@ -61,6 +69,8 @@ class ApiConfig:
     throttle_burst: int
     max_records_per_request: int
     max_body_bytes: int
+    throttled_give_up_seconds: float = 3.0  # a shard throttling this long: 503 + Retry-After
+    reserved_concurrency: int = 400  # the producer function's (see `producer_reservation`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ class ConsumerGroupConfig:
     checkpoint_interval_seconds: float
     memory_mb: int
     timeout_seconds: int
+    reserved_concurrency: int = 4  # the group function's (see `group_reservation`)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class PipelineConfig:
     api: ApiConfig
     consumer_groups: tuple[ConsumerGroupConfig, ...]
     alarms: AlarmsConfig = AlarmsConfig()
+    concurrency_budget: int = DEFAULT_CONCURRENCY_BUDGET  # what this stage may reserve in its account
 
     @property
     def prefix(self) -> str:
@@ -225,6 +237,10 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
             f"{path}.maxRecordAgeSeconds: {max_record_age} must be below the stream's retention "
             f"({retention_seconds} s): a batch given up at that age points at records already trimmed"
         )
+    shards = streams[stream].shards
+    reservation = read.int(
+        "reservedConcurrency", group_reservation(shards, parallelization), low=1, high=10000
+    )
     return ConsumerGroupConfig(
         name=read.name("name"),
         stream=stream,
@@ -240,7 +256,23 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         checkpoint_interval_seconds=read.number("checkpointIntervalSeconds", 5.0, low=0.1, high=900),
         memory_mb=read.int("memoryMb", 512, low=128, high=10240),
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
+        reserved_concurrency=reservation,
     )
+
+
+def group_reservation(shards: int | None, parallelization: int) -> int:
+    """A consumer group's reserved concurrency by default: one execution per shard and concurrent
+    batch (`shards × parallelization`), on-demand streams counted as `ON_DEMAND_SHARDS_RESERVED`
+    shards. The mapping invokes at most that many at once, so more would only be taken from others."""
+    return (ON_DEMAND_SHARDS_RESERVED if shards is None else shards) * parallelization
+
+
+def producer_reservation(throttle_rate: float, throttled_give_up_seconds: float) -> int:
+    """The producer's reserved concurrency by default: the stage's request rate times the longest
+    an invocation holds while its shards throttle (`ceil(throttleRate × (throttledGiveUpSeconds +
+    PRODUCER_CALL_SECONDS))`), so a throttled stream cannot take more executions than its API lets
+    in during that time."""
+    return max(1, math.ceil(throttle_rate * (throttled_give_up_seconds + PRODUCER_CALL_SECONDS)))
 
 
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -289,20 +321,51 @@ def load(context: Any, stage: str | None = None) -> PipelineConfig:
             "shardline.powertoolsLayerVersion: no longer read: the Powertools layer deployed is the version "
             "pinned in requirements-dev.txt, resolved from its public SSM parameter; remove the key"
         )
-    api = _Reader(read.data.get("api", {}), "shardline.api")
-    return PipelineConfig(
+    config = PipelineConfig(
         stack_name=read.name("stackName") if "stackName" in read.data else "shardline",
         stage=stage,
         retain_data=retain_data,
         log_retention_days=read.int("logRetentionDays", 30, low=1, high=3653),
         streams=tuple(streams.values()),
-        api=ApiConfig(
-            auth=api.str("auth", "iam", choices=("iam", "api-key")),
-            throttle_rate=api.number("throttleRate", 100.0, low=1, high=10000),
-            throttle_burst=api.int("throttleBurst", 200, low=1, high=5000),
-            max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
-            max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
-        ),
+        api=_api(read.data.get("api", {})),
         consumer_groups=tuple(groups),
         alarms=_alarms(read.data.get("alarms", {})),
+        concurrency_budget=read.int("concurrencyBudget", DEFAULT_CONCURRENCY_BUDGET, low=1, high=1_000_000),
     )
+    _check_reservations(config)
+    return config
+
+
+def _api(data: Any) -> ApiConfig:
+    api = _Reader(data, "shardline.api")
+    rate = api.number("throttleRate", 100.0, low=1, high=10000)
+    give_up = api.number("throttledGiveUpSeconds", 3.0, low=0, high=23)
+    return ApiConfig(
+        auth=api.str("auth", "iam", choices=("iam", "api-key")),
+        throttle_rate=rate,
+        throttle_burst=api.int("throttleBurst", 200, low=1, high=5000),
+        max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
+        max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
+        throttled_give_up_seconds=give_up,
+        reserved_concurrency=api.int(
+            "reservedConcurrency", producer_reservation(rate, give_up), low=1, high=1_000_000
+        ),
+    )
+
+
+def _check_reservations(config: PipelineConfig) -> None:
+    """Refuse a producer reservation the consumer groups' cannot coexist with: Lambda refuses to
+    reserve past the account's quota less its unreserved minimum, and this stage has only its
+    budget of it (other stages and functions in the account have theirs)."""
+    groups = {group.name: group.reserved_concurrency for group in config.consumer_groups}
+    total = config.api.reserved_concurrency + sum(groups.values())
+    if total > config.concurrency_budget:
+        shares = ", ".join(f"{name} {count}" for name, count in groups.items()) or "none"
+        raise ConfigError(
+            f"shardline.api.reservedConcurrency: {config.api.reserved_concurrency} cannot coexist with "
+            f"the consumer groups' reservations ({shares}): together {total}, over "
+            f"shardline.concurrencyBudget ({config.concurrency_budget}, what this stage may reserve of the "
+            f"account's Lambda quota less the {UNRESERVED_MINIMUM} Lambda keeps unreserved); lower "
+            "throttleRate or throttledGiveUpSeconds, set reservedConcurrency, or raise the budget "
+            "after raising the account's quota"
+        )

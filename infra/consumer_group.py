@@ -58,6 +58,7 @@ class ConsumerGroup(Construct):
             layers=layers,
             memory_mb=config.memory_mb,
             timeout_seconds=config.timeout_seconds,
+            reserved_concurrency=config.reserved_concurrency,
             pipeline=pipeline,
             environment={
                 "POWERTOOLS_SERVICE_NAME": f"shardline-{config.name}",

@@ -28,11 +28,14 @@ def python_function(
     environment: dict[str, str],
     memory_mb: int,
     timeout_seconds: int,
+    reserved_concurrency: int,
     pipeline: PipelineConfig,
 ) -> lambda_.Function:
     """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group, written in
     Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
-    (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'."""
+    (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'.
+    `reserved_concurrency` is both its share and its ceiling: it cannot starve the account's other
+    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`)."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
@@ -49,6 +52,7 @@ def python_function(
         layers=[layers.shardline, layers.powertools],
         memory_size=memory_mb,
         timeout=Duration.seconds(timeout_seconds),
+        reserved_concurrent_executions=reserved_concurrency,
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,

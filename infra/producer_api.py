@@ -76,6 +76,7 @@ class ProducerApi(Construct):
             layers=layers,
             memory_mb=512,
             timeout_seconds=29,  # API Gateway's integration limit
+            reserved_concurrency=config.reserved_concurrency,
             pipeline=pipeline,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
@@ -92,6 +93,7 @@ class ProducerApi(Construct):
                     ),
                     max_records_per_request=config.max_records_per_request,
                     max_body_bytes=config.max_body_bytes,
+                    throttled_give_up_seconds=config.throttled_give_up_seconds,
                 ).to_environ(),
             },
         )

@@ -237,12 +237,14 @@ class ApiServer:
         if method.function_name is None:
             raise Refused(INTERNAL)  # an integration other than AWS_PROXY: not supported locally
         assert self._pool is not None, "start() first"
-        future = self._pool.submit(self.invoker.invoke, method.function_name, event)
+        # Not queued behind a busy reservation: Lambda throttles API Gateway's invocation, and API
+        # Gateway answers the caller 500 (a proxy integration has no response from the function).
+        future = self._pool.submit(self.invoker.invoke, method.function_name, event, wait=False)
         try:
             result = future.result(timeout=self.integration_timeout)
         except FutureTimeout:
             raise Refused(TIMED_OUT) from None
-        except Exception:  # no such function (KeyError), or the invoker failed: Lambda's 5XX
+        except Exception:  # no such function (KeyError), throttled, or the invoker failed: Lambda's 5XX
             log.exception("invoking %s failed", method.function_name)
             raise Refused(INTERNAL) from None
         if result.function_error:

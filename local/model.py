@@ -167,4 +167,7 @@ class Invoker(Protocol):
     set, never exceptions; `KeyError` for a function that does not exist.
     """
 
-    def invoke(self, function_name: str, event: Any) -> InvokeResult: ...
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
+        """`wait=False`: a synchronous caller's invocation (API Gateway), throttled rather than queued
+        when every execution the function reserved is busy."""
+        ...

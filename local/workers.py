@@ -8,12 +8,15 @@
 
 Each worker is a process running `local/_worker.py` (Lambda's Python runtime loop) with the
 function's environment plus Lambda's reserved variables and the local endpoint. A function gets
-more workers as invocations overlap, up to its reserved concurrency (else `max_workers`); beyond
-that an invocation waits for a free worker. At the timeout the worker is killed (SIGKILL) and a new
-one started, as Lambda replaces its execution environment; a worker that dies mid-invocation is
-replaced too. Events and results cross the process boundary as JSON, over a socket pair (stdout and
-stderr are the function's log: `log_dir/<function name>.log`, with Lambda's START/END/REPORT lines
-written around each invocation, by `local._worker_process`). Workers also exit by themselves
+more workers as invocations overlap, up to `max_workers` or its reserved concurrency if lower;
+beyond that an invocation waits for a free worker — unless it is a synchronous caller's
+(`wait=False`, API Gateway's) and every execution the function reserved is busy: Lambda throttles
+that one (`TooManyRequestsError`) where an event-source mapping's would be retried. At the
+timeout the worker is killed (SIGKILL) and a new one started, as Lambda replaces its execution
+environment; a worker that dies mid-invocation is replaced too. Events and results cross the
+process boundary as JSON, over a socket pair (stdout and stderr are the function's log:
+`log_dir/<function name>.log`, with Lambda's START/END/REPORT lines written around each
+invocation, by `local._worker_process`). Workers also exit by themselves
 when this process dies: each holds the read end of a pipe whose only write end is here.
 """
 
@@ -54,7 +57,8 @@ class RequestTooLargeError(Exception):
 
 
 class TooManyRequestsError(Exception):
-    """Invoke's TooManyRequestsException (HTTP 429): the function's reserved concurrency is 0."""
+    """Invoke's TooManyRequestsException (HTTP 429): the function's reserved concurrency is 0, or
+    (a synchronous invocation) every execution it reserved is busy."""
 
 
 @dataclass
@@ -76,8 +80,12 @@ class FunctionPool:
     def __init__(self, function: Function, functions: Functions) -> None:
         self.function = function
         self._owner = functions
-        reserved = function.reserved_concurrency
-        self.limit = functions.max_workers if reserved is None else reserved
+        self.reserved = function.reserved_concurrency
+        # The machine's bound, or the function's own when lower: a reservation of 400 is a ceiling
+        # in Lambda, not 400 processes here.
+        self.limit = (
+            functions.max_workers if self.reserved is None else min(self.reserved, functions.max_workers)
+        )
         self.log = FunctionLog(functions.log_dir / f"{function.name}.log")
         self._cond = threading.Condition()
         self._idle: list[Worker] = []  # most recently used last: reused first, as Lambda does
@@ -140,12 +148,18 @@ class FunctionPool:
 
     # -- invoking ------------------------------------------------------------------------------
 
-    def invoke(self, event: bytes) -> InvokeResult:
+    def invoke(self, event: bytes, *, wait: bool = True) -> InvokeResult:
         with self._cond:
             if self.limit <= 0:
                 self._publish("Throttles", 1)
                 raise TooManyRequestsError(
                     f"Rate Exceeded. (reserved concurrency of {self.function.name} is 0)"
+                )
+            if not wait and not self._idle and self.reserved is not None and self._count >= self.reserved:
+                self._publish("Throttles", 1)
+                raise TooManyRequestsError(
+                    f"Rate Exceeded. (all {self.reserved} reserved executions of "
+                    f"{self.function.name} are busy)"
                 )
             if not self._idle and self._count >= self.limit:
                 self._stats.waited += 1
@@ -324,9 +338,10 @@ class Functions:
         for thread in threads:
             thread.join()
 
-    def invoke(self, function_name: str, event: Any) -> InvokeResult:
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
         """Invoke synchronously (RequestResponse). `event` is any JSON value, or bytes already JSON.
-        Raises KeyError for an unknown function, RequestTooLargeError over 6 MB."""
+        Raises KeyError for an unknown function, RequestTooLargeError over 6 MB, TooManyRequestsError
+        when throttled (`wait=False`: a synchronous caller's invocation, see the module's description)."""
         pool = self._pools[function_name]
         payload = (
             event if isinstance(event, bytes | bytearray) else json.dumps(event, ensure_ascii=False).encode()
@@ -335,7 +350,7 @@ class Functions:
             raise RequestTooLargeError(
                 f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation"
             )
-        return pool.invoke(bytes(payload))
+        return pool.invoke(bytes(payload), wait=wait)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per function: invocations, errors, timeouts, crashes, out_of_memory, init_errors,

@@ -480,6 +480,29 @@ def test_every_record_throttled_until_the_deadline_is_503_with_retry_after(invok
     assert invoke.metric("Errors.ProvisionedThroughputExceededException") >= 1
 
 
+def test_2_a_shard_that_keeps_throttling_answers_503_with_retry_after_long_before_the_deadline(
+    invoke, stream, monkeypatch
+):
+    client, name = stream
+    monkeypatch.setenv("THROTTLED_GIVE_UP_SECONDS", "1")
+    faulty = FaultyKinesis(kinesis_client(client.meta.endpoint_url), rng=random.Random(1))
+    faulty.throttle_fraction = 1.0
+    invoke.app.set_kinesis_client(faulty)  # a new producer, made with the setting above
+    records = [{"data": b64(f"r{i}".encode()), "id": f"id-{i}", "partitionKey": f"k{i}"} for i in range(10)]
+
+    started = time.monotonic()
+    status, body, headers = invoke(rest_event(json.dumps({"records": records})), remaining_ms=29_000)
+    elapsed = time.monotonic() - started
+
+    # Given up for the shard's throttling (its code, not Expired): the 23 s flush deadline never came.
+    assert status == 503, body
+    assert headers["retry-after"] == "1"
+    assert {entry["errorCode"] for entry in body["records"]} == {THROTTLED}
+    assert all(entry["written"] is False and entry["retry"] for entry in body["records"])
+    assert elapsed < 23 / 2, f"held {elapsed:.1f} s: the request waited for the deadline"
+    assert landed(client, name) == {}
+
+
 def test_a_hot_shard_fails_exactly_its_records_with_207(invoke, stream):
     client, name = stream
     hot = shard_ranges(client, name)["shardId-000000000001"]

@@ -72,7 +72,7 @@ class FunctionInvoker:
         self.functions = functions
         self.events: list[dict[str, Any]] = []
 
-    def invoke(self, function_name: str, event: Any) -> InvokeResult:
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
         self.events.append(event)
         function = self.functions[function_name]
         request_id = str(uuid.uuid4())

@@ -193,7 +193,7 @@ class FailingBeforeTheFunction(CallableInvoker):
         super().__init__(FUNCTION, succeed)
         self.refusals = times
 
-    def invoke(self, function_name: str, event: Any) -> InvokeResult:
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
         if self.refusals:
             self.refusals -= 1
             raise RuntimeError("TooManyRequestsException (the function was not run)")

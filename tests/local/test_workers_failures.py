@@ -3,9 +3,11 @@
 # ruff: noqa: F811 -- the make_functions fixture is imported from workers_helpers and requested by name
 
 import re
+import threading
 
 import pytest
 
+from local.workers import TooManyRequestsError
 from tests.local.workers_helpers import (
     TIMESTAMP,
     function,
@@ -143,3 +145,23 @@ def test_reserved_concurrency_bounds_the_workers(make_functions):
     first, second = sorted((a.payload, b.payload), key=lambda answer: answer["started"])
     assert first["pid"] == second["pid"] and second["started"] >= first["ended"]
     assert functions.stats()["test-sleepy"]["concurrency"] == 1
+
+
+def test_2_a_synchronous_invocation_past_the_reservation_is_throttled_not_queued(make_functions):
+    functions = make_functions(function("sleepy", reserved_concurrency=1), max_workers=4)
+    busy = threading.Thread(target=functions.invoke, args=("test-sleepy", {"seconds": 1.5}))
+    busy.start()
+    assert wait_until(lambda: functions.stats()["test-sleepy"]["busy"] == 1)
+
+    with pytest.raises(TooManyRequestsError, match="all 1 reserved executions"):
+        functions.invoke("test-sleepy", {"seconds": 0}, wait=False)  # API Gateway's: Lambda throttles it
+    waited = functions.invoke("test-sleepy", {"seconds": 0})  # a mapping's: it waits its turn
+    busy.join()
+
+    assert waited.function_error is None
+    assert functions.stats()["test-sleepy"]["invocations"] == 2
+
+
+def test_2_a_reservation_above_the_machines_bound_is_a_ceiling_not_a_process_count(make_functions):
+    functions = make_functions(function("sleepy", reserved_concurrency=400), max_workers=2)
+    assert functions.stats()["test-sleepy"]["concurrency"] == 2

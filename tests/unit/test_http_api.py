@@ -676,7 +676,8 @@ def test_bad_bounds_raise(name, value):
 
 
 def test_producer_config_follows_the_stream_limits():
-    assert producer_config(ROUTE) == ProducerConfig()
+    assert producer_config(ROUTE, None) == ProducerConfig()
+    assert producer_config(ROUTE).throttled_give_up == settings_from_env({}).throttled_give_up_seconds == 3
     big = producer_config(StreamRoute("b", "b", Limits.for_max_record_size(10 * MiB)))
     assert big.limits.max_record_size == 10 * MiB and big.collection_max_size == 10 * MiB
 

@@ -197,6 +197,43 @@ def test_per_record_throttle_retries_unless_fail_if_throttled(fail_if_throttled)
         assert 0 in h.retried and 0 not in h.finished
 
 
+def test_2_a_record_throttled_for_throttled_give_up_seconds_fails_with_the_throttle_code():
+    h = Harness(throttled_give_up=3.0)
+    record = h.buffered(1, "s0")
+    throttle = {"ErrorCode": THROTTLED, "ErrorMessage": "slow down"}
+    for second in range(3):  # refused at 0, 1 and 2 s (+10 ms each): under 3 s of throttling
+        h.retrier.handle(h.batch([record]), h.outcome(throttle))
+        assert 0 not in h.finished, f"given up after {second} s"
+        h.clock.now += 1.0
+    h.retrier.handle(h.batch([record]), h.outcome(throttle))  # at 3 s: the run lasted 3.01 s
+    assert h.finished[0].error_code == THROTTLED and len(h.finished[0].attempts) == 4
+
+
+def test_2_a_throttle_run_broken_by_another_failure_starts_over():
+    h = Harness(throttled_give_up=1.5)
+    record = h.buffered(1, "s0")
+    throttle = {"ErrorCode": THROTTLED, "ErrorMessage": "slow down"}
+    internal = {"ErrorCode": "InternalFailure", "ErrorMessage": "oops"}
+    for entry in (throttle, throttle, internal, throttle):  # 0, 1 s; 2 s breaks it; 3 s starts again
+        h.retrier.handle(h.batch([record]), h.outcome(entry))
+        h.clock.now += 1.0
+    assert 0 not in h.finished
+    h.retrier.handle(h.batch([record]), h.outcome(throttle))  # 4 s: throttled since 3 s only
+    assert 0 not in h.finished
+    h.clock.now += 1.0
+    h.retrier.handle(h.batch([record]), h.outcome(throttle))  # 5 s: since 3 s, 2.01 s
+    assert h.finished[0].error_code == THROTTLED
+
+
+def test_2_without_throttled_give_up_a_throttled_record_waits_for_its_ttl():
+    h = Harness(record_ttl=30.0)
+    record = h.buffered(1, "s0")
+    for _ in range(20):
+        h.retrier.handle(h.batch([record]), h.outcome({"ErrorCode": THROTTLED, "ErrorMessage": "x"}))
+        h.clock.now += 1.0
+    assert 0 not in h.finished and 0 in h.retried
+
+
 def test_per_record_internal_error_is_retried_even_with_fail_if_throttled():
     h = Harness(fail_if_throttled=True)
     h.retrier.handle(h.batch([h.buffered(1, "s0")]), h.outcome({"ErrorCode": "InternalFailure"}))

@@ -47,7 +47,7 @@ class CallableInvoker:
         self.invocations: list[Invocation] = []
         self._lock = threading.Lock()
 
-    def invoke(self, function_name: str, event: Any) -> InvokeResult:
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
         if function_name != self.function_name:
             raise KeyError(function_name)
         started = time.monotonic()

@@ -9,6 +9,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `SHARDLINE_STREAMS` | JSON `{"<route>": {"streamName", "maxRecordSize"?}}` | `{}` |
 | producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
 | producer | `MAX_BODY_BYTES` | int >= 1 (the body as the Lambda event holds it, escaped) | 6000000 |
+| producer | `THROTTLED_GIVE_UP_SECONDS` | float >= 0: a shard throttling this long answers 503 | 3 |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
@@ -31,6 +32,9 @@ DEFAULT_MAX_RECORDS_PER_REQUEST = 500
 #: Lambda takes 6 MB (6,291,456 bytes) synchronously, proxy event included: leave room for it.
 #: Counted as the body sits in the event (JSON-escaped by API Gateway), not as the client sent it.
 DEFAULT_MAX_BODY_BYTES = 6_000_000
+#: Seconds a record's shard may keep refusing it for its write limit before the producer function
+#: gives it up (503 + Retry-After when nothing was written) instead of holding the request.
+DEFAULT_THROTTLED_GIVE_UP_SECONDS = 3.0
 
 #: Variables Powertools reads; a function may set them beside the contract's own.
 POWERTOOLS_VARIABLES = frozenset(
@@ -52,8 +56,14 @@ class ProducerEnvironment:
     streams_json: str = "{}"
     max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
 
-    VARIABLES = ("SHARDLINE_STREAMS", "MAX_RECORDS_PER_REQUEST", "MAX_BODY_BYTES")
+    VARIABLES = (
+        "SHARDLINE_STREAMS",
+        "MAX_RECORDS_PER_REQUEST",
+        "MAX_BODY_BYTES",
+        "THROTTLED_GIVE_UP_SECONDS",
+    )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ProducerEnvironment:
@@ -62,6 +72,9 @@ class ProducerEnvironment:
             streams_json=env.get("SHARDLINE_STREAMS", "").strip() or "{}",
             max_records_per_request=_int(env, "MAX_RECORDS_PER_REQUEST", DEFAULT_MAX_RECORDS_PER_REQUEST),
             max_body_bytes=_int(env, "MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+            throttled_give_up_seconds=_seconds(
+                env, "THROTTLED_GIVE_UP_SECONDS", DEFAULT_THROTTLED_GIVE_UP_SECONDS
+            ),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -69,6 +82,7 @@ class ProducerEnvironment:
             "SHARDLINE_STREAMS": self.streams_json,
             "MAX_RECORDS_PER_REQUEST": str(self.max_records_per_request),
             "MAX_BODY_BYTES": str(self.max_body_bytes),
+            "THROTTLED_GIVE_UP_SECONDS": f"{self.throttled_give_up_seconds:g}",
         }
 
 

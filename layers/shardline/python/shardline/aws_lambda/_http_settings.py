@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from shardline.aws_lambda._environment import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_RECORDS_PER_REQUEST,
+    DEFAULT_THROTTLED_GIVE_UP_SECONDS,
     ProducerEnvironment,
 )
 from shardline.errors import ConfigurationError
@@ -51,11 +52,13 @@ class StreamRoute:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    """What the function's environment configures: the streams and the request bounds."""
+    """What the function's environment configures: the streams, the request bounds, and how long
+    a throttling shard may hold a request (`throttled_give_up_seconds`)."""
 
     streams: Mapping[str, StreamRoute]
     max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -65,6 +68,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
         streams=parse_streams(env.streams_json),
         max_records_per_request=env.max_records_per_request,
         max_body_bytes=env.max_body_bytes,
+        throttled_give_up_seconds=env.throttled_give_up_seconds,
     )
 
 
@@ -82,9 +86,16 @@ def parse_streams(text: str) -> dict[str, StreamRoute]:
     return {name: _stream_route(name, spec) for name, spec in document.items()}
 
 
-def producer_config(route: StreamRoute) -> ProducerConfig:
-    """The producer settings for a route: its stream's limits, requests as large as they allow."""
-    return ProducerConfig(limits=route.limits, collection_max_size=route.limits.max_request_size)
+def producer_config(
+    route: StreamRoute, throttled_give_up_seconds: float | None = DEFAULT_THROTTLED_GIVE_UP_SECONDS
+) -> ProducerConfig:
+    """The producer settings for a route: its stream's limits, requests as large as they allow, and
+    records given up once their shard has throttled them for `throttled_give_up_seconds`."""
+    return ProducerConfig(
+        limits=route.limits,
+        collection_max_size=route.limits.max_request_size,
+        throttled_give_up=throttled_give_up_seconds,
+    )
 
 
 def _stream_route(name: str, spec: object) -> StreamRoute:

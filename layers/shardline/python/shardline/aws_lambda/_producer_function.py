@@ -163,7 +163,9 @@ class ProducerFunction:
         key = (route.stream_name, route.limits.max_record_size)
         producer = self.producers.get(key)
         if producer is None:
-            producer = Producer(self._kinesis_client(), route.stream_name, config=producer_config(route))
+            give_up = settings_from_env().throttled_give_up_seconds
+            config = producer_config(route, give_up)
+            producer = Producer(self._kinesis_client(), route.stream_name, config=config)
             self.producers[key] = producer
         return key, producer
 

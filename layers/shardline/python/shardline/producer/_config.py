@@ -28,6 +28,10 @@ class ProducerConfig:
     - `rate_limit`: percent of a shard's write limits the per-shard token buckets allow (KPL: 150).
     - `record_ttl`: seconds a record may wait, retries included, before it fails as `Expired`.
     - `fail_if_throttled`: fail throttled records at once instead of retrying them.
+    - `throttled_give_up`: seconds a record may go on being refused for its shard's write limit,
+      from the first refusal of an unbroken run of them, before it fails with that refusal's code
+      (None: retried until `record_ttl` or the deadline). A service behind a synchronous caller
+      sets it, so a shard that keeps throttling answers in seconds instead of holding the caller.
     - `retry_base_delay` / `retry_max_delay`: exponential backoff with full jitter between attempts.
     - `max_concurrency`: PutRecords requests in flight at once (to different shards); records
       of unknown shard are spread over as many lanes by hash key.
@@ -55,6 +59,7 @@ class ProducerConfig:
     rate_limit: float = 150.0
     record_ttl: float = 30.0
     fail_if_throttled: bool = False
+    throttled_give_up: float | None = None
     retry_base_delay: float = 0.05
     retry_max_delay: float = 2.0
     max_concurrency: int = 8
@@ -80,6 +85,8 @@ class ProducerConfig:
             raise ConfigurationError("aggregation_max_count and max_concurrency must be at least 1")
         if self.rate_limit <= 0 or self.record_ttl <= 0:
             raise ConfigurationError("rate_limit and record_ttl must be positive")
+        if self.throttled_give_up is not None and not self.throttled_give_up >= 0:
+            raise ConfigurationError(f"throttled_give_up must be None or >= 0, got {self.throttled_give_up}")
         if self.max_buffered_records < 1 or self.max_buffered_bytes < limits.max_record_size:
             raise ConfigurationError(
                 "max_buffered_records must be at least 1 and max_buffered_bytes at least one record "

@@ -16,6 +16,7 @@ releases its members, to be aggregated afresh (its counter is settled: it never 
 | request-level error with a permanent code (config)        | fail every user record (no retry helps)       |
 | any other request-level error (a 4xx: nothing written)    | refused: release the members to retry         |
 | per-record error, throttled and `fail_if_throttled`       | fail the aggregate's user records             |
+| throttled, every attempt for `throttled_give_up` s or more | fail the aggregate's user records             |
 | any other per-record error                                | refused: release the members to retry         |
 | success: members whose hash key the landing shard holds   | done, with that shard and sequence number     |
 | success: members it does not hold (a reshard)             | `Wrong Shard`: resend it, re-routed (below)   |
@@ -193,6 +194,10 @@ class Retrier:
         """Kinesis refused this copy: it is not in the stream."""
         give_up = give_up or (self._config.fail_if_throttled and code in THROTTLE_ERROR_CODES)
         self._record_failure(kinesis_record, outcome, code, message)
+        if code in THROTTLE_ERROR_CODES and not give_up:
+            now = outcome.started + outcome.duration
+            pending = [member for member in kinesis_record.members if member.result is None]
+            give_up = bool(pending) and all(self._throttled_out(member, now) for member in pending)
         if kinesis_record.sealed:
             if give_up:
                 for member in kinesis_record.members:
@@ -208,6 +213,19 @@ class Retrier:
                 self._finish_failed(member, code, message)
             else:
                 self._schedule_retry(member)
+
+    def _throttled_out(self, record: BufferedRecord, now: float) -> bool:
+        """Whether `record` has been refused for its shard's write limit, every attempt since the
+        first of this run, for `throttled_give_up` seconds or more by `now`."""
+        limit = self._config.throttled_give_up
+        if limit is None:
+            return False
+        started = now
+        for attempt in reversed(record.attempts):
+            if attempt.error_code not in THROTTLE_ERROR_CODES:
+                break
+            started = attempt.started
+        return now - started >= limit
 
     def _record_failure(
         self, kinesis_record: KinesisRecord, outcome: SendOutcome, code: str, message: str

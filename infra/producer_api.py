@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
@@ -10,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.config import ApiConfig, PipelineConfig
+from infra.config import ApiClient, ApiConfig, PipelineConfig, logical_id
 from infra.function import log_removal, log_retention, python_function
 from infra.layers import Layers
 from infra.stream import Stream
@@ -45,6 +46,27 @@ RECORDS_MODEL = {
 }
 
 
+#: The access log: who called (IAM identity, API key id, organization, address), what and when, and
+#: the request id under which the producer logs the shard and sequence numbers of what it wrote.
+ACCESS_LOG_FIELDS = {
+    "requestId": "$context.requestId",
+    "requestTime": "$context.requestTime",
+    "httpMethod": "$context.httpMethod",
+    "resourcePath": "$context.resourcePath",
+    "path": "$context.path",
+    "status": "$context.status",
+    "responseLength": "$context.responseLength",
+    "integrationLatency": "$context.integrationLatency",
+    "protocol": "$context.protocol",
+    "sourceIp": "$context.identity.sourceIp",
+    "userAgent": "$context.identity.userAgent",
+    "caller": "$context.identity.caller",
+    "user": "$context.identity.user",
+    "userArn": "$context.identity.userArn",
+    "accountId": "$context.identity.accountId",
+    "principalOrgId": "$context.identity.principalOrgId",
+    "apiKeyId": "$context.identity.apiKeyId",
+}
 #: The producer's Kinesis actions on its streams, and no other: it writes and lists shards (its shard
 #: map). It never reads the stream: a lost reply is settled by identity (the aggregate's id, which
 #: consumers deduplicate), not by reading back, so the internet-facing role cannot read a record.
@@ -108,6 +130,7 @@ class ProducerApi(Construct):
             if stream.key is not None:
                 stream.key.grant(self.function, *PRODUCER_KMS_ACTIONS)
 
+        policy = resource_policy(config)
         access_logs = logs.LogGroup(
             self,
             "AccessLogs",
@@ -120,6 +143,7 @@ class ProducerApi(Construct):
             rest_api_name=f"{pipeline.prefix}-producer",
             description="shardline producer: POST /streams/{stream}/records",
             endpoint_types=[apigw.EndpointType.REGIONAL],  # service callers: no edge distribution
+            policy=policy,
             # Execution logs need the account-level API Gateway role. It is one per account and region,
             # shared by every API there: created here if absent, and kept when a stage is deleted.
             cloud_watch_role=True,
@@ -133,17 +157,7 @@ class ProducerApi(Construct):
                 data_trace_enabled=False,  # never log payloads
                 metrics_enabled=True,
                 access_log_destination=apigw.LogGroupLogDestination(access_logs),
-                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
-                    caller=True,
-                    http_method=True,
-                    ip=True,
-                    protocol=True,
-                    request_time=True,
-                    resource_path=True,
-                    response_length=True,
-                    status=True,
-                    user=True,
-                ),
+                access_log_format=apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS)),
             ),
         )
         # The account-wide logging role may be assumed by API Gateway acting for this account only
@@ -181,7 +195,7 @@ class ProducerApi(Construct):
             authorization_type=apigw.AuthorizationType.IAM
             if config.auth == "iam"
             else apigw.AuthorizationType.NONE,
-            api_key_required=config.auth == "api-key",
+            api_key_required=bool(config.clients),  # each client's own key, with IAM or alone
             request_validator=validator,
             request_models={"application/json": model},
             # Idempotency-Key (optional): records without an id get "<key>:<index>" (shardline.aws_lambda).
@@ -190,19 +204,76 @@ class ProducerApi(Construct):
                 "method.request.header.Idempotency-Key": False,
             },
         )
+        for client in config.clients:
+            self._client(client)
         if config.auth == "api-key":
-            plan = self.api.add_usage_plan(
-                "Plan",
-                throttle=apigw.ThrottleSettings(
-                    rate_limit=config.throttle_rate, burst_limit=config.throttle_burst
-                ),
-            )
-            plan.add_api_stage(stage=self.api.deployment_stage)
-            plan.add_api_key(self.api.add_api_key("Key"))
             Validations.of(self.method).acknowledge(
                 Acknowledgment(
                     id="AwsSolutions::AwsSolutions-APIG4",
-                    reason="auth 'api-key' was chosen in cdk.json: callers present an API key of the "
-                    "usage plan (throttled per key) instead of an IAM signature; the default is 'iam'.",
+                    reason="auth 'api-key' was chosen in cdk.json: each client presents its own API key "
+                    "(its usage plan's throttle and daily quota) instead of an IAM signature; the default "
+                    "is 'iam'.",
                 )
             )
+
+    def _client(self, client: ApiClient) -> None:
+        """A client's API key (its value made by API Gateway: `aws apigateway get-api-key --include-value`)
+        and usage plan on the stage: its own throttle within the stage's, and its daily quota."""
+        name = logical_id(client.name)
+        key = self.api.add_api_key(f"Key{name}", api_key_name=f"{self.api.rest_api_name}-{client.name}")
+        plan = self.api.add_usage_plan(
+            f"Plan{name}",
+            name=f"{self.api.rest_api_name}-{client.name}",
+            throttle=apigw.ThrottleSettings(
+                rate_limit=client.throttle_rate, burst_limit=client.throttle_burst
+            ),
+            quota=apigw.QuotaSettings(limit=client.requests_per_day, period=apigw.Period.DAY),
+        )
+        plan.add_api_stage(stage=self.api.deployment_stage)
+        plan.add_api_key(key)
+
+
+def resource_policy(config: ApiConfig) -> iam.PolicyDocument | None:
+    """Who may invoke the API (auth "iam"), whatever their own IAM policies say: the configured
+    principals (role or user ARNs, account ids) and organization, else this account. Everyone else
+    meets an explicit Deny: for a caller of the same account an identity policy's Allow would
+    otherwise be enough. No policy for auth "api-key", whose callers have no IAM identity."""
+    if config.auth != "iam":
+        return None
+    org = config.allowed_organization
+    arns = [principal for principal in config.allowed_principals if principal.startswith("arn:")]
+    accounts = [principal for principal in config.allowed_principals if not principal.startswith("arn:")]
+    if not (arns or accounts or org):
+        accounts = [Aws.ACCOUNT_ID]
+    invoke: dict[str, Any] = {"actions": ["execute-api:Invoke"], "resources": ["execute-api:/*"]}
+    statements = []
+    principals = [iam.ArnPrincipal(arn) for arn in arns] + [iam.AccountPrincipal(a) for a in accounts]
+    if principals:
+        statements.append(iam.PolicyStatement(sid="AllowedPrincipals", principals=principals, **invoke))
+    if org is not None:
+        statements.append(
+            iam.PolicyStatement(
+                sid="AllowedOrganization",
+                principals=[iam.AnyPrincipal()],
+                conditions={"StringEquals": {"aws:PrincipalOrgID": org}},
+                **invoke,
+            )
+        )
+    # A caller is refused when it matches none of the above (the conditions of one statement AND;
+    # a negated operator holds when the key is absent, e.g. a caller outside any organization).
+    unlisted: dict[str, Any] = {"ArnNotLike": {"aws:PrincipalArn": arns}} if arns else {}
+    not_equal = {"aws:PrincipalAccount": accounts} if accounts else {}
+    if org is not None:
+        not_equal["aws:PrincipalOrgID"] = org
+    if not_equal:
+        unlisted["StringNotEquals"] = not_equal
+    statements.append(
+        iam.PolicyStatement(
+            sid="NoOneElse",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            conditions=unlisted,
+            **invoke,
+        )
+    )
+    return iam.PolicyDocument(statements=statements)

@@ -53,6 +53,7 @@ MISSING_TOKEN = GatewayError(403, "MissingAuthenticationTokenException", "Missin
 TOO_LARGE = GatewayError(413, "BadRequestException", "Request Too Long")
 FORBIDDEN = GatewayError(403, "ForbiddenException", "Forbidden")  # no or unknown x-api-key
 THROTTLED = GatewayError(429, "TooManyRequestsException", "Too Many Requests")
+QUOTA_EXCEEDED = GatewayError(429, "LimitExceededException", "Limit Exceeded")  # a usage plan's quota
 BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
 MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
 INTERNAL = GatewayError(500, "InternalServerErrorException", "Internal server error")

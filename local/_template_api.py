@@ -6,6 +6,7 @@ A mix-in of `local.template`'s reader: it leans on the reader's `properties`, `r
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -82,7 +83,44 @@ class ApiReader:
             methods=methods,
             throttle_rate=throttle.get("ThrottlingRateLimit"),
             throttle_burst=throttle.get("ThrottlingBurstLimit"),
+            policy=self.properties(logical_id).get("Policy"),
+            keys=self.key_plans(logical_id),
         )
+
+    def key_plans(self, api_logical_id: str) -> tuple[model.KeyPlan, ...]:
+        """The keys of the usage plans on this API: each with its plan's throttle and quota."""
+        plans = {
+            other: self.properties(other)
+            for other, resource in self.resources.items()
+            if resource["Type"] == "AWS::ApiGateway::UsagePlan"
+            and any(
+                _refers_to(stage.get("ApiId"), api_logical_id)
+                for stage in resource.get("Properties", {}).get("ApiStages", [])
+            )
+        }
+        found = []
+        for resource in self.resources.values():
+            if resource["Type"] != "AWS::ApiGateway::UsagePlanKey":
+                continue
+            raw = resource.get("Properties", {})
+            plan_id, key_id = raw.get("UsagePlanId", {}).get("Ref"), raw.get("KeyId", {}).get("Ref")
+            if plan_id not in plans or key_id not in self.resources:
+                continue
+            plan, key = plans[plan_id], self.properties(key_id)
+            throttle, quota = plan.get("Throttle", {}), plan.get("Quota", {})
+            name = str(key.get("Name") or self.name(key_id))
+            found.append(
+                model.KeyPlan(
+                    name=name,
+                    # API Gateway makes a key's value when the template gives none: one per name here.
+                    value=str(key.get("Value") or "local-" + hashlib.sha256(name.encode()).hexdigest()[:32]),
+                    throttle_rate=throttle.get("RateLimit"),
+                    throttle_burst=throttle.get("BurstLimit"),
+                    quota_limit=quota.get("Limit"),
+                    quota_period=quota.get("Period", "DAY"),
+                )
+            )
+        return tuple(found)
 
     def method(self, logical_id: str, paths: Mapping[str, str]) -> model.Method:
         properties = self.properties(logical_id)

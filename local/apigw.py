@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from local import _sigv4
+from local._apigw_access import KeyPlans, PolicyCaller, QuotaExceeded, invoke_allowed
 from local._apigw_steps import (
     DEFAULT_BURST,
     DEFAULT_RATE,
@@ -44,6 +45,7 @@ from local._apigw_steps import (
     MAX_EVENT_BYTES,
     MAX_REQUEST_BYTES,
     MISSING_TOKEN,
+    QUOTA_EXCEEDED,
     THROTTLED,
     TIMED_OUT,
     TOO_LARGE,
@@ -58,7 +60,7 @@ from local._apigw_steps import (
     route,
 )
 from local.cloudwatch.metrics import Publish, no_metrics
-from local.model import ACCESS_KEY, SECRET_KEY, Invoker, RestApi
+from local.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
 
 __all__ = ["ApiServer", "ApiStats", "HttpRequest", "HttpResponse", "RouteHandler"]
 
@@ -108,6 +110,9 @@ class ApiServer:
         self.integration_timeout = integration_timeout
         self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
         self._clock = clock
+        self._key_plans = KeyPlans(api.keys)
+        if api_keys is None and api.keys:  # the template's keys: only they open keyed methods
+            api_keys = [plan.value for plan in api.keys]
         self._api_keys = None if api_keys is None else frozenset(api_keys)
         self._publish = publish
         self._tree = resource_tree(api)
@@ -215,6 +220,8 @@ class ApiServer:
         if not self._bucket.take():
             raise Refused(THROTTLED)
         caller = self._authorize(request) if method.authorization == "AWS_IAM" else None
+        if caller is not None:
+            self._check_policy(caller, request.method, path)
         api_key = self._api_key(request) if method.api_key_required else None
         query = parse_qsl(request.query, keep_blank_values=True)
         self._validator.check(method, request, params, query)
@@ -255,7 +262,29 @@ class ApiServer:
         key = next((v for k, v in request.headers if k.lower() == "x-api-key"), "")
         if not key or (self._api_keys is not None and key not in self._api_keys):
             raise Refused(FORBIDDEN)
+        if key in self._key_plans.plans:
+            try:
+                admitted = self._key_plans.admit(key)
+            except QuotaExceeded:
+                raise Refused(QUOTA_EXCEEDED) from None
+            if not admitted:
+                raise Refused(THROTTLED)
         return key
+
+    def _check_policy(self, caller: _sigv4.Caller, method: str, path: str) -> None:
+        """The resource policy's verdict on an IAM caller (`local._apigw_access`)."""
+        principal = PolicyCaller(caller.user_arn, caller.account_id)
+        if not invoke_allowed(self.api.policy, principal, ACCOUNT):
+            api = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{self.api.api_id}"
+            resource = f"{api}/{self.api.stage}/{method}{path}"
+            raise Refused(
+                GatewayError(
+                    403,
+                    "AccessDeniedException",
+                    f"User: {principal.arn} is not authorized to perform: execute-api:Invoke on "
+                    f"resource: {resource} with an explicit deny",
+                )
+            )
 
     def _authorize(self, request: HttpRequest) -> _sigv4.Caller:
         signed = _sigv4.SignedRequest(

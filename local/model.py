@@ -9,6 +9,7 @@ Names follow the usual local conventions: account `000000000000`, region `us-eas
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,8 +119,20 @@ class Method:
 
 
 @dataclass(frozen=True)
+class KeyPlan:
+    """An API key (`AWS::ApiGateway::ApiKey`) and the limits of its usage plan on the API's stage."""
+
+    name: str
+    value: str  # the key's `Value`, or one the local runtime made (API Gateway makes one in AWS)
+    throttle_rate: float | None = None
+    throttle_burst: int | None = None
+    quota_limit: int | None = None
+    quota_period: str = "DAY"
+
+
+@dataclass(frozen=True)
 class RestApi:
-    """An `AWS::ApiGateway::RestApi` with its stage."""
+    """An `AWS::ApiGateway::RestApi` with its stage, resource policy and keys."""
 
     logical_id: str
     name: str
@@ -128,6 +141,8 @@ class RestApi:
     methods: tuple[Method, ...]
     throttle_rate: float | None = None  # requests/s, from the stage's MethodSettings
     throttle_burst: int | None = None
+    policy: Mapping[str, Any] | None = None  # the resource policy, resolved
+    keys: tuple[KeyPlan, ...] = ()  # the keys of usage plans on this API's stage
 
 
 @dataclass(frozen=True)

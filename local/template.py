@@ -48,6 +48,9 @@ PARTS = {
     "AWS::ApiGateway::Stage",
     "AWS::ApiGateway::Model",
     "AWS::ApiGateway::RequestValidator",
+    "AWS::ApiGateway::ApiKey",
+    "AWS::ApiGateway::UsagePlan",
+    "AWS::ApiGateway::UsagePlanKey",
     "AWS::Lambda::LayerVersion",
 }
 ENDPOINT_RESOURCES = ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::S3::Bucket")

@@ -101,11 +101,14 @@ def test_the_body_bound_leaves_room_for_the_proxy_event_in_lambdas_6_mb_payload(
 
 
 def test_api_key_auth_synthesizes_with_a_scoped_acknowledgement():
-    template = synth(lambda c: c["api"].update(auth="api-key"))
+    clients = [{"name": "orders", "requestsPerDay": 1000}, {"name": "billing", "requestsPerDay": 10}]
+    template = synth(lambda c: c["api"].update(auth="api-key", clients=clients))
     template.has_resource_properties(
         "AWS::ApiGateway::Method", {"ApiKeyRequired": True, "AuthorizationType": "NONE"}
     )
-    template.resource_count_is("AWS::ApiGateway::UsagePlan", 1)
+    template.resource_count_is("AWS::ApiGateway::UsagePlan", 2)  # one per client, none shared
+    template.resource_count_is("AWS::ApiGateway::ApiKey", 2)
+    assert "Policy" not in template.find_resources("AWS::ApiGateway::RestApi").popitem()[1]["Properties"]
 
 
 def test_the_deployed_powertools_layer_is_the_version_the_tests_ran(template):

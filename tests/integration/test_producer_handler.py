@@ -480,6 +480,27 @@ def test_every_record_throttled_until_the_deadline_is_503_with_retry_after(invok
     assert invoke.metric("Errors.ProvisionedThroughputExceededException") >= 1
 
 
+def test_3_the_log_line_of_an_answer_names_the_caller_and_the_shard_and_sequence_numbers_written(
+    invoke, stream
+):
+    records = [{"data": b64(f"r{i}".encode()), "id": f"id-{i}", "partitionKey": f"k{i}"} for i in range(40)]
+    event = rest_event(json.dumps({"records": records}))
+    event["requestContext"]["identity"] |= {"apiKeyId": "k7xmpl", "principalOrgId": "o-aa111bb222"}
+
+    status, body, _ = invoke(event)
+
+    assert status == 200, body
+    (line,) = [log for log in invoke.logs if log["message"] == "answered"]
+    assert line["caller.userArn"] == "arn:aws:iam::123456789012:user/tester"
+    assert (line["caller.accountId"], line["caller.apiKeyId"]) == ("123456789012", "k7xmpl")
+    assert (line["caller.principalOrgId"], line["caller.sourceIp"]) == ("o-aa111bb222", "198.51.100.7")
+    expected: dict[str, set[str]] = {}
+    for entry in body["records"]:
+        expected.setdefault(entry["shardId"], set()).add(entry["sequenceNumber"])
+    assert {shard: set(written["sequenceNumbers"]) for shard, written in line["written"].items()} == expected
+    assert sum(written["records"] for written in line["written"].values()) == len(records)
+
+
 def test_2_a_shard_that_keeps_throttling_answers_503_with_retry_after_long_before_the_deadline(
     invoke, stream, monkeypatch
 ):

@@ -101,7 +101,9 @@ def start() -> Iterator[Callable[..., tuple[ApiServer, FunctionInvoker]]]:
         functions: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         **options: Any,
     ) -> tuple[ApiServer, FunctionInvoker]:
-        throttle = {k: options.pop(k) for k in ("throttle_rate", "throttle_burst") if k in options}
+        throttle = {
+            k: options.pop(k) for k in ("throttle_rate", "throttle_burst", "policy", "keys") if k in options
+        }
         api = RestApi("Api", "shardline-producer", "a1b2c3d4e5", "v1", methods, **throttle)
         invoker = FunctionInvoker(functions or {"producer": accepted, "echo": echo})
         server = ApiServer(api, invoker, port=0, **options)

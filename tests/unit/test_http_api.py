@@ -22,7 +22,7 @@ from shardline.aws_lambda import (
 )
 from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS_PER_REQUEST
 from shardline.aws_lambda._http_records import to_user_record
-from shardline.aws_lambda._http_response import is_stream_missing
+from shardline.aws_lambda._http_response import MAX_LOGGED_SEQUENCES, is_stream_missing, written_by_shard
 from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis import DEFAULT_LIMITS, MAX_HASH_KEY, Limits, MiB, UserRecord
 from shardline.producer import Attempt, ProducerConfig, RecordResult
@@ -589,7 +589,13 @@ def test_response_json_is_compact():
 
 def test_log_fields_carry_counts_and_codes_not_payloads():
     fields = log_fields(results_response([ok(), failed(THROTTLED, "Expired"), failed("Expired")]))
-    assert fields == {"status": 207, "records": 3, "failedRecordCount": 2, "errorCodes": {"Expired": 2}}
+    assert fields == {
+        "status": 207,
+        "records": 3,
+        "failedRecordCount": 2,
+        "errorCodes": {"Expired": 2},
+        "written": {"shardId-000000000000": {"records": 1, "aggregates": 1, "sequenceNumbers": ["1"]}},
+    }
     response, _ = call(json_body({"data": "", "partitionKey": ""}))
     assert log_fields(response) == {
         "status": 400,
@@ -606,6 +612,19 @@ def test_log_fields_carry_counts_and_codes_not_payloads():
     }
     unsupported, _ = call("{}", "text/plain")
     assert log_fields(unsupported) == {"status": 415, "reason": unsupported.body["message"]}
+
+
+def test_3_the_log_lists_sequence_numbers_per_shard_and_bounds_them():
+    entries = [{"shardId": "s1", "sequenceNumber": str(n)} for n in (30, 4, 4)] + [{"errorCode": "X"}]
+    assert written_by_shard(entries) == {
+        "s1": {"records": 3, "aggregates": 2, "sequenceNumbers": ["4", "30"]}
+    }
+    many = [{"shardId": "s2", "sequenceNumber": str(n)} for n in range(MAX_LOGGED_SEQUENCES + 1, 0, -1)]
+    assert written_by_shard(many)["s2"] == {
+        "records": MAX_LOGGED_SEQUENCES + 1,
+        "aggregates": MAX_LOGGED_SEQUENCES + 1,
+        "sequenceNumbers": ["1", str(MAX_LOGGED_SEQUENCES + 1)],
+    }
 
 
 # -- configuration -----------------------------------------------------------------------------

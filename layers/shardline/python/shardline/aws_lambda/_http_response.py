@@ -262,6 +262,29 @@ def _failed_only_with(result: RecordResult, codes: frozenset[str], *, allow_no_a
     return (allow_no_attempt or bool(tried)) and all(code in codes for code in tried)
 
 
+#: Sequence numbers listed per shard in the log line; past it, the first and last and a count (a
+#: log event holds 256 KiB, and a request of 10,000 unaggregated records has 10,000).
+MAX_LOGGED_SEQUENCES = 50
+
+
+def written_by_shard(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Where a request's records went, for the audit trail: per shard, the records written and the
+    sequence numbers of the Kinesis records (aggregates) that carry them — all of them up to
+    `MAX_LOGGED_SEQUENCES`, else the first and the last."""
+    sequences: dict[str, set[str]] = {}
+    records: Counter[str] = Counter()
+    for entry in entries:
+        if "sequenceNumber" in entry:
+            sequences.setdefault(entry["shardId"], set()).add(entry["sequenceNumber"])
+            records[entry["shardId"]] += 1
+    written: dict[str, dict[str, Any]] = {}
+    for shard, numbers in sorted(sequences.items()):
+        ordered = sorted(numbers, key=int)
+        listed = ordered if len(ordered) <= MAX_LOGGED_SEQUENCES else [ordered[0], ordered[-1]]
+        written[shard] = {"records": records[shard], "aggregates": len(ordered), "sequenceNumbers": listed}
+    return written
+
+
 def log_fields(response: ApiResponse) -> dict[str, Any]:
     """What to log about an answer: status, counts, error codes, problems — never a payload."""
     fields: dict[str, Any] = {"status": response.status}
@@ -275,6 +298,9 @@ def log_fields(response: ApiResponse) -> dict[str, Any]:
         unconfirmed = sum(1 for entry in body["records"] if entry.get("written") == UNCONFIRMED)
         if unconfirmed:
             fields["unconfirmed"] = unconfirmed
+        written = written_by_shard(body["records"])
+        if written:
+            fields["written"] = written
     else:
         fields["reason"] = body.get("message")  # "message" is taken by the log record
         if "errors" in body:

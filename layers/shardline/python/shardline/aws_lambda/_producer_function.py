@@ -99,7 +99,7 @@ class ProducerFunction:
                 envelope_bytes=envelope_bytes(event.raw_event),
                 request_id=request_id(event.raw_event),
             )
-            return respond(answer, stream=stream)
+            return respond(answer, stream=stream, **caller_fields(event.raw_event))
 
         @self.app.route(_ROUTE, method=_OTHER_METHODS)
         def wrong_method(stream: str) -> Response[str]:
@@ -116,7 +116,8 @@ class ProducerFunction:
             return respond(route_not_found_response(event.http_method, event.path))
 
         def respond(answer: ApiResponse, **log_extra: str) -> Response[str]:
-            """Count a 4xx as rejected, log the answer (never a payload), and shape it for the resolver."""
+            """Count a 4xx as rejected, log the answer (never a payload: who called, and the shard and
+            sequence numbers of what it wrote), and shape it for the resolver."""
             if 400 <= answer.status < 500:
                 self.metrics.add_metric(name="RejectedRequests", unit=MetricUnit.Count, value=1)
             self.logger.info("answered", extra={**log_extra, **log_fields(answer)})
@@ -193,6 +194,20 @@ def header_values(event: Mapping[str, Any], name: str) -> list[str] | None:
             flat = [item for value in values for item in (value if isinstance(value, list) else [value])]
             return [str(item) for item in flat]
     return None
+
+
+#: `requestContext.identity` fields that say who called: IAM caller, API key, organization, address.
+CALLER_FIELDS = ("userArn", "accountId", "principalOrgId", "apiKeyId", "sourceIp")
+
+
+def caller_fields(event: Mapping[str, Any]) -> dict[str, str]:
+    """Who sent a REST proxy event, as API Gateway authenticated it (absent fields left out); the
+    same request id joins this line to the API's access log."""
+    context = event.get("requestContext") or {}
+    identity = context.get("identity") if isinstance(context, Mapping) else None
+    if not isinstance(identity, Mapping):
+        return {}
+    return {f"caller.{name}": str(identity[name]) for name in CALLER_FIELDS if identity.get(name)}
 
 
 def envelope_bytes(event: Mapping[str, Any]) -> int:

@@ -207,6 +207,8 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
         f"--region {model.REGION} kinesis list-shards --stream-name {stream}\n"
         f"\n[dim]{route}. Ctrl-C stops everything.[/]"
     )
+    for plan in app.apis[0].keys if app.apis else ():
+        console.print(f"  API key of {plan.name}: {plan.value}   (header x-api-key)")
 
 
 def _route_name(app: model.LocalApp) -> str:

@@ -1,4 +1,4 @@
-# The verbs of shardline: setup, test, lint, bench, soak, local, dashboard, status, send, synth, deploy, clean.
+# The verbs of shardline: setup, lock, test, lint, bench, soak, local, dashboard, status, send, synth, deploy, clean.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,10 +8,13 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser test lint bench soak local dashboard status send synth deploy clean
+.PHONY: help setup lock browser test lint bench soak local dashboard status send synth deploy clean
 
 help:
-	@echo "make setup   create .venv (pinned Python deps) and node_modules (pinned Node tools)"
+	@echo "make setup   create .venv from requirements-dev.lock (every package pinned, hashes checked)"
+	@echo "             and node_modules from package-lock.json (pinned Node tools)"
+	@echo "make lock    regenerate requirements.lock and requirements-dev.lock from requirements*.txt"
+	@echo "             (keeps the locked versions; LOCK_ARGS=--upgrade or --upgrade-package NAME to move them)"
 	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
 	@echo "make lint    ruff and mypy only"
@@ -27,10 +30,34 @@ help:
 
 setup: $(VENV)/.stamp node_modules/.stamp
 
-$(VENV)/.stamp: requirements.txt requirements-dev.txt
+# Installs exactly the dev lock: every package pinned, every file's hash checked, nothing unlisted
+# (--no-deps: a dependency missing from the lock fails `pip check` instead of being fetched).
+$(VENV)/.stamp: requirements.lock requirements-dev.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements-dev.lock
+	$(PY) -m pip check
 	touch $@
+
+# The locks are generated from the human-edited inputs (requirements.txt: runtime and CDK, what is
+# deployed and synthesized; requirements-dev.txt: that plus the test tools) by uv, itself pinned and
+# installed in its own venv (.locktool), never in .venv. One universal resolution for every platform
+# and Python >= 3.11, with the hash of every file of each pinned version; existing pins are kept
+# unless LOCK_ARGS says otherwise. The runtime lock is resolved within the dev lock (same versions).
+LOCK_TOOL := uv==0.13.9
+LOCKTOOL := .locktool
+LOCKTOOL_STAMP := $(LOCKTOOL)/.stamp-$(subst ==,-,$(LOCK_TOOL))
+LOCK_ARGS ?=
+LOCK_COMPILE = $(LOCKTOOL)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command "make lock" $(LOCK_ARGS)
+
+$(LOCKTOOL_STAMP):
+	test -x $(LOCKTOOL)/bin/python || $(PYTHON) -m venv $(LOCKTOOL)
+	$(LOCKTOOL)/bin/python -m pip install --quiet $(LOCK_TOOL)
+	touch $@
+
+lock: $(LOCKTOOL_STAMP)
+	$(LOCK_COMPILE) requirements-dev.txt -o requirements-dev.lock
+	$(LOCK_COMPILE) requirements.txt -c requirements-dev.lock -o requirements.lock
 
 node_modules/.stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -88,5 +115,5 @@ deploy: setup
 	node_modules/.bin/cdk deploy --no-notices $(if $(STAGE),-c stage=$(STAGE))
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .local .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LOCKTOOL) node_modules cdk.out .local .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

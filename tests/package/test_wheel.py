@@ -44,6 +44,7 @@ _CACHES = ("__pycache__",)
 _NOT_COPIED = shutil.ignore_patterns(
     ".git",
     ".venv",
+    ".locktool",
     "node_modules",
     "cdk.out",
     "build",

@@ -85,6 +85,11 @@ class ConsumerGroupConfig:
     checkpoint_interval_seconds: float
     memory_mb: int
     timeout_seconds: int
+    #: `sinkTtlDays`: days an example sink keeps an item after its record's arrival (`expiresAt`;
+    #: the counter: after its key's last record). Default 30: the sinks hold payloads and keys,
+    #: which should not outlive their use by default; a month covers reconciling a billing
+    #: period and matches the logs' default retention. At most 36500 (100 years: "keep").
+    sink_ttl_days: int = 30
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,7 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         checkpoint_interval_seconds=read.number("checkpointIntervalSeconds", 5.0, low=0.1, high=900),
         memory_mb=read.int("memoryMb", 512, low=128, high=10240),
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
+        sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
     )
 
 

@@ -110,6 +110,11 @@ class ConsumerGroupConfig:
     memory_mb: int
     timeout_seconds: int
     reserved_concurrency: int = 4  # the group function's (see `group_reservation`)
+    #: `sinkTtlDays`: days an example sink keeps an item after its record's arrival (`expiresAt`;
+    #: the counter: after its key's last record). Default 30: the sinks hold payloads and keys,
+    #: which should not outlive their use by default; a month covers reconciling a billing
+    #: period and matches the logs' default retention. At most 36500 (100 years: "keep").
+    sink_ttl_days: int = 30
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,7 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         memory_mb=read.int("memoryMb", 512, low=128, high=10240),
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
         reserved_concurrency=reservation,
+        sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
     )
 
 

@@ -70,6 +70,7 @@ class ConsumerGroup(Construct):
                     dlq_bucket=self.dead_letter_bucket.bucket_name,
                     max_attempts=config.max_attempts,
                     checkpoint_interval=config.checkpoint_interval_seconds,
+                    sink_ttl_days=config.sink_ttl_days,
                 ).to_environ(),
             },
         )

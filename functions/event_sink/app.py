@@ -33,6 +33,11 @@ Sink table (hash key `pk` S, range key `sk` S), one item per user record:
     approximateArrival   N  epoch seconds (milliseconds precision) Kinesis received the record
     recordId             S  the client's id of the record, when it has one
     aggregateId          S  the id of the shardline aggregate it came in (producer.lane.counter.floor)
+    expiresAt            N  epoch seconds: the record's arrival + SINK_TTL_DAYS, the table's TTL
+                            attribute (DynamoDB deletes the item within days after it); absent
+                            when SINK_TTL_DAYS is unset. From the arrival, not the write, so a
+                            replayed or redriven record writes the very same item (a redrive of a
+                            record older than the TTL writes one already due to expire)
 
 and one guard item per client id:
 
@@ -50,8 +55,10 @@ A record too large for a DynamoDB item (400 KB) fails in the handler, so after M
 whole, to the DLQ (when DLQ_URL is set) instead of breaking the checkpoint transaction.
 
 Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL
-(optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2); Powertools'
-POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE ("shardline"), POWERTOOLS_TRACE_DISABLED.
+(optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2),
+SINK_TTL_DAYS (the CDK app sets `sinkTtlDays`, 30; unset: items are kept), FAILURE_DETAIL
+(`fingerprint`); Powertools' POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE ("shardline"),
+POWERTOOLS_TRACE_DISABLED.
 """
 
 from __future__ import annotations
@@ -59,14 +66,16 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from shardline.aws_lambda import ConsumerFunction
+from shardline.aws_lambda import ConsumerEnvironment, ConsumerFunction
 from shardline.consumer import ConsumedRecord, once
+from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
 SEQUENCE_DIGITS = 129
 SUB_SEQUENCE_DIGITS = 6
 MAX_DATA_BYTES = 400 * 1024 - 2 * 1024  # DynamoDB's item limit, less room for the keys and attributes
 #: How long a client id's guard is kept: a re-POST of the same id within it is not applied again.
 ONCE_TTL_SECONDS = 7 * 24 * 3600
+DAY_SECONDS = 24 * 3600
 
 
 def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None) -> dict[str, Any]:
@@ -82,8 +91,9 @@ def guard_key(record_id: str) -> dict[str, Any]:
     return {"pk": {"S": f"once#{record_id}"}, "sk": {"S": "once"}}
 
 
-def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
-    """The user logic: one Put per record (and its id's guard), committed with the checkpoint."""
+def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) -> list[dict[str, Any]]:
+    """The user logic: one Put per record (and its id's guard), committed with the checkpoint;
+    with `ttl_days`, the item expires that many days after the record's arrival."""
     if len(record.data) > MAX_DATA_BYTES:
         raise ValueError(f"{len(record.data)} bytes of data do not fit in a DynamoDB item")
     item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
@@ -99,6 +109,8 @@ def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
         item["explicitHashKey"] = {"S": record.explicit_hash_key}
     if record.aggregate_id is not None:
         item["aggregateId"] = {"S": record.aggregate_id}
+    if ttl_days is not None:
+        item[EXPIRES_AT_ATTRIBUTE] = {"N": str(int(record.approximate_arrival) + ttl_days * DAY_SECONDS)}
     writes: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": item}}]
     if record.id is not None:
         item["recordId"] = {"S": record.id}
@@ -107,5 +119,7 @@ def to_sink(table: str, record: ConsumedRecord) -> list[dict[str, Any]]:
     return writes
 
 
-function = ConsumerFunction(lambda table: partial(to_sink, table))
+function = ConsumerFunction(
+    lambda table: partial(to_sink, table, ttl_days=ConsumerEnvironment.from_environ().sink_ttl_days)
+)
 handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

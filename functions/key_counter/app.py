@@ -1,6 +1,12 @@
 """Consumer group `key_counter`: how many user records the stream carried, per partition key.
 
-Counter table (hash key `partitionKey` S; attribute `count` N). The handler is a batch handler:
+Counter table (hash key `partitionKey` S; attributes `count` N and, with SINK_TTL_DAYS, `expiresAt`
+N — the latest arrival of the key's records in the chunk + SINK_TTL_DAYS, refreshed by every
+chunk that counts the key: the table's TTL attribute). A key that no record carried for longer
+than the TTL is forgotten (DynamoDB deletes its item within days after `expiresAt`), and counts
+from 1 again when it comes back: the partition keys are often user data, and a count of a key
+idle for the TTL is not kept. A redrive of records older than the latest one counted may move
+`expiresAt` back to their arrival + TTL. The handler is a batch handler:
 for each chunk of records the consumer gives it, one `ADD #count :n` per partition key (n: the
 chunk's records with that key) — not idempotent: applied twice, a count is wrong. It returns
 them as one list of TransactWriteItems entries for the whole chunk, so they commit in the same
@@ -31,8 +37,9 @@ Guard item, one per client id, in the counter table:
 
 Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE (the counter
 table), DLQ_URL (optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN
-(seconds, 2); Powertools' POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE ("shardline"),
-POWERTOOLS_TRACE_DISABLED.
+(seconds, 2), SINK_TTL_DAYS (the CDK app sets `sinkTtlDays`, 30; unset: counts are kept),
+FAILURE_DETAIL (`fingerprint`); Powertools' POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE
+("shardline"), POWERTOOLS_TRACE_DISABLED.
 """
 
 from __future__ import annotations
@@ -41,13 +48,15 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
-from shardline.aws_lambda import ConsumerFunction
+from shardline.aws_lambda import ConsumerEnvironment, ConsumerFunction
 from shardline.consumer import ConsumedRecord, once
+from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
 #: How long a client id's guard is kept: a re-POST of the same id within it is not counted again.
 ONCE_TTL_SECONDS = 7 * 24 * 3600
 #: Length of a guard's key: above the 256 UTF-16 code units a partition key (a counter's key) can have.
 GUARD_KEY_LENGTH = 300
+DAY_SECONDS = 24 * 3600
 
 
 def guard_key(record_id: str) -> dict[str, Any]:
@@ -62,10 +71,12 @@ def is_guard(item: dict[str, Any]) -> bool:
     )
 
 
-def count(table: str, records: list[ConsumedRecord]) -> list[dict[str, Any]]:
+def count(table: str, records: list[ConsumedRecord], *, ttl_days: int | None = None) -> list[dict[str, Any]]:
     """The user logic: for a chunk of records, how many more records each partition key has (once
-    per client id), as one list of writes committed with the checkpoint past the chunk."""
+    per client id), as one list of writes committed with the checkpoint past the chunk; with
+    `ttl_days`, each counted key's `expiresAt` moves to its latest arrival + `ttl_days`."""
     per_key: Counter[str] = Counter()
+    latest: dict[str, float] = {}
     guards: list[dict[str, Any]] = []
     guarded: set[str] = set()
     for record in records:
@@ -76,19 +87,29 @@ def count(table: str, records: list[ConsumedRecord]) -> list[dict[str, Any]]:
             expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
             guards.append(once(table, guard_key(record.id), expires_at=expires_at, record_id=record.id))
         per_key[record.partition_key] += 1
-    return [
-        {
-            "Update": {
-                "TableName": table,
-                "Key": {"partitionKey": {"S": key}},
-                "UpdateExpression": "ADD #count :n",
-                "ExpressionAttributeNames": {"#count": "count"},
-                "ExpressionAttributeValues": {":n": {"N": str(n)}},
-            }
-        }
-        for key, n in per_key.items()
-    ] + guards
+        latest[record.partition_key] = max(latest.get(record.partition_key, 0.0), record.approximate_arrival)
+    return [_add(table, key, n, latest[key], ttl_days) for key, n in per_key.items()] + guards
 
 
-function = ConsumerFunction(batch_handler_for=lambda table: partial(count, table))
+def _add(table: str, key: str, n: int, arrival: float, ttl_days: int | None) -> dict[str, Any]:
+    """The Update that adds `n` to `key`'s count (and, with a TTL, moves its `expiresAt`)."""
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": {"partitionKey": {"S": key}},
+        "UpdateExpression": "ADD #count :n",
+        "ExpressionAttributeNames": {"#count": "count"},
+        "ExpressionAttributeValues": {":n": {"N": str(n)}},
+    }
+    if ttl_days is not None:
+        update["UpdateExpression"] += " SET #expiresAt = :expiresAt"
+        update["ExpressionAttributeNames"]["#expiresAt"] = EXPIRES_AT_ATTRIBUTE
+        update["ExpressionAttributeValues"][":expiresAt"] = {"N": str(int(arrival) + ttl_days * DAY_SECONDS)}
+    return {"Update": update}
+
+
+function = ConsumerFunction(
+    batch_handler_for=lambda table: partial(
+        count, table, ttl_days=ConsumerEnvironment.from_environ().sink_ttl_days
+    )
+)
 handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

@@ -489,7 +489,7 @@ def test_smaller_a_letter_sent_after_a_crash_keeps_its_error_and_details() -> No
     table.fail_next("record_failure", ProcessDied("killed before the letter"), landed=True)
     replay.drain(consumer.process)
     [letter] = sqs.bodies()
-    assert letter["error"].startswith("SinkConflict") and letter["attempts"] == 2
+    assert letter["errorType"] == "shardline.errors.SinkConflict" and letter["attempts"] == 2
     assert letter["details"]["refusedWrites"] == [never_passes_for("r0")]
 
 

@@ -32,6 +32,9 @@ def test_a_missing_required_variable_is_named(name: str) -> None:
         ("CHECKPOINT_INTERVAL", "-1"),
         ("TIME_MARGIN", "nan"),
         ("TIME_MARGIN", "inf"),
+        ("FAILURE_DETAIL", "traceback"),
+        ("SINK_TTL_DAYS", "0"),
+        ("SINK_TTL_DAYS", "month"),
     ],
 )
 def test_a_malformed_consumer_variable_is_named_with_its_value(name: str, value: str) -> None:
@@ -46,7 +49,9 @@ def test_a_malformed_producer_variable_is_named_with_its_value(name: str, value:
 
 
 def test_both_contracts_round_trip_through_the_environment() -> None:
-    consumer = ConsumerEnvironment("g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters")
+    consumer = ConsumerEnvironment(
+        "g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters", "message", 30
+    )
     assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
     assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
     producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024)

@@ -5,7 +5,8 @@ reused while the container is warm, its metrics published as EMF after every inv
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
 Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, DLQ_BUCKET,
-MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
+MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN, FAILURE_DETAIL; SINK_TTL_DAYS is the handler's to
+read), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
 Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does, and time out within TIME_MARGIN
 (`client_config`), so shardline's own calls never outlast the invocation.
 """
@@ -84,6 +85,7 @@ class ConsumerFunction:
                 max_attempts=env.max_attempts,
                 checkpoint_interval=env.checkpoint_interval,
                 time_margin=env.time_margin,
+                failure_detail=env.failure_detail,
             )
             if self._handler_for is not None:
                 consumer.handler(self._handler_for(env.sink_table))

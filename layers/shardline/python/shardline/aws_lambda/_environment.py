@@ -15,6 +15,8 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
 | consumer | `MAX_ATTEMPTS` | int >= 2 | 3 |
 | consumer | `CHECKPOINT_INTERVAL`, `TIME_MARGIN` | float >= 0 (seconds) | 5, 2 |
+| consumer | `FAILURE_DETAIL` | `fingerprint` or `message` (see `_failure_text`) | `fingerprint` |
+| consumer | `SINK_TTL_DAYS` | int >= 1 (the handler's: how long its sink items live) | none (kept) |
 
 Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, ...).
 """
@@ -26,6 +28,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.errors import ConfigurationError
 
 DEFAULT_MAX_RECORDS_PER_REQUEST = 500
@@ -98,6 +101,10 @@ class ConsumerEnvironment:
     checkpoint_interval: float = 5.0
     time_margin: float = 2.0
     dlq_bucket: str | None = None
+    #: What shardline writes about a handler's exception (`KinesisConsumer`'s `failure_detail`).
+    failure_detail: str = "fingerprint"
+    #: Days a handler keeps what it writes to its sink (None: forever); shardline only carries it.
+    sink_ttl_days: int | None = None
 
     VARIABLES = (
         "SHARDLINE_GROUP",
@@ -108,6 +115,8 @@ class ConsumerEnvironment:
         "MAX_ATTEMPTS",
         "CHECKPOINT_INTERVAL",
         "TIME_MARGIN",
+        "FAILURE_DETAIL",
+        "SINK_TTL_DAYS",
     )
 
     @classmethod
@@ -122,6 +131,8 @@ class ConsumerEnvironment:
             max_attempts=_int(env, "MAX_ATTEMPTS", 3, low=2),
             checkpoint_interval=_seconds(env, "CHECKPOINT_INTERVAL", 5.0),
             time_margin=_seconds(env, "TIME_MARGIN", 2.0),
+            failure_detail=_choice(env, "FAILURE_DETAIL", FAILURE_DETAIL_CHOICES),
+            sink_ttl_days=_int(env, "SINK_TTL_DAYS", 0) or None,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -132,7 +143,10 @@ class ConsumerEnvironment:
             "MAX_ATTEMPTS": str(self.max_attempts),
             "CHECKPOINT_INTERVAL": f"{self.checkpoint_interval:g}",
             "TIME_MARGIN": f"{self.time_margin:g}",
+            "FAILURE_DETAIL": self.failure_detail,
         }
+        if self.sink_ttl_days is not None:
+            environ["SINK_TTL_DAYS"] = str(self.sink_ttl_days)
         if self.dlq_url is not None:
             environ["DLQ_URL"] = self.dlq_url
         if self.dlq_bucket is not None:
@@ -157,6 +171,14 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int = 1) -> in
         raise ConfigurationError(f"{name} must be an integer, got {text!r}") from None
     if value < low:
         raise ConfigurationError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """The variable, one of `choices` (unset or empty: the first)."""
+    value = env.get(name, "").strip() or choices[0]
+    if value not in choices:
+        raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 

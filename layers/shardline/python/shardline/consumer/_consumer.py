@@ -75,6 +75,10 @@ class KinesisConsumer:
       caused it (`_careful`: doubling spans, a crash counts only against a record that ran
       alone); costs one more DynamoDB write per batch (and saves the read). Off: one write per
       batch, and such a record is retried until the mapping gives up on it.
+    - `failure_detail`: what the lease row, the dead letter and the log say about a handler's
+      exception (`_failure_text`): `"fingerprint"` (default: its type and a fingerprint of its
+      message, never the message, which may quote the record) or `"message"` (also the message,
+      cut to 256 characters, for handlers whose messages hold no record data).
 
     Clients: shardline's own calls must fit in `time_margin`. Give the DynamoDB, SQS and S3
     clients timeouts to match (`ConsumerFunction` does: `client_config(time_margin)`); boto3's
@@ -97,6 +101,7 @@ class KinesisConsumer:
         sink_conflicts: str = "fail",
         detect_crashes: bool = True,
         retry_backoff: float = 2.0,
+        failure_detail: str = "fingerprint",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = ConsumerSettings(
@@ -109,6 +114,7 @@ class KinesisConsumer:
             sink_conflicts=sink_conflicts,
             detect_crashes=detect_crashes,
             retry_backoff=retry_backoff,
+            failure_detail=failure_detail,
         )
         self.table = table
         self.metrics = ConsumerMetrics()

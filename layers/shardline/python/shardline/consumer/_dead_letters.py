@@ -2,7 +2,9 @@
 
 Unlike the event-source mapping's on-failure destination (metadata only), each message carries
 the user record itself — base64 payload, keys, sequence numbers, and its ids when it has them
-(`aggregateId`, `recordId`) — and the last error, so it can be inspected and replayed. A
+(`aggregateId`, `recordId`) — and the last error, so it can be inspected and replayed. The error
+is the bounded account of `_failure_text` (`error`, and `errorType`, `errorFingerprint`, and
+`errorMessage` only when the group opted in): the handler's exception text is not copied. A
 message that would exceed SQS's 1 MiB goes to the group's S3 bucket, and SQS carries a pointer
 to it (the SQS extended-client pattern).
 
@@ -22,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._deaggregation import ConsumedRecord
+from shardline.consumer._failure_text import FailureText
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import S3Client, SQSClient
@@ -139,6 +142,9 @@ def dead_letter_message(
         "attempts": attempts,
         "deadLetteredAt": now,
     }
+    parsed = FailureText.parse(error)  # an exception's bounded account (`_failure_text`); not a crash's note
+    if parsed is not None:
+        message |= parsed.fields()
     if record.aggregate_id is not None:  # the ids it arrived with, when it has them
         message["aggregateId"] = record.aggregate_id
     if record.id is not None:

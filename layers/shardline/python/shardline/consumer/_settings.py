@@ -9,6 +9,7 @@ from typing import Any
 from botocore.config import Config
 
 from shardline.consumer._deaggregation import ConsumedRecord
+from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.errors import ConfigurationError
 
 #: What a handler may return: DynamoDB TransactWriteItems entries to commit with the checkpoint.
@@ -38,6 +39,7 @@ class ConsumerSettings:
     sink_conflicts: str = "fail"
     detect_crashes: bool = True
     retry_backoff: float = 2.0
+    failure_detail: str = "fingerprint"
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -61,6 +63,10 @@ class ConsumerSettings:
             raise ConfigurationError("checkpoint_interval and time_margin must not be negative")
         if self.sink_conflicts not in SINK_CONFLICT_CHOICES:
             raise ConfigurationError(f"sink_conflicts must be 'fail' or 'skip', got {self.sink_conflicts!r}")
+        if self.failure_detail not in FAILURE_DETAIL_CHOICES:
+            raise ConfigurationError(
+                f"failure_detail must be 'fingerprint' or 'message', got {self.failure_detail!r}"
+            )
 
     def lease_key(self, stream: str, shard_id: str) -> str:
         """The lease table key of a shard: its id, or `<stream>:<shard id>` for a multi-stream group."""

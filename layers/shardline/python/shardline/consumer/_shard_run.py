@@ -44,8 +44,9 @@ from shardline.consumer._careful import CRASHED_ALONE, CarefulSpans, crash_pinne
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count, user_records
 from shardline.consumer._dedup import DedupRun
+from shardline.consumer._failure_text import failure_text
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
-from shardline.consumer._leases import MAX_ERROR_CHARS, Lease, LeaseTable
+from shardline.consumer._leases import Lease, LeaseTable
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._once import guarded_id, is_once_guard
 from shardline.consumer._resharding import ShardLineage
@@ -488,13 +489,14 @@ class ShardRun:
         attempts = self.lease.failed_attempts + 1 if self.lease.failed_at == record.position else 1
         dead_letter = group.dlq is not None and attempts >= settings.max_attempts
         release = self.marked and not dead_letter  # this write is the run's last
+        error = failure_text(exc, settings.failure_detail).text  # bounded: never the data by default
         self.lease = group.table.record_failure(
-            self.lease, record.position, _describe(exc), release=release, details=_json(details)
+            self.lease, record.position, error, release=release, details=_json(details)
         )
         self.marked = self.marked and not release
         if not dead_letter:
             return False
-        self._dead_letter(record, _describe(exc), attempts, details)
+        self._dead_letter(record, error, attempts, details)
         return True
 
     def _timed_out_together(self, chunk: list[ConsumedRecord]) -> str:
@@ -584,7 +586,7 @@ class ShardRun:
         """The environment failed, not a record: note it, wait, retry from the first record not
         committed. Nothing is counted against a record; nothing is lost."""
         group, table = self.group, self.group.table
-        cause = stall_cause(failure)
+        cause = stall_cause(failure, self.settings.failure_detail)
         retry_from = self._first_uncommitted()
         group.metrics.count("ShardStalls")
         logger.error(
@@ -881,10 +883,6 @@ def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:
     return bisect.bisect_right(
         records, target, key=lambda r: (len(r.sequence_number), r.sequence_number, r.sub_sequence_number or 0)
     )
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def _json(details: Mapping[str, Any] | None) -> str | None:

@@ -15,6 +15,7 @@ import random
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._failure_text import failure_text
 from shardline.consumer._leases import MAX_ERROR_CHARS
 from shardline.errors import DependencyUnavailable
 
@@ -50,10 +51,13 @@ def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF_S) -> float:
     return min(cap, base * 2.0 ** max(0, attempt - 1)) * random.uniform(1.0, 1.25)
 
 
-def stall_cause(failure: BaseException) -> str:
-    """What stalled the shard, in words an operator can act on (bounded)."""
+def stall_cause(failure: BaseException, detail: str = "fingerprint") -> str:
+    """What stalled the shard, in words an operator can act on (bounded). An AWS error of
+    shardline's own calls is told in AWS's words (its code, message and a hint); anything else —
+    a handler's `DependencyUnavailable`, an unexpected exception — as `failure_text(failure,
+    detail)` gives it: its type and fingerprint, its message only with `detail="message"`."""
     if isinstance(failure, DependencyUnavailable):
-        text = f"the handler reported a dependency unavailable: {failure}"
+        text = f"the handler reported a dependency unavailable: {failure_text(failure, detail).text}"
     elif isinstance(failure, ClientError):
         error = failure.response.get("Error", {})
         code = str(error.get("Code", "?"))
@@ -73,5 +77,5 @@ def stall_cause(failure: BaseException) -> str:
         if hint:
             text += f" — {hint}"
     else:
-        text = f"{type(failure).__name__}: {failure}"
+        text = failure_text(failure, detail).text
     return text[:MAX_ERROR_CHARS]

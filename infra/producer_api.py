@@ -7,6 +7,7 @@ import json
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -67,6 +68,7 @@ class ProducerApi(Construct):
         streams: list[Stream],
         layers: Layers,
         pipeline: PipelineConfig,
+        log_key: kms.IKey,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = python_function(
@@ -77,6 +79,7 @@ class ProducerApi(Construct):
             memory_mb=512,
             timeout_seconds=29,  # API Gateway's integration limit
             pipeline=pipeline,
+            log_key=log_key,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
                 **ProducerEnvironment(
@@ -111,6 +114,7 @@ class ProducerApi(Construct):
             "AccessLogs",
             removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
+            encryption_key=log_key,
         )
         self.api = apigw.RestApi(
             self,
@@ -165,6 +169,7 @@ class ProducerApi(Construct):
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{self.api.deployment_stage.stage_name}",
             removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
+            encryption_key=log_key,
         )
         validator = self.api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -30,17 +32,19 @@ def python_function(
     timeout_seconds: int,
     reserved_concurrency: int,
     pipeline: PipelineConfig,
+    log_key: kms.IKey,
 ) -> lambda_.Function:
     """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group, written in
     Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
     (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'.
     `reserved_concurrency` is both its share and its ceiling: it cannot starve the account's other
-    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`)."""
+    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`).    The log group is encrypted with `log_key`; the role may write its own log group only."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
         retention=log_retention(pipeline.log_retention_days),
         removal_policy=log_removal(pipeline),
+        encryption_key=log_key,
     )
     return lambda_.Function(
         scope,
@@ -55,6 +59,7 @@ def python_function(
         reserved_concurrent_executions=reserved_concurrency,
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
+        role=execution_role(scope, f"{construct_id}ServiceRole", log_group),
         logging_format=lambda_.LoggingFormat.JSON,
         environment={"POWERTOOLS_METRICS_NAMESPACE": pipeline.metrics_namespace, **environment},
     )
@@ -69,3 +74,16 @@ def log_removal(pipeline: PipelineConfig) -> RemovalPolicy:
 def log_retention(days: int) -> logs.RetentionDays:
     """The shortest allowed retention of at least `days` days."""
     return _RETENTION[min(allowed for allowed in _RETENTION if allowed >= days)]
+
+
+def execution_role(scope: Construct, construct_id: str, log_group: logs.ILogGroup) -> iam.Role:
+    """A function's role, writing only its own log group: what AWSLambdaBasicExecutionRole grants
+    (CreateLogGroup, CreateLogStream, PutLogEvents on every log group) narrowed to the one group the
+    template creates for it (its ARN ends in `:*`, its log streams)."""
+    role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    role.add_to_policy(
+        iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]
+        )
+    )
+    return role

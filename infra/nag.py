@@ -3,7 +3,8 @@
 Nothing is acknowledged stack-wide: every acknowledgement is attached to the construct whose
 resources raise the finding, so the same rule on a resource added later is reported again.
 (Acknowledgements that belong to one construct's own choices live beside it: the dead-letter
-bucket's in `consumer_group.py`, api-key auth's in `producer_api.py`.)
+bucket's in `consumer_group.py`, the access-log bucket's in `stack.py`, api-key auth's in
+`producer_api.py`.)
 """
 
 from __future__ import annotations
@@ -18,23 +19,18 @@ if TYPE_CHECKING:
 
 _MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
 
-#: Every function: its role, policy and runtime.
-FUNCTION = {
-    _MANAGED.format("AWSLambdaBasicExecutionRole"): "AWS's minimal managed policy for a function's own "
-    "log group (CreateLogStream/PutLogEvents).",
+#: Every function's role. (No managed policy: each role writes its own log group only,
+#: `infra.function.execution_role`.)
+FUNCTION_ROLE = {
     "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray's PutTraceSegments/PutTelemetryRecords, which "
     "support no resource-level permissions (tracing is on for every function).",
+}
+#: Every function: its runtime.
+FUNCTION = {
     "AwsSolutions::AwsSolutions-L1": "python3.12, not the newest (3.14): it is the newest Python the "
     "build compiles the layer's bytecode for (a layer without .pyc compiles the library on every cold "
     "start from read-only /opt). Move RUNTIME in infra/layers.py with an interpreter of the new version "
     "at hand; the Powertools layer follows it through its SSM parameter.",
-}
-#: Consumer functions send to queues encrypted with the stack's key.
-CONSUMER_FUNCTION = {
-    "AwsSolutions::AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": "CDK's grant for sending to the "
-    "group's KMS-encrypted queues: GenerateDataKey* on the one customer-managed key of the stack.",
-    "AwsSolutions::AwsSolutions-IAM5[Action::kms:ReEncrypt*]": "CDK's grant for sending to the group's "
-    "KMS-encrypted queues: ReEncrypt* on the one customer-managed key of the stack.",
 }
 #: The REST API, its stage, methods and the account-level logging role it creates.
 API = {
@@ -61,8 +57,9 @@ def acknowledge(stack: PipelineStack) -> None:
     """Attach each acknowledgement to the constructs whose resources it is about."""
     for function in [stack.api.function] + [group.function for group in stack.groups]:
         _acknowledge(function, FUNCTION)
+        assert function.role is not None
+        _acknowledge(function.role, FUNCTION_ROLE)
     for group in stack.groups:
-        _acknowledge(group.function, CONSUMER_FUNCTION)
         _acknowledge(group.dead_letters, DEAD_LETTER_QUEUE)
         _acknowledge(group.failures, DEAD_LETTER_QUEUE)
     _acknowledge(stack.api.api, API)

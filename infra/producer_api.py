@@ -8,6 +8,7 @@ from typing import Any
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -89,6 +90,7 @@ class ProducerApi(Construct):
         streams: list[Stream],
         layers: Layers,
         pipeline: PipelineConfig,
+        log_key: kms.IKey,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = python_function(
@@ -100,6 +102,7 @@ class ProducerApi(Construct):
             timeout_seconds=29,  # API Gateway's integration limit
             reserved_concurrency=config.reserved_concurrency,
             pipeline=pipeline,
+            log_key=log_key,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
                 **ProducerEnvironment(
@@ -136,6 +139,7 @@ class ProducerApi(Construct):
             "AccessLogs",
             removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
+            encryption_key=log_key,
         )
         self.api = apigw.RestApi(
             self,
@@ -181,6 +185,7 @@ class ProducerApi(Construct):
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{self.api.deployment_stage.stage_name}",
             removal_policy=log_removal(pipeline),
             retention=log_retention(pipeline.log_retention_days),
+            encryption_key=log_key,
         )
         validator = self.api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True

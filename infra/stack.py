@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, RemovalPolicy, Stack, Tags
+from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, RemovalPolicy, Stack, Tags, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.config import PipelineConfig, logical_id
@@ -20,10 +21,11 @@ class PipelineStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: PipelineConfig, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        # One key for queues and the alarm topic; CloudWatch and SNS may use it to deliver alarms.
+        # The alarm topic's key, and only its: CloudWatch and SNS may use it to deliver alarms. Each
+        # consumer group has its own key for its data (`ConsumerGroup.key`), logs have `logs_key`.
         self.key = kms.Key(
-            self, "Key", description="shardline queues and alarms", enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{config.prefix}/queues-and-alarms",
+            self, "Key", description="shardline alarm topic", enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{config.prefix}/alarms",
         )  # fmt: skip
         # CloudWatch encrypts what it publishes to the alarm topic: only for this account's alarms.
         self.key.add_to_resource_policy(
@@ -35,6 +37,8 @@ class PipelineStack(Stack):
                 conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
             )
         )
+        self.logs_key = self._logs_key(config.prefix)
+        self.access_logs = self._access_log_bucket()
         self.layers = Layers(self, "Layers")
         self.streams = {
             s.name: Stream(
@@ -49,6 +53,7 @@ class PipelineStack(Stack):
             streams=list(self.streams.values()),
             layers=self.layers,
             pipeline=config,
+            log_key=self.logs_key,
         )
         self.groups = [
             ConsumerGroup(
@@ -57,7 +62,8 @@ class PipelineStack(Stack):
                 config=group,
                 stream=self.streams[group.stream],
                 layers=self.layers,
-                key=self.key,
+                log_key=self.logs_key,
+                access_logs=self.access_logs,
                 pipeline=config,
             )
             for group in config.consumer_groups
@@ -77,6 +83,59 @@ class PipelineStack(Stack):
         Tags.of(self).add("project", config.stack_name)
         Tags.of(self).add("stage", config.stage)
         self._outputs()
+
+    def _logs_key(self, prefix: str) -> kms.Key:
+        """The key of every log group of the stack (functions', API access and execution logs): CloudWatch
+        Logs of this account and region may use it, for this account's log groups only."""
+        key = kms.Key(
+            self, "LogsKey", description="shardline log groups", enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{prefix}/logs",
+        )  # fmt: skip
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchLogsOfThisAccountAndRegion",
+                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+                actions=[
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
+                        )
+                    }
+                },
+            )
+        )
+        return key
+
+    def _access_log_bucket(self) -> s3.Bucket:
+        """S3 server access logs of the dead-letter buckets (one prefix per group): who read or wrote a
+        dead letter. SSE-S3, as S3's log delivery requires (it cannot use a KMS key); written by S3's
+        logging service only for this account's buckets (the bucket policy CDK writes); kept a year."""
+        bucket = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        Validations.of(bucket).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-S1",
+                reason="This is the access-log bucket of the dead-letter buckets: its own access would be "
+                "logged into itself. Its writes are S3's log delivery, scoped by its bucket policy.",
+            )
+        )
+        return bucket
 
     def _outputs(self) -> None:
         """What an operator needs after `cdk deploy`: where to call, what to watch, where failures go."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
@@ -15,7 +16,14 @@ _SINK_KEYS = {
 
 
 def _table(
-    scope: Construct, construct_id: str, partition, sort=None, *, retain: bool, ttl: str | None = None
+    scope: Construct,
+    construct_id: str,
+    partition,
+    sort=None,
+    *,
+    retain: bool,
+    key: kms.IKey,
+    ttl: str | None = None,
 ) -> dynamodb.Table:
     # A stage that keeps its data (prod by default) keeps its tables, and guards them against deletion;
     # the others go with their stack.
@@ -28,20 +36,25 @@ def _table(
         point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
             point_in_time_recovery_enabled=True
         ),
-        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        # The consumer group's own key (not aws/dynamodb): its key policy, not the account's, says who
+        # may read the payloads, and revoking it revokes them.
+        encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
+        encryption_key=key,
         removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         deletion_protection=retain,
         time_to_live_attribute=ttl,
     )
 
 
-def lease_table(scope: Construct, construct_id: str, *, retain: bool) -> dynamodb.Table:
+def lease_table(scope: Construct, construct_id: str, *, retain: bool, key: kms.IKey) -> dynamodb.Table:
     """Hash key `leaseKey`, as the KCL's lease table (shardline.consumer._leases.LeaseTable)."""
-    return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING), retain=retain)
+    return _table(scope, construct_id, ("leaseKey", dynamodb.AttributeType.STRING), retain=retain, key=key)
 
 
-def sink_table(scope: Construct, construct_id: str, sink: str, *, retain: bool) -> dynamodb.Table:
+def sink_table(
+    scope: Construct, construct_id: str, sink: str, *, retain: bool, key: kms.IKey
+) -> dynamodb.Table:
     """`events`: one item per user record (pk, sk); `counter`: one item per partition key. Both also
     hold a guard item per client id (`shardline.consumer.once`), which expires with its `expiresAt`."""
     partition, sort = _SINK_KEYS[sink]
-    return _table(scope, construct_id, partition, sort, retain=retain, ttl=EXPIRES_AT_ATTRIBUTE)
+    return _table(scope, construct_id, partition, sort, retain=retain, key=key, ttl=EXPIRES_AT_ATTRIBUTE)

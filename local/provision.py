@@ -3,8 +3,9 @@
     provision(app, endpoint_url)
 
 The properties are the template's, resolved (`local.template`); a setting the emulator has no
-use for (encryption keys, point-in-time recovery, lifecycle rules, public-access blocks) is left
-out here and named in `SKIPPED_PROPERTIES`, so start-up can say what is not emulated. A table's
+use for (encryption keys, point-in-time recovery, lifecycle rules, public-access blocks, access
+logging) is left out here and named in `SKIPPED_PROPERTIES`, so start-up can say what is not
+emulated. A table's
 `TimeToLiveSpecification` is set with UpdateTimeToLive, as CloudFormation does after creating it.
 """
 
@@ -47,7 +48,12 @@ SKIPPED_PROPERTIES = {
         "DeletionProtectionEnabled",
     ),
     "AWS::SQS::Queue": ("KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"),
-    "AWS::S3::Bucket": ("BucketEncryption", "LifecycleConfiguration", "PublicAccessBlockConfiguration"),
+    "AWS::S3::Bucket": (
+        "BucketEncryption",
+        "LifecycleConfiguration",
+        "PublicAccessBlockConfiguration",
+        "LoggingConfiguration",  # S3 server access logs: no log delivery locally
+    ),
 }
 
 

@@ -194,7 +194,13 @@ def test_7_prod_is_protected_from_termination_and_every_key_has_an_alias():
         aliases = [a["Properties"] for a in resources(template, "AWS::KMS::Alias").values()]
         assert sorted(a["TargetKeyId"]["Fn::GetAtt"][0] for a in aliases) == sorted(keys), aliases
         names = {a["AliasName"] for a in aliases}
-        assert names == {f"alias/shardline-{stage}/queues-and-alarms", f"alias/shardline-{stage}-events"}
+        assert names == {
+            f"alias/shardline-{stage}/alarms",  # the alarm topic's, and only its
+            f"alias/shardline-{stage}/logs",
+            f"alias/shardline-{stage}/event-sink",  # each consumer group's own
+            f"alias/shardline-{stage}/key-counter",
+            f"alias/shardline-{stage}-events",
+        }
 
 
 def test_a_stage_that_is_not_a_short_lowercase_name_fails_synth():

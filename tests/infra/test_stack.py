@@ -44,7 +44,9 @@ def test_each_group_has_a_kcl_lease_table_and_a_sink_pay_per_request_with_pitr(t
         props = table["Properties"]
         assert props["BillingMode"] == "PAY_PER_REQUEST"
         assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
-        assert props["SSESpecification"] == {"SSEEnabled": True}
+        # The group's customer-managed key, not aws/dynamodb (issue 25, item 5).
+        assert props["SSESpecification"]["SSEType"] == "KMS" and props["SSESpecification"]["SSEEnabled"]
+        assert props["SSESpecification"]["KMSMasterKeyId"]["Fn::GetAtt"][0].startswith("Group")
     keys = sorted(tuple(k["AttributeName"] for k in t["Properties"]["KeySchema"]) for t in tables)
     assert keys == [("leaseKey",), ("leaseKey",), ("partitionKey",), ("pk", "sk")]
 
@@ -167,7 +169,13 @@ def test_1_the_producer_role_may_only_write_and_list_shards_never_read_or_decryp
     reads = {"kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:SubscribeToShard", "kms:Decrypt"}
     assert not actions & reads, "the internet-facing role cannot read the stream"
     assert not any(a.endswith("*") for a in actions), "no wildcard action can hide a read"
-    assert actions - set(own) <= {"kms:GenerateDataKey", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    assert actions - set(own) <= {
+        "kms:GenerateDataKey",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "logs:CreateLogStream",  # its own log group (tests/infra/test_permissions.py)
+        "logs:PutLogEvents",
+    }
     kms = [s for s in statements if "kms:GenerateDataKey" in _actions(s)]
     assert kms and all(s["Effect"] == "Allow" and "StreameventsKey" in json.dumps(s["Resource"]) for s in kms)
 
@@ -436,7 +444,11 @@ def test_record_age_at_or_beyond_retention_is_rejected_at_synth():
 
 
 def test_each_consumer_group_has_a_tls_only_encrypted_expiring_dead_letter_bucket(template):
-    buckets = resources(template, "AWS::S3::Bucket")
+    buckets = {
+        lid: b
+        for lid, b in resources(template, "AWS::S3::Bucket").items()
+        if not lid.startswith("AccessLogs")
+    }
     assert len(buckets) == 2
     for bucket in buckets.values():
         props = bucket["Properties"]
@@ -445,8 +457,9 @@ def test_each_consumer_group_has_a_tls_only_encrypted_expiring_dead_letter_bucke
         assert "KMSMasterKeyID" in rule["ServerSideEncryptionByDefault"]
         assert all(props["PublicAccessBlockConfiguration"].values())
         assert props["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 14
+        assert props["LoggingConfiguration"]["DestinationBucketName"]["Ref"].startswith("AccessLogs")
     policies = json.dumps(resources(template, "AWS::S3::BucketPolicy"))
-    assert policies.count('"aws:SecureTransport": "false"') == 2
+    assert policies.count('"aws:SecureTransport": "false"') == 3  # and the access-log bucket
 
 
 def test_consumer_function_may_only_put_dead_letter_objects_and_describe_its_sink(template):

@@ -38,7 +38,8 @@ def python_function(
     Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
     (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'.
     `reserved_concurrency` is both its share and its ceiling: it cannot starve the account's other
-    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`).    The log group is encrypted with `log_key`; the role may write its own log group only."""
+    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`).
+    The log group is encrypted with `log_key`; the role may write its own log group only."""
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",

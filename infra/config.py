@@ -115,6 +115,8 @@ class ConsumerGroupConfig:
     #: which should not outlive their use by default; a month covers reconciling a billing
     #: period and matches the logs' default retention. At most 36500 (100 years: "keep").
     sink_ttl_days: int = 30
+    # Who may read (and redrive) the group's dead letters; none: whoever IAM allows in this account.
+    dead_letter_readers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,16 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
         reserved_concurrency=reservation,
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
+        dead_letter_readers=_principal_arns(read, "deadLetterReaders"),
     )
+
+
+def _principal_arns(read: _Reader, key: str) -> tuple[str, ...]:
+    arns = read.list(key)
+    for index, arn in enumerate(arns):
+        if not isinstance(arn, str) or not ROLE_OR_USER_ARN.match(arn):
+            raise ConfigError(f"{read.path}.{key}[{index}]: not an IAM role or user ARN: {arn!r}")
+    return tuple(arns)
 
 
 def group_reservation(shards: int | None, parallelization: int) -> int:
@@ -356,6 +367,7 @@ def load(context: Any, stage: str | None = None) -> PipelineConfig:
     return config
 
 
+ROLE_OR_USER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$")
 PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:[A-Za-z0-9+=,.@_/-]+$|^\d{12}$")
 ORGANIZATION_ID = re.compile(r"^o-[a-z0-9]{10,32}$")
 

@@ -36,6 +36,9 @@ STREAM_ACTIONS = (
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
 )
+#: Reading dead letters: what `deadLetterReaders` alone may do when the group names them.
+READ_QUEUE = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:PurgeQueue"]
+READ_OBJECTS = ["s3:GetObject", "s3:DeleteObject"]
 #: What each service needs of the group's key when the function calls it (never kms:Encrypt or
 #: ReEncrypt*): SQS's SendMessage to an encrypted queue GenerateDataKey and Decrypt, S3's PutObject
 #: with SSE-KMS GenerateDataKey, DynamoDB Decrypt of the table key.
@@ -176,23 +179,31 @@ class ConsumerGroup(Construct):
             )
 
     def _guard_dead_letters(self) -> None:
-        """Resource policies of the dead-letter stores, beside their TLS-only statement: only the group's
-        function role may write them (its code, and Lambda for the mapping's on-failure messages), and no
-        principal of another account may do anything with them. Readers (an operator, a redrive job) are
-        this account's principals that IAM allows `sqs:ReceiveMessage`/`s3:GetObject` and kms:Decrypt on
-        the group's key — the key policy leaves that to IAM, so reading one group's dead letters is a
-        grant on that group's key, not on the others'."""
+        """Resource policies of the dead-letter stores, beside their TLS-only statement. Writers: the
+        group's function role (its code, and Lambda for the mapping's on-failure messages) and the
+        group's `deadLetterReaders` (a redrive dead-letters what still fails). Readers: with
+        `deadLetterReaders`, they alone may receive, get or delete; without, whoever IAM allows in
+        this account, with kms:Decrypt on the group's key (its key policy leaves that to IAM, so
+        reading one group's dead letters is a grant on that group's key, not on the others').
+        No principal of another account may do anything with them."""
         role_arn = self.function.role.role_arn  # type: ignore[union-attr]
-        for queue in (self.dead_letters, self.failures):
-            queue.add_to_resource_policy(_deny_writers_but(role_arn, "sqs:SendMessage", queue.queue_arn))
-            queue.add_to_resource_policy(_deny_other_accounts("sqs:*", queue.queue_arn))
+        readers = list(self.config.dead_letter_readers)
         bucket = self.dead_letter_bucket
+        objects = bucket.arn_for_objects("*")
+        for queue in (self.dead_letters, self.failures):
+            queue.add_to_resource_policy(_deny_unless("OnlyTheGroupWrites", [role_arn, *readers],
+                                                      ["sqs:SendMessage"], queue.queue_arn))  # fmt: skip
+            if readers:
+                queue.add_to_resource_policy(
+                    _deny_unless("OnlyItsReadersRead", readers, READ_QUEUE, queue.queue_arn)
+                )
+            queue.add_to_resource_policy(_deny_other_accounts("sqs:*", queue.queue_arn))
         bucket.add_to_resource_policy(
-            _deny_writers_but(role_arn, "s3:PutObject", bucket.arn_for_objects("*"))
+            _deny_unless("OnlyTheGroupWrites", [role_arn, *readers], ["s3:PutObject"], objects)
         )
-        bucket.add_to_resource_policy(
-            _deny_other_accounts("s3:*", bucket.bucket_arn, bucket.arn_for_objects("*"))
-        )
+        if readers:
+            bucket.add_to_resource_policy(_deny_unless("OnlyItsReadersRead", readers, READ_OBJECTS, objects))
+        bucket.add_to_resource_policy(_deny_other_accounts("s3:*", bucket.bucket_arn, objects))
 
     def _bucket(self, construct_id: str, access_logs: s3.IBucket) -> s3.Bucket:
         """Dead letters too large for SQS, whole; they expire with the queue's retention. Every request
@@ -224,14 +235,15 @@ class ConsumerGroup(Construct):
         )
 
 
-def _deny_writers_but(role_arn: str, action: str, *resources: str) -> iam.PolicyStatement:
+def _deny_unless(sid: str, principals: list[str], actions: list[str], *resources: str) -> iam.PolicyStatement:
+    """Deny `actions` to every principal whose ARN is not one of `principals`."""
     return iam.PolicyStatement(
-        sid="OnlyTheGroupFunctionWrites",
+        sid=sid,
         effect=iam.Effect.DENY,
         principals=[iam.AnyPrincipal()],
-        actions=[action],
+        actions=actions,
         resources=list(resources),
-        conditions={"ArnNotEquals": {"aws:PrincipalArn": role_arn}},
+        conditions={"ArnNotEquals": {"aws:PrincipalArn": principals}},
     )
 
 

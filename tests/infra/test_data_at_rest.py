@@ -3,9 +3,15 @@ that their access is logged."""
 
 from __future__ import annotations
 
+import copy
 import json
 
-from tests.infra.conftest import resources
+import pytest
+from aws_cdk.assertions import Template
+
+from app import build
+from infra.config import ConfigError, load
+from tests.infra.conftest import default_context, resources
 
 
 def _key_id(value) -> str:
@@ -94,20 +100,59 @@ def test_5_dead_letter_stores_are_written_by_their_function_only_and_used_from_t
     for kind, lid, write, anything in stores:
         statements = _statements(template, kind, lid)
         group = lid.split("Dead")[0].split("Mapping")[0]
-        [writers] = [s for s in statements if s.get("Sid") == "OnlyTheGroupFunctionWrites"]
+        [writers] = [s for s in statements if s.get("Sid") == "OnlyTheGroupWrites"]
         assert (
             writers["Effect"] == "Deny"
             and writers["Action"] == write
             and writers["Principal"] == {"AWS": "*"}
         )
-        [role] = writers["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]["Fn::GetAtt"][:1]
+        [writer] = _as_list(writers["Condition"]["ArnNotEquals"]["aws:PrincipalArn"])
+        role = writer["Fn::GetAtt"][0]
         assert role.startswith(f"{group}FunctionServiceRole"), (lid, role)
+        assert not [s for s in statements if s.get("Sid") == "OnlyItsReadersRead"], "reads: IAM decides"
         [accounts] = [s for s in statements if s.get("Sid") == "OnlyThisAccount"]
         assert accounts["Effect"] == "Deny" and accounts["Action"] == anything
         assert accounts["Condition"] == {
             "StringNotEquals": {"aws:PrincipalAccount": {"Ref": "AWS::AccountId"}}
         }
         assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements)
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+READER = "arn:aws:iam::123456789012:role/oncall"
+
+
+def test_5_named_readers_alone_read_a_groups_dead_letters_and_may_redrive_them(tmp_path):
+    context = copy.deepcopy(default_context())
+    context["shardline"]["consumerGroups"][0]["deadLetterReaders"] = [READER]
+    app, stack = build(context, outdir=str(tmp_path))
+    app.synth()
+    template = Template.from_stack(stack)
+    for kind, lid, read in [
+        ("AWS::SQS::QueuePolicy", "GroupeventsinkDeadLetters", "sqs:ReceiveMessage"),
+        ("AWS::SQS::QueuePolicy", "GroupeventsinkMappingFailures", "sqs:ReceiveMessage"),
+        ("AWS::S3::BucketPolicy", "GroupeventsinkDeadLetterBucket", "s3:GetObject"),
+    ]:
+        statements = _statements(template, kind, lid)
+        [readers] = [s for s in statements if s.get("Sid") == "OnlyItsReadersRead"]
+        assert readers["Effect"] == "Deny" and read in readers["Action"]
+        assert readers["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": [READER]}}
+        [writers] = [s for s in statements if s.get("Sid") == "OnlyTheGroupWrites"]
+        assert READER in writers["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]  # a redrive dead-letters
+    other = _statements(template, "AWS::SQS::QueuePolicy", "GroupkeycounterDeadLetters")
+    assert not [s for s in other if s.get("Sid") == "OnlyItsReadersRead"], "per group"
+
+
+def test_5_a_dead_letter_reader_must_be_a_role_or_user_arn():
+    context = copy.deepcopy(default_context())["shardline"]
+    context["consumerGroups"][1]["deadLetterReaders"] = ["oncall"]
+    with pytest.raises(
+        ConfigError, match=r"shardline\.consumerGroups\[1\]\.deadLetterReaders\[0\]: not an IAM"
+    ):
+        load(context)
 
 
 def test_5_dead_letter_buckets_log_their_access_to_an_sse_s3_private_expiring_bucket(template):

@@ -6,28 +6,50 @@ Every error names the key it is about, e.g. `shardline.consumerGroups[1].stream:
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
-from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
+from infra._config_reader import NAME, ConfigError, Reader, principal_arns
+from infra.config_api import (
+    DEFAULT_MAX_BODY_BYTES,
+    LAMBDA_SYNC_PAYLOAD,
+    MAX_BODY_BYTES,
+    ApiClient,
+    ApiConfig,
+    producer_reservation,
+    read_api,
+)
 
-NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+__all__ = [
+    "DEFAULT_CONCURRENCY_BUDGET",
+    "DEFAULT_MAX_BODY_BYTES",
+    "LAMBDA_SYNC_PAYLOAD",
+    "MAX_BODY_BYTES",
+    "MIN_MAX_ATTEMPTS",
+    "NAME",
+    "ON_DEMAND_SHARDS_RESERVED",
+    "PRODUCTION_STAGES",
+    "SINKS",
+    "STAGE",
+    "STARTING_POSITIONS",
+    "UNRESERVED_MINIMUM",
+    "AlarmsConfig",
+    "ApiClient",
+    "ApiConfig",
+    "ConfigError",
+    "ConsumerGroupConfig",
+    "PipelineConfig",
+    "StreamConfig",
+    "group_reservation",
+    "load",
+    "logical_id",
+    "producer_reservation",
+]
+
 STAGE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 #: Stages whose data outlives the stack unless `retainData` says otherwise.
 PRODUCTION_STAGES = ("prod", "production")
-#: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
-#: holds the body JSON-escaped (a quote or a newline grows to 2 bytes: a 5.8 MB body of JSON records
-#: can become 8.7 MB) beside headers and a requestContext. `maxBodyBytes` bounds the body as the event
-#: holds it (shardline.aws_lambda counts it so and answers 413 above it), and leaves the envelope room:
-#: a body within the bound always reaches the function, never the gateway's own failure.
-LAMBDA_SYNC_PAYLOAD = LAMBDA_PAYLOAD_BYTES
-EVENT_ENVELOPE = 128 * 1024
-MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
-DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 SINKS = ("events", "counter")
 #: Lambda keeps 100 concurrent executions of an account's quota unreserved; the default quota is 1,000.
@@ -35,8 +57,6 @@ UNRESERVED_MINIMUM = 100
 DEFAULT_CONCURRENCY_BUDGET = 1000 - UNRESERVED_MINIMUM
 #: On-demand streams start with 4 shards and split as they grow: reserve for this many by default.
 ON_DEMAND_SHARDS_RESERVED = 10
-#: Seconds a producer invocation holds beside the throttled give-up: its own work, a last backoff.
-PRODUCER_CALL_SECONDS = 1.0
 #: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
 #: failure when it runs alone), which takes a second attempt after whatever failed first.
 MIN_MAX_ATTEMPTS = 2
@@ -48,10 +68,6 @@ def logical_id(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))
 
 
-class ConfigError(ValueError):
-    """The pipeline configuration is invalid; the message names the key."""
-
-
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
@@ -60,31 +76,6 @@ class StreamConfig:
     encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
     max_record_size_kib: int
     explicit_hash_keys: bool = True  # may API callers choose a record's shard?
-
-
-@dataclass(frozen=True)
-class ApiClient:
-    """One caller of the API: its own key and usage plan (throttle and daily quota)."""
-
-    name: str
-    throttle_rate: float
-    throttle_burst: int
-    requests_per_day: int
-
-
-@dataclass(frozen=True)
-class ApiConfig:
-    auth: str  # "iam" or "api-key"
-    throttle_rate: float
-    throttle_burst: int
-    max_records_per_request: int
-    max_body_bytes: int
-    throttled_give_up_seconds: float = 3.0  # a shard throttling this long: 503 + Retry-After
-    reserved_concurrency: int = 400  # the producer function's (see `producer_reservation`)
-    # Who may invoke (auth "iam"): IAM principal ARNs and/or an organization id; none: this account.
-    allowed_principals: tuple[str, ...] = ()
-    allowed_organization: str | None = None
-    clients: tuple[ApiClient, ...] = ()  # each with its own API key and usage plan (key required)
 
 
 @dataclass(frozen=True)
@@ -147,64 +138,8 @@ class PipelineConfig:
         return next(stream for stream in self.streams if stream.name == name)
 
 
-class _Reader:
-    """Reads typed values from one mapping, naming the key in every error."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{path}: must be an object, got {type(data).__name__}")
-        self.data, self.path = data, path
-
-    def _fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.path}.{key}: {message}")
-
-    def int(self, key: str, default: int | None = None, *, low: int, high: int) -> int:
-        value = self.data.get(key, default)
-        if value is None:
-            raise self._fail(key, "is required")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._fail(key, f"must be an integer, got {value!r}")
-        if not low <= value <= high:
-            raise self._fail(key, f"must be within {low}..{high}, got {value}")
-        return value
-
-    def number(self, key: str, default: float, *, low: float, high: float) -> float:
-        value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-            raise self._fail(key, f"must be a number within {low}..{high}, got {value!r}")
-        return float(value)
-
-    def str(self, key: str, default: str | None = None, *, choices: tuple[str, ...] = ()) -> str:
-        value = self.data.get(key, default)
-        if value is None:
-            raise self._fail(key, "is required")
-        if not isinstance(value, str):
-            raise self._fail(key, f"must be a string, got {value!r}")
-        if choices and value not in choices:
-            raise self._fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    def name(self, key: str) -> str:
-        value = self.str(key)
-        if not NAME.match(value):
-            raise self._fail(key, f"must be 1-64 letters, digits, '_', '.' or '-', got {value!r}")
-        return value
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            raise self._fail(key, f"must be true or false, got {value!r}")
-        return value
-
-    def list(self, key: str) -> list[Any]:
-        value = self.data.get(key, [])
-        if not isinstance(value, list):
-            raise self._fail(key, "must be a list")
-        return value
-
-
 def _stream(data: Any, path: str) -> StreamConfig:
-    read = _Reader(data, path)
+    read = Reader(data, path)
     shards = read.data.get("shards", 4)
     if shards != "on-demand":
         shards = read.int("shards", low=1, high=500)
@@ -219,7 +154,7 @@ def _stream(data: Any, path: str) -> StreamConfig:
 
 
 def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGroupConfig:
-    read = _Reader(data, path)
+    read = Reader(data, path)
     stream = read.str("stream")
     if stream not in streams:
         raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
@@ -279,16 +214,8 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
         reserved_concurrency=reservation,
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
-        dead_letter_readers=_principal_arns(read, "deadLetterReaders"),
+        dead_letter_readers=principal_arns(read, "deadLetterReaders"),
     )
-
-
-def _principal_arns(read: _Reader, key: str) -> tuple[str, ...]:
-    arns = read.list(key)
-    for index, arn in enumerate(arns):
-        if not isinstance(arn, str) or not ROLE_OR_USER_ARN.match(arn):
-            raise ConfigError(f"{read.path}.{key}[{index}]: not an IAM role or user ARN: {arn!r}")
-    return tuple(arns)
 
 
 def group_reservation(shards: int | None, parallelization: int) -> int:
@@ -298,20 +225,12 @@ def group_reservation(shards: int | None, parallelization: int) -> int:
     return (ON_DEMAND_SHARDS_RESERVED if shards is None else shards) * parallelization
 
 
-def producer_reservation(throttle_rate: float, throttled_give_up_seconds: float) -> int:
-    """The producer's reserved concurrency by default: the stage's request rate times the longest
-    an invocation holds while its shards throttle (`ceil(throttleRate × (throttledGiveUpSeconds +
-    PRODUCER_CALL_SECONDS))`), so a throttled stream cannot take more executions than its API lets
-    in during that time."""
-    return max(1, math.ceil(throttle_rate * (throttled_give_up_seconds + PRODUCER_CALL_SECONDS)))
-
-
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256}$")
 
 
 def _alarms(data: Any) -> AlarmsConfig:
-    read = _Reader(data, "shardline.alarms")
+    read = Reader(data, "shardline.alarms")
     emails = read.list("emails")
     for index, email in enumerate(emails):
         if not isinstance(email, str) or not EMAIL.match(email):
@@ -326,7 +245,7 @@ def _alarms(data: Any) -> AlarmsConfig:
 def load(context: Any, stage: str | None = None) -> PipelineConfig:
     """Validate the `shardline` context value and return the pipeline configuration; `stage` (from
     `cdk deploy -c stage=...`) overrides the configured one."""
-    read = _Reader(context, "shardline")
+    read = Reader(context, "shardline")
     stage = read.str("stage", "dev") if stage is None else stage
     if not STAGE.match(stage):
         raise ConfigError(f"shardline.stage: must be 1-16 lowercase letters, digits or '-', got {stage!r}")
@@ -358,89 +277,13 @@ def load(context: Any, stage: str | None = None) -> PipelineConfig:
         retain_data=retain_data,
         log_retention_days=read.int("logRetentionDays", 30, low=1, high=3653),
         streams=tuple(streams.values()),
-        api=_api(read.data.get("api", {})),
+        api=read_api(read.data.get("api", {})),
         consumer_groups=tuple(groups),
         alarms=_alarms(read.data.get("alarms", {})),
         concurrency_budget=read.int("concurrencyBudget", DEFAULT_CONCURRENCY_BUDGET, low=1, high=1_000_000),
     )
     _check_reservations(config)
     return config
-
-
-ROLE_OR_USER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$")
-PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:[A-Za-z0-9+=,.@_/-]+$|^\d{12}$")
-ORGANIZATION_ID = re.compile(r"^o-[a-z0-9]{10,32}$")
-
-
-def _api(data: Any) -> ApiConfig:
-    api = _Reader(data, "shardline.api")
-    auth = api.str("auth", "iam", choices=("iam", "api-key"))
-    rate = api.number("throttleRate", 100.0, low=1, high=10000)
-    burst = api.int("throttleBurst", 200, low=1, high=5000)
-    give_up = api.number("throttledGiveUpSeconds", 3.0, low=0, high=23)
-    principals = api.list("allowedPrincipals")
-    for index, principal in enumerate(principals):
-        if not isinstance(principal, str) or not PRINCIPAL_ARN.match(principal):
-            raise ConfigError(
-                f"shardline.api.allowedPrincipals[{index}]: not an IAM principal ARN (role, user, "
-                f"account root) or a 12-digit account id: {principal!r}"
-            )
-    organization = api.data.get("allowedOrganization")
-    if organization is not None and (
-        not isinstance(organization, str) or not ORGANIZATION_ID.match(organization)
-    ):
-        raise ConfigError(
-            f"shardline.api.allowedOrganization: not an organization id (o-...): {organization!r}"
-        )
-    if auth != "iam" and (principals or organization):
-        raise ConfigError(
-            "shardline.api.allowedPrincipals: needs auth 'iam' (a resource policy names IAM callers; "
-            "an API-key caller has no IAM identity to match)"
-        )
-    clients = tuple(
-        _client(item, f"shardline.api.clients[{index}]", rate, burst)
-        for index, item in enumerate(api.list("clients"))
-    )
-    names = [client.name for client in clients]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise ConfigError(f"shardline.api.clients[{index}].name: duplicate client {name!r}")
-    if auth == "api-key" and not clients:
-        raise ConfigError(
-            "shardline.api.clients: auth 'api-key' needs at least one client, each with its own key, "
-            "throttle and quota (one shared key could not be traced or limited per caller)"
-        )
-    return ApiConfig(
-        auth=auth,
-        throttle_rate=rate,
-        throttle_burst=burst,
-        max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
-        max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
-        throttled_give_up_seconds=give_up,
-        reserved_concurrency=api.int(
-            "reservedConcurrency", producer_reservation(rate, give_up), low=1, high=1_000_000
-        ),
-        allowed_principals=tuple(principals),
-        allowed_organization=organization,
-        clients=clients,
-    )
-
-
-def _client(data: Any, path: str, rate: float, burst: int) -> ApiClient:
-    read = _Reader(data, path)
-    client = ApiClient(
-        name=read.name("name"),
-        throttle_rate=read.number("throttleRate", rate, low=1, high=10000),
-        throttle_burst=read.int("throttleBurst", burst, low=1, high=5000),
-        requests_per_day=read.int("requestsPerDay", low=1, high=2_000_000_000),
-    )
-    if client.throttle_rate > rate or client.throttle_burst > burst:
-        raise ConfigError(
-            f"{path}.throttleRate: a client's throttle ({client.throttle_rate:g}/s, burst "
-            f"{client.throttle_burst}) must be within the stage's ({rate:g}/s, burst {burst}): the "
-            "stage's applies first"
-        )
-    return client
 
 
 def _check_reservations(config: PipelineConfig) -> None:

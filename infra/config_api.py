@@ -1,0 +1,133 @@
+"""The API's part of the pipeline configuration (`shardline.api`): request bounds, throttles, the
+producer's reservation, who may invoke it, and its clients' keys and plans."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from infra._config_reader import ConfigError, Reader
+from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
+from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
+
+#: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
+#: holds the body JSON-escaped (a quote or a newline grows to 2 bytes: a 5.8 MB body of JSON records
+#: can become 8.7 MB) beside headers and a requestContext. `maxBodyBytes` bounds the body as the event
+#: holds it (shardline.aws_lambda counts it so and answers 413 above it), and leaves the envelope room:
+#: a body within the bound always reaches the function, never the gateway's own failure.
+LAMBDA_SYNC_PAYLOAD = LAMBDA_PAYLOAD_BYTES
+EVENT_ENVELOPE = 128 * 1024
+MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
+DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
+#: Seconds a producer invocation holds beside the throttled give-up: its own work, a last backoff.
+PRODUCER_CALL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class ApiClient:
+    """One caller of the API: its own key and usage plan (throttle and daily quota)."""
+
+    name: str
+    throttle_rate: float
+    throttle_burst: int
+    requests_per_day: int
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    auth: str  # "iam" or "api-key"
+    throttle_rate: float
+    throttle_burst: int
+    max_records_per_request: int
+    max_body_bytes: int
+    throttled_give_up_seconds: float = 3.0  # a shard throttling this long: 503 + Retry-After
+    reserved_concurrency: int = 400  # the producer function's (see `producer_reservation`)
+    # Who may invoke (auth "iam"): IAM principal ARNs and/or an organization id; none: this account.
+    allowed_principals: tuple[str, ...] = ()
+    allowed_organization: str | None = None
+    clients: tuple[ApiClient, ...] = ()  # each with its own API key and usage plan (key required)
+
+
+def producer_reservation(throttle_rate: float, throttled_give_up_seconds: float) -> int:
+    """The producer's reserved concurrency by default: the stage's request rate times the longest
+    an invocation holds while its shards throttle (`ceil(throttleRate × (throttledGiveUpSeconds +
+    PRODUCER_CALL_SECONDS))`), so a throttled stream cannot take more executions than its API lets
+    in during that time."""
+    return max(1, math.ceil(throttle_rate * (throttled_give_up_seconds + PRODUCER_CALL_SECONDS)))
+
+
+PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:[A-Za-z0-9+=,.@_/-]+$|^\d{12}$")
+ORGANIZATION_ID = re.compile(r"^o-[a-z0-9]{10,32}$")
+
+
+def read_api(data: Any) -> ApiConfig:
+    api = Reader(data, "shardline.api")
+    auth = api.str("auth", "iam", choices=("iam", "api-key"))
+    rate = api.number("throttleRate", 100.0, low=1, high=10000)
+    burst = api.int("throttleBurst", 200, low=1, high=5000)
+    give_up = api.number("throttledGiveUpSeconds", 3.0, low=0, high=23)
+    principals = api.list("allowedPrincipals")
+    for index, principal in enumerate(principals):
+        if not isinstance(principal, str) or not PRINCIPAL_ARN.match(principal):
+            raise ConfigError(
+                f"shardline.api.allowedPrincipals[{index}]: not an IAM principal ARN (role, user, "
+                f"account root) or a 12-digit account id: {principal!r}"
+            )
+    organization = api.data.get("allowedOrganization")
+    if organization is not None and (
+        not isinstance(organization, str) or not ORGANIZATION_ID.match(organization)
+    ):
+        raise ConfigError(
+            f"shardline.api.allowedOrganization: not an organization id (o-...): {organization!r}"
+        )
+    if auth != "iam" and (principals or organization):
+        raise ConfigError(
+            "shardline.api.allowedPrincipals: needs auth 'iam' (a resource policy names IAM callers; "
+            "an API-key caller has no IAM identity to match)"
+        )
+    clients = tuple(
+        _client(item, f"shardline.api.clients[{index}]", rate, burst)
+        for index, item in enumerate(api.list("clients"))
+    )
+    names = [client.name for client in clients]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise ConfigError(f"shardline.api.clients[{index}].name: duplicate client {name!r}")
+    if auth == "api-key" and not clients:
+        raise ConfigError(
+            "shardline.api.clients: auth 'api-key' needs at least one client, each with its own key, "
+            "throttle and quota (one shared key could not be traced or limited per caller)"
+        )
+    return ApiConfig(
+        auth=auth,
+        throttle_rate=rate,
+        throttle_burst=burst,
+        max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
+        max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
+        throttled_give_up_seconds=give_up,
+        reserved_concurrency=api.int(
+            "reservedConcurrency", producer_reservation(rate, give_up), low=1, high=1_000_000
+        ),
+        allowed_principals=tuple(principals),
+        allowed_organization=organization,
+        clients=clients,
+    )
+
+
+def _client(data: Any, path: str, rate: float, burst: int) -> ApiClient:
+    read = Reader(data, path)
+    client = ApiClient(
+        name=read.name("name"),
+        throttle_rate=read.number("throttleRate", rate, low=1, high=10000),
+        throttle_burst=read.int("throttleBurst", burst, low=1, high=5000),
+        requests_per_day=read.int("requestsPerDay", low=1, high=2_000_000_000),
+    )
+    if client.throttle_rate > rate or client.throttle_burst > burst:
+        raise ConfigError(
+            f"{path}.throttleRate: a client's throttle ({client.throttle_rate:g}/s, burst "
+            f"{client.throttle_burst}) must be within the stage's ({rate:g}/s, burst {burst}): the "
+            "stage's applies first"
+        )
+    return client

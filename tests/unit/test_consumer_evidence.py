@@ -490,6 +490,20 @@ def test_smaller_a_letter_sent_after_a_crash_keeps_its_error_and_details() -> No
     replay.drain(consumer.process)
     [letter] = sqs.bodies()
     assert letter["errorType"] == "shardline.errors.SinkConflict" and letter["attempts"] == 2
+    # From the lease row, which keeps each refused write's kind and table, never its key or item.
+    assert letter["details"]["refusedWrites"] == [{"ConditionCheck": {"TableName": SINK}}]
+
+
+def test_5_a_lease_row_keeps_a_refused_writes_table_not_its_key_while_the_letter_has_it_whole() -> None:
+    consumer, table, sqs = setup(max_attempts=2)
+    consumer.handler(lambda record: [never_passes(record)] if record_id(record) == "r0" else [effect(record)])
+    replay = MappingReplay(kinesis_event(records(2))["Records"], 10)
+    replay.invoke(consumer.process)  # attempt 1: the row notes the failure
+    row = table.row(SHARD)
+    assert row is not None and row.last_error_details is not None
+    assert "missing-r0" not in row.last_error_details and SINK in row.last_error_details
+    replay.drain(consumer.process)
+    [letter] = sqs.bodies()
     assert letter["details"]["refusedWrites"] == [never_passes_for("r0")]
 
 

@@ -491,7 +491,7 @@ class ShardRun:
         release = self.marked and not dead_letter  # this write is the run's last
         error = failure_text(exc, settings.failure_detail).text  # bounded: never the data by default
         self.lease = group.table.record_failure(
-            self.lease, record.position, error, release=release, details=_json(details)
+            self.lease, record.position, error, release=release, details=_json(_row_details(details))
         )
         self.marked = self.marked and not release
         if not dead_letter:
@@ -883,6 +883,23 @@ def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:
     return bisect.bisect_right(
         records, target, key=lambda r: (len(r.sequence_number), r.sequence_number, r.sub_sequence_number or 0)
     )
+
+
+def _row_details(details: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """What the lease row keeps of a failure's details: each refused write's kind and table, never
+    its item or key (record data belongs in the dead letter alone, which carries them whole)."""
+    if not details or "refusedWrites" not in details:
+        return details
+    writes = [
+        {
+            kind: {"TableName": body.get("TableName")}
+            for kind, body in write.items()
+            if isinstance(body, Mapping)
+        }
+        for write in details["refusedWrites"]
+        if isinstance(write, Mapping)
+    ]
+    return {**details, "refusedWrites": writes}
 
 
 def _json(details: Mapping[str, Any] | None) -> str | None:

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from infra.config import ConsumerGroupConfig, PipelineConfig
 from infra.function import python_function
+from infra.keys import retained_key
 from infra.layers import Layers
 from infra.stream import Stream
 from infra.tables import lease_table, sink_table
@@ -70,12 +71,10 @@ class ConsumerGroup(Construct):
         super().__init__(scope, construct_id)
         self.config = config
         self.stream = stream
-        self.key = kms.Key(
+        self.key = retained_key(
             self,
             "Key",
             description=f"shardline consumer group {config.name}: tables, queues, dead letters",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN,
             alias=f"alias/{pipeline.prefix}/{config.name}",
         )
         self.leases = lease_table(self, "Leases", retain=pipeline.retain_data, key=self.key)

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from infra.config import PipelineConfig, logical_id
 from infra.consumer_group import ConsumerGroup
+from infra.keys import retained_key
 from infra.layers import Layers
 from infra.monitoring import Monitoring
 from infra.producer_api import ProducerApi
@@ -23,10 +24,9 @@ class PipelineStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         # The alarm topic's key, and only its: CloudWatch and SNS may use it to deliver alarms. Each
         # consumer group has its own key for its data (`ConsumerGroup.key`), logs have `logs_key`.
-        self.key = kms.Key(
-            self, "Key", description="shardline alarm topic", enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{config.prefix}/alarms",
-        )  # fmt: skip
+        self.key = retained_key(
+            self, "Key", description="shardline alarm topic", alias=f"alias/{config.prefix}/alarms"
+        )
         # CloudWatch encrypts what it publishes to the alarm topic: only for this account's alarms.
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
@@ -87,10 +87,7 @@ class PipelineStack(Stack):
     def _logs_key(self, prefix: str) -> kms.Key:
         """The key of every log group of the stack (functions', API access and execution logs): CloudWatch
         Logs of this account and region may use it, for this account's log groups only."""
-        key = kms.Key(
-            self, "LogsKey", description="shardline log groups", enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN, alias=f"alias/{prefix}/logs",
-        )  # fmt: skip
+        key = retained_key(self, "LogsKey", description="shardline log groups", alias=f"alias/{prefix}/logs")
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchLogsOfThisAccountAndRegion",

@@ -8,6 +8,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from infra.config import StreamConfig
+from infra.keys import retained_key
 
 
 class Stream(Construct):
@@ -21,12 +22,10 @@ class Stream(Construct):
         self.name = name
         self.key: kms.Key | None = None
         if config.encryption == "customer-managed":
-            self.key = kms.Key(
+            self.key = retained_key(
                 self,
                 "Key",
                 description=f"shardline stream {config.name}",
-                enable_key_rotation=True,
-                removal_policy=RemovalPolicy.RETAIN,
                 alias=f"alias/{name}",  # the stream's own name: one alias per stage and stream
             )
         self.stream = kinesis.Stream(

@@ -38,8 +38,9 @@ API = {
     "account-level logging role, which the stage's execution logs need.",
     "AwsSolutions::AwsSolutions-COG4": "Callers are services, authorized by IAM (SigV4) — or by API "
     "keys when configured — not Cognito users.",
-    "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; the API requires IAM "
-    "authorization and has stage throttling.",
+    "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; every caller is "
+    "authorized (IAM by default, admitted by the resource policy's principals, or a client's API key) "
+    "and throttled per stage and, with clients, per key with a daily quota.",
 }
 #: A stream encrypted with a key of ours.
 CUSTOMER_KEY_STREAM = {

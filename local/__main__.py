@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--batch", type=int, default=500, help="records per request")
     send.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     send.add_argument("--stream", default=None, help="the API's stream name (default: the first)")
+    send.add_argument(
+        "--api-key", default=None, help="a client's API key (default: the first of the app's clients, if any)"
+    )
     send.add_argument("--timeout", type=float, default=600, help="seconds to wait for the sinks")
     send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
     send.add_argument("--json", action="store_true", help="print the verdict as JSON")
@@ -271,7 +274,7 @@ def _send(args: argparse.Namespace) -> int:
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
             progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
             seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
-            ids=args.ids, lose_replies=args.lose_replies,
+            ids=args.ids, lose_replies=args.lose_replies, api_key=args.api_key or _first_api_key(app),
         )  # fmt: skip
     except ShapeError as error:
         print(f"send: {error}", file=sys.stderr)
@@ -292,6 +295,12 @@ def _redrive(args: argparse.Namespace) -> int:
     except RedriveError as error:
         print(f"redrive: {error}", file=sys.stderr)
         return 2
+
+
+def _first_api_key(app: model.LocalApp) -> str | None:
+    """The local value of the API's first client key (an API with clients refuses a request without)."""
+    keys = app.apis[0].keys if app.apis else ()
+    return keys[0].value if keys else None
 
 
 def _first_stream_route(app: model.LocalApp) -> str:

@@ -42,11 +42,13 @@ class Pacer:
 
 
 class Client:
-    """One keep-alive connection to the API, signing each request as the AWS SDKs do."""
+    """One keep-alive connection to the API, signing each request as the AWS SDKs do (and with a
+    client's API key when given)."""
 
-    def __init__(self, api_url: str, sign: bool) -> None:
+    def __init__(self, api_url: str, sign: bool, api_key: str | None = None) -> None:
         self._parts = urllib.parse.urlsplit(api_url)
         self._sign = sign
+        self._api_key = api_key  # sent as x-api-key (a client's key of a usage plan)
         self._signer = SigV4Auth(Credentials(model.ACCESS_KEY, model.SECRET_KEY), SERVICE, model.REGION)
         self._connection: http.client.HTTPConnection | None = None
 
@@ -61,6 +63,8 @@ class Client:
         Raises OSError or HTTPException when no answer came (the connection is closed then)."""
         url = urllib.parse.urlunsplit((self._parts.scheme, self._parts.netloc, path, "", ""))
         extra = {"Content-Type": content_type, **(headers or {})}
+        if self._api_key is not None:
+            extra["x-api-key"] = self._api_key
         request = AWSRequest("POST", url, data=body, headers=extra)
         if self._sign:
             self._signer.add_auth(request)

@@ -232,8 +232,10 @@ class _Sender:
         lose_replies: float = 0.0,
         rng: random.Random | None = None,
         losses: random.Random | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.report = report
+        self.api_key = api_key
         self.path = urllib.parse.urlsplit(f"{api_url.rstrip('/')}/{report.stream}/records").path
         self.api_url = api_url
         self.sign = sign
@@ -247,7 +249,7 @@ class _Sender:
         self.pending_reposts = 0  # records waiting to be posted again after a whole failure
 
     def run(self, batches: queue.Queue[tuple[int, list[int]]]) -> None:
-        client = Client(self.api_url, self.sign)
+        client = Client(self.api_url, self.sign, self.api_key)
         try:
             while True:
                 try:
@@ -441,13 +443,15 @@ def send(
     monitor: Callable[[], str] | None = None,
     ids: bool = True,
     lose_replies: float = 0.0,
+    api_key: str | None = None,
 ) -> SendReport:
     """POST `count` records to `{api_url}/{stream}/records` and return what became of each.
 
     Sizes are `size`, or log-uniform in [size, max_size]; keys, poison records: `LoadShape`.
     `ids`: each record carries an id and each request an Idempotency-Key (see the module).
     `lose_replies`: the share of answers dropped after they were read (a reply lost after the write);
-    with a `seed`, the n-th answer is lost or not run after run.
+    with a `seed`, the n-th answer is lost or not run after run. `api_key`: a client's key, sent as
+    `x-api-key` (an API with clients requires one).
     `monitor()` adds a line to the live display (e.g. the consumer groups' progress)."""
     if batch < 1 or concurrency < 1:
         raise ValueError("batch and concurrency must be >= 1")
@@ -472,7 +476,7 @@ def send(
     losses = random.Random(None if seed is None else f"{seed}:lose")
     sender = _Sender(
         report, api_url, sign=sign, pacer=Pacer(rate), ndjson=ndjson, lose_replies=lose_replies, rng=rng,
-        losses=losses,
+        losses=losses, api_key=api_key,
     )  # fmt: skip
     report.started = report.finished = time.time()
     threads = [

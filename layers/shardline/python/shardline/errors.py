@@ -29,10 +29,8 @@ A `RecordResult` that failed carries an `error_code`: Kinesis's own (for example
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from shardline.aws_lambda._http_response import ApiResponse
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "COUNT_MISMATCH",
@@ -48,6 +46,7 @@ __all__ = [
     "ConfigurationError",
     "DependencyUnavailable",
     "EventError",
+    "HttpAnswer",
     "InvalidRecord",
     "LeaseLost",
     "RecordProblem",
@@ -153,10 +152,21 @@ class EventError(ShardlineError, ValueError):
         super().__init__(f"event record {index}: {field}: {message}")
 
 
+class HttpAnswer(Protocol):
+    """What `RequestRejected.response` is (`shardline.aws_lambda`'s answer): a status and a JSON
+    body. A protocol, so this module, the root of the library, imports nothing above it."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def body(self) -> Mapping[str, Any]: ...
+
+
 class RequestRejected(ShardlineError):
     """An HTTP request cannot be served; `response` is the 4xx answer. Nothing was sent."""
 
-    def __init__(self, response: ApiResponse) -> None:
+    def __init__(self, response: HttpAnswer) -> None:
         super().__init__(response.body.get("message", ""))
         self.response = response
 

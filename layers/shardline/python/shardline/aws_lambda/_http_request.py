@@ -106,6 +106,7 @@ def handle(
             envelope_bytes=envelope_bytes,
         )
     except RequestRejected as rejected:
+        assert isinstance(rejected.response, ApiResponse)  # this module raises it with one
         return rejected.response
     results = put(request.route, request.records)
     return results_response(

@@ -77,8 +77,10 @@ def build_layer() -> tuple[Path, bool]:
     shutil.rmtree(folder, ignore_errors=True)
     for source in sorted(LAYER_SOURCE.rglob("*")):
         relative = source.relative_to(LAYER_SOURCE)
-        if source.is_file() and "__pycache__" not in relative.parts and any(
-            source.match(pattern) for pattern in LAYER_FILES
+        if (
+            source.is_file()
+            and "__pycache__" not in relative.parts
+            and any(source.match(pattern) for pattern in LAYER_FILES)
         ):
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, folder / relative)

@@ -113,9 +113,12 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
             pass
     deadline = time.monotonic() + timeout
     for stream in app.streams:
-        while kinesis.describe_stream_summary(StreamName=stream.name)["StreamDescriptionSummary"][
-            "StreamStatus"
-        ] != "ACTIVE":
+        while (
+            kinesis.describe_stream_summary(StreamName=stream.name)["StreamDescriptionSummary"][
+                "StreamStatus"
+            ]
+            != "ACTIVE"
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"stream {stream.name} is not ACTIVE after {timeout:.0f} s")
             time.sleep(0.05)

@@ -69,9 +69,7 @@ class _LogFile:
 class Collector:
     """Reads every source into `store` once a second, in one daemon thread."""
 
-    def __init__(
-        self, store: MetricStore, app: model.LocalApp, *, endpoint_url: str, log_dir: Path
-    ) -> None:
+    def __init__(self, store: MetricStore, app: model.LocalApp, *, endpoint_url: str, log_dir: Path) -> None:
         self.store, self.app, self.endpoint_url = store, app, endpoint_url
         self.log_events: deque[LogEvent] = deque(maxlen=MAX_LOG_EVENTS)
         self.emf_errors = 0  # EMF lines CloudWatch would not extract

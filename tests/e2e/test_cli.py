@@ -144,7 +144,7 @@ def test_a_killed_up_leaves_no_process_and_the_next_run_starts(cdk_out, tmp_path
 
 def test_up_with_a_chaos_profile_says_so_and_status_counts_what_it_injects(cdk_out, tmp_path):
     profile = tmp_path / "requests.toml"
-    profile.write_text('[endpoint]\nrequest_error_rate = { kinesis = 0.2, dynamodb = 0.2 }\n')
+    profile.write_text("[endpoint]\nrequest_error_rate = { kinesis = 0.2, dynamodb = 0.2 }\n")
     up = Up(cdk_out, tmp_path, "--chaos", str(profile))
     try:
         assert "chaos profile requests" in up.output.read_text()

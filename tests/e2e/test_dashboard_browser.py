@@ -64,7 +64,9 @@ def browse(url: str, name: str, until: str, timeout_s: float, charts: tuple[str,
     return report
 
 
-def _send_in_background(runtime: Runtime, stop: threading.Event | None = None, **shape: Any) -> threading.Thread:  # noqa: E501
+def _send_in_background(
+    runtime: Runtime, stop: threading.Event | None = None, **shape: Any
+) -> threading.Thread:
     """`send` in a thread: once, or (with `stop`) again and again until `stop` is set."""
 
     def run() -> None:
@@ -123,6 +125,7 @@ class _MonitorServer(http.server.ThreadingHTTPServer):
 @contextlib.contextmanager
 def _serve(monitor: Monitor) -> Iterator[str]:
     """The monitor's routes on a free port, without a runtime (nothing else in the process)."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
@@ -188,5 +191,3 @@ def test_an_hour_of_one_second_data_for_every_metric_stays_responsive(cdk_out: P
         assert report["met"] and points > 0
         # Responsive: a refresh (every 2 s) is answered and drawn well inside its interval.
         assert server + page < 2000, (server, page)
-
-

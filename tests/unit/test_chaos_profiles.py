@@ -44,7 +44,7 @@ def test_a_toml_file_extends_a_built_in_profile_and_overrides_only_what_it_says(
     path = tmp_path / "mine.toml"
     path.write_text(
         'extends = "heavy"\nseed = 7\n[endpoint]\nlost_response_rate = { kinesis = 0.02 }\n'
-        "[workers]\nkill_every = 50\n[[reshards]]\nat_s = 5\naction = \"split\"\n"
+        '[workers]\nkill_every = 50\n[[reshards]]\nat_s = 5\naction = "split"\n'
     )
     profile = load_profile(path)
     heavy = load_profile("heavy")

@@ -103,7 +103,10 @@ POWERTOOLS_LINE = {
             {
                 "Namespace": "shardline/dev",
                 "Dimensions": [["StreamName", "service"], ["service"]],
-                "Metrics": [{"Name": "UserRecordsPut", "Unit": "Count"}, {"Name": "Latency", "Unit": "Milliseconds"}],  # noqa: E501
+                "Metrics": [
+                    {"Name": "UserRecordsPut", "Unit": "Count"},
+                    {"Name": "Latency", "Unit": "Milliseconds"},
+                ],
             }
         ],
     },

@@ -515,7 +515,6 @@ class InMemoryLeaseTable(LeaseTable):
         return advanced
 
 
-
 _NO_FAILURE: dict[str, Any] = {
     "failed_at": None,
     "failed_attempts": 0,

@@ -1,4 +1,4 @@
-# The verbs of shardline: setup, lock, test, lint, bench, soak, local, dashboard, status, send, synth, deploy, clean.
+# The verbs of shardline: setup, lock, test, lint, unit, bench, soak, local, dashboard, status, send, synth, deploy, clean.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock browser test lint bench soak local dashboard status send synth deploy clean
+.PHONY: help setup lock browser test lint unit bench soak local dashboard status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv from requirements-dev.lock (every package pinned, hashes checked)"
@@ -17,7 +17,8 @@ help:
 	@echo "             (keeps the locked versions; LOCK_ARGS=--upgrade or --upgrade-package NAME to move them)"
 	@echo "make test    ruff, mypy (strict, the library), then pytest; PYTEST_ARGS=... to filter"
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
-	@echo "make lint    ruff and mypy only"
+	@echo "make lint    ruff (lint and format), mypy and the import layers (lint-imports) only"
+	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
 	@echo "make bench   run the benchmarks (python -m bench, python -m bench.consumer_cost)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
@@ -69,14 +70,21 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
+# The gates every change passes: lint, format, strict types on the library, and the import layers
+# (pyproject's [tool.importlinter]: bench over local and infra, both over the library, its own layers).
+LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
+	&& PYTHONPATH=layers/shardline/python:. $(VENV)/bin/lint-imports --no-cache
+
 test: setup browser
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(LINT)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(LINT)
+
+# The fast suites (the library's unit tests and the README's examples): well under a minute.
+unit: $(VENV)/.stamp
+	$(PY) -m pytest tests/unit tests/docs -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench

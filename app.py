@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 # The infra renders the functions' environment with shardline's own contract; the library's source
 # is the layer folder (no install needed to synthesize).
@@ -24,7 +25,7 @@ from infra.stack import PipelineStack
 CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
 
 
-def build(context: dict | None = None, outdir: str | None = None) -> tuple[cdk.App, PipelineStack]:
+def build(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[cdk.App, PipelineStack]:
     """The app and its stack. `context` replaces cdk.json's context (tests pass their own); run as
     `python app.py` (no CLI to pass the context), cdk.json is read directly."""
     app = cdk.App(context=context, outdir=outdir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -51,19 +52,19 @@ class Reader:
             raise self._fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
         return value
 
-    def name(self, key: str) -> str:
+    def name(self, key: builtins.str) -> builtins.str:
         value = self.str(key)
         if not NAME.match(value):
             raise self._fail(key, f"must be 1-64 letters, digits, '_', '.' or '-', got {value!r}")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: builtins.str, default: builtins.bool) -> builtins.bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
             raise self._fail(key, f"must be true or false, got {value!r}")
         return value
 
-    def list(self, key: str) -> list[Any]:
+    def list(self, key: builtins.str) -> builtins.list[Any]:
         value = self.data.get(key, [])
         if not isinstance(value, list):
             raise self._fail(key, "must be a list")

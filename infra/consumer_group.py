@@ -109,7 +109,9 @@ class ConsumerGroup(Construct):
         )
         self._grant(stream)
         self._guard_dead_letters()
-        bucket_id = Stack.of(self).get_logical_id(self.dead_letter_bucket.node.default_child)
+        bucket = self.dead_letter_bucket.node.default_child
+        assert isinstance(bucket, s3.CfnBucket)
+        bucket_id = Stack.of(self).get_logical_id(bucket)
         Validations.of(self).acknowledge(
             Acknowledgment(
                 id=f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",

@@ -313,7 +313,14 @@ class Monitoring(Construct):
         alarm.add_ok_action(*self._targets)  # the page that says it is over
         self.alarms.append(alarm)
 
-    def _dashboard(self, name, streams, api, groups, api_dimensions) -> cw.Dashboard:
+    def _dashboard(
+        self,
+        name: str,
+        streams: list[Stream],
+        api: ProducerApi,
+        groups: list[ConsumerGroup],
+        api_dimensions: dict[str, str],
+    ) -> cw.Dashboard:
         dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=name)
         graph = cw.GraphWidget
         # The producer function publishes per stream (dimensions service and StreamName).

@@ -18,7 +18,7 @@ from infra.layers import Layers
 from infra.stream import Stream
 from shardline.aws_lambda import ProducerEnvironment
 
-RECORDS_MODEL = {
+RECORDS_MODEL: dict[str, Any] = {
     "type": apigw.JsonSchemaType.OBJECT,
     "required": ["records"],
     "properties": {
@@ -267,7 +267,7 @@ def resource_policy(config: ApiConfig) -> iam.PolicyDocument | None:
     # A caller is refused when it matches none of the above (the conditions of one statement AND;
     # a negated operator holds when the key is absent, e.g. a caller outside any organization).
     unlisted: dict[str, Any] = {"ArnNotLike": {"aws:PrincipalArn": arns}} if arns else {}
-    not_equal = {"aws:PrincipalAccount": accounts} if accounts else {}
+    not_equal: dict[str, Any] = {"aws:PrincipalAccount": accounts} if accounts else {}
     if org is not None:
         not_equal["aws:PrincipalOrgID"] = org
     if not_equal:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, RemovalPolicy, Stack, Tags, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -20,7 +22,7 @@ from infra.stream import Stream
 class PipelineStack(Stack):
     """Everything `cdk deploy` ships, built from the pipeline configuration."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: PipelineConfig, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, config: PipelineConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         # The alarm topic's key, and only its: CloudWatch and SNS may use it to deliver alarms. Each
         # consumer group has its own key for its data (`ConsumerGroup.key`), logs have `logs_key`.

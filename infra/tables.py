@@ -9,7 +9,9 @@ from constructs import Construct
 
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
-_SINK_KEYS = {
+_Key = tuple[str, dynamodb.AttributeType]  # an attribute's name and type
+
+_SINK_KEYS: dict[str, tuple[_Key, _Key | None]] = {
     "events": (("pk", dynamodb.AttributeType.STRING), ("sk", dynamodb.AttributeType.STRING)),
     "counter": (("partitionKey", dynamodb.AttributeType.STRING), None),
 }
@@ -18,8 +20,8 @@ _SINK_KEYS = {
 def _table(
     scope: Construct,
     construct_id: str,
-    partition,
-    sort=None,
+    partition: _Key,
+    sort: _Key | None = None,
     *,
     retain: bool,
     key: kms.IKey,

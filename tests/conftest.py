@@ -17,6 +17,15 @@ import boto3
 import botocore.config
 import pytest
 
+# The shared fixtures, each defined once in the support package (`tests/support/__init__.py`).
+pytest_plugins = [
+    "tests.support.apigw",
+    "tests.support.consumer_handlers",
+    "tests.support.send",
+    "tests.support.workers",
+]
+
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KINESIS_LOCAL = REPO_ROOT / "node_modules" / "kinesis-local"
 STARTUP_DEADLINE_S = 60.0

@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from local.runtime import Runtime, Settings
-from tests.e2e.helpers import free_port
-
-
-def start_runtime(cdk_out: Path, log_dir: Path, **settings: object) -> Runtime:
-    return Runtime(
-        Settings(
-            cdk_out=cdk_out, endpoint_port=free_port(), api_port=free_port(), log_dir=log_dir, **settings
-        )
-    ).start()
+from local.runtime import Runtime
+from tests.support.runtime import start_runtime
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from local.chaos import KILL_POINTS, load_profile
 from local.runtime import Runtime
 from local.send import send, wait_and_verify
 from local.status import collect, injected_faults
-from tests.e2e.conftest import start_runtime
+from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 

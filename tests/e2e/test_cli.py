@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import free_port
+from tests.support.runtime import free_port
 
 # Whole-pipeline runs drain through the emulated DynamoDB: minutes on a loaded 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -29,7 +29,7 @@ from local.cloudwatch.monitor import Monitor
 from local.runtime import Runtime
 from local.send import send
 from local.template import load
-from tests.e2e.conftest import start_runtime
+from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -1,21 +1,17 @@
-"""Shared by the infra tests: the default context, the synthesized template, resource lookups."""
+"""The infra tests' fixtures: the default app synthesized once, and its template."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 from aws_cdk.assertions import Template
 
-from app import CDK_JSON, build
+from app import build
+from tests.support.cdk import default_context
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-
-def default_context() -> dict:
-    return json.loads(CDK_JSON.read_text())["context"]
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +25,3 @@ def synthesized(tmp_path_factory) -> tuple[Template, Path]:
 @pytest.fixture(scope="session")
 def template(synthesized) -> Template:
     return synthesized[0]
-
-
-def resources(template: Template, kind: str) -> dict:
-    return template.find_resources(kind)

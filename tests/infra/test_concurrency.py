@@ -16,7 +16,7 @@ from infra.config import (
     load,
 )
 from shardline.aws_lambda import ProducerEnvironment
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 
 def functions_by_service(template) -> dict[str, dict]:

@@ -11,7 +11,7 @@ from aws_cdk.assertions import Template
 
 from app import build
 from infra.config import ConfigError, load
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 
 def _key_id(value) -> str:

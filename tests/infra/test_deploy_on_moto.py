@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from app import build
-from tests.integration.helpers import aws_client
+from tests.support.integration import aws_client
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Match, Template
 
 from app import build
 from infra.config import ConfigError, load
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from app import build
 from infra.config import ConfigError, load
 from shardline.aws_lambda import ConsumerEnvironment
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 
 def _ttl_by_group(template: Template) -> dict[str, int | None]:

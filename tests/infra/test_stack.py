@@ -18,7 +18,7 @@ from aws_cdk.assertions import Match, Template
 from app import build
 from infra.config import ConfigError, load
 from shardline.aws_lambda import POWERTOOLS_VARIABLES, ConsumerEnvironment, ProducerEnvironment
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")

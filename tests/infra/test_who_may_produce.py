@@ -12,7 +12,7 @@ from aws_cdk.assertions import Template
 from app import build
 from infra.config import ConfigError, load
 from infra.producer_api import ACCESS_LOG_FIELDS
-from tests.infra.conftest import default_context, resources
+from tests.support.cdk import default_context, resources
 
 ROLE = "arn:aws:iam::111122223333:role/orders-service"
 ORG = "o-a1b2c3d4e5"

@@ -33,6 +33,6 @@ def kinesis_endpoint(request: pytest.FixtureRequest) -> KinesisBackend:
 @pytest.fixture
 def pipeline(moto_server):
     """A one-shard stream of aggregated records, a lease table, a sink table and a DLQ (moto server)."""
-    from tests.integration.helpers import Pipeline
+    from tests.support.integration import Pipeline
 
     return Pipeline(moto_server)

@@ -13,10 +13,8 @@ from collections import Counter
 from shardline.consumer import DeadLetterQueue
 from shardline.kinesis import Position
 from shardline.testing import FakeLambdaContext, MappingReplay
-from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
-from tests.integration.helpers import (
-    n_of,
-)
+from tests.support.integration import CONSUMER_RECORDS as RECORDS
+from tests.support.integration import n_of
 
 
 def test_a_replayed_batch_repeats_no_side_effect(pipeline):

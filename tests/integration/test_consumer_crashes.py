@@ -17,8 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from shardline.consumer import KinesisConsumer
-from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
-from tests.integration.helpers import Pipeline, n_of
+from tests.support.integration import CONSUMER_RECORDS as RECORDS
+from tests.support.integration import Pipeline, n_of
 
 
 class Crash(BaseException):

@@ -11,7 +11,7 @@ from typing import Any
 
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, dead_letter_id
 from shardline.kinesis import Position
-from tests.integration.helpers import aws_client, n_of
+from tests.support.integration import aws_client, n_of
 
 
 class ProcessDied(BaseException):

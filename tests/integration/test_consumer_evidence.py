@@ -16,8 +16,8 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer, client_config
 from shardline.testing import FakeLambdaContext
-from tests.integration.helpers import n_of
-from tests.integration.identity_helpers import HANG, LossyProxy
+from tests.support.identity import HANG, LossyProxy
+from tests.support.integration import n_of
 
 
 def _put(table: str, record: ConsumedRecord, **extra: Any) -> dict[str, Any]:

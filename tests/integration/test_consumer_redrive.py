@@ -29,7 +29,7 @@ from shardline.kinesis import UserRecord
 from shardline.kinesis._positions import Position
 from shardline.producer import Producer, ProducerConfig
 from shardline.testing import read_shard
-from tests.integration.helpers import (
+from tests.support.integration import (
     aws_client,
     create_sink_table,
     create_stream,

@@ -14,7 +14,7 @@ from shardline.consumer import KinesisConsumer, LeaseTable
 from shardline.kinesis import SHARD_END, UserRecord
 from shardline.producer import Producer, ProducerConfig
 from shardline.testing import FakeLambdaContext, MappingReplay, read_shard
-from tests.integration.helpers import (
+from tests.support.integration import (
     aws_client,
     create_stream,
     kinesis_client,

@@ -8,9 +8,9 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer import DeadLetterQueue, KinesisConsumer
 from shardline.consumer._leases import TRANSIENT_ATTEMPTS
-from tests.integration.helpers import CONSUMER_RECORDS as RECORDS
-from tests.integration.helpers import Pipeline
 from tests.integration.test_consumer_crashes import count_once
+from tests.support.integration import CONSUMER_RECORDS as RECORDS
+from tests.support.integration import Pipeline
 
 
 def canceled(*codes: str) -> ClientError:

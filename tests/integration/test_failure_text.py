@@ -13,7 +13,7 @@ import pytest
 
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, DependencyUnavailable
 from shardline.consumer._failure_text import failure_text
-from tests.integration.helpers import aws_client, n_of
+from tests.support.integration import aws_client, n_of
 
 SECRET = "zq7XkP-4111-secret-vW9j"
 

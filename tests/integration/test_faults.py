@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from local.faults import THROTTLED, FaultyKinesis
-from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
+from tests.support.integration import create_stream, kinesis_client, read_stream, unique_stream_name
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutE
 
 from shardline.consumer import Lease, LeaseLost, LeaseTable, SinkConflict
 from shardline.kinesis import LATEST, SHARD_END, TRIM_HORIZON, Position
-from tests.integration.helpers import aws_client
+from tests.support.integration import aws_client
 
 KEY = "shardId-000000000001"
 BASE_SEQUENCE = 49590338271490256608559692538361571095921575989136588898  # 56 digits, like Kinesis

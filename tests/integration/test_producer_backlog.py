@@ -18,8 +18,9 @@ from local.faults import ShardLimitedKinesis, client_error
 from shardline.errors import EXPIRED, MALFORMED_RESPONSE, BufferFull
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import Producer, ProducerConfig
-from tests.fakes import FakeClock
-from tests.integration.helpers import (
+from tests.support.fakes import FakeClock
+from tests.support.identity import read_copies
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     numbered_records,
@@ -29,7 +30,6 @@ from tests.integration.helpers import (
     unique_stream_name,
     wait_active,
 )
-from tests.integration.identity_helpers import read_copies
 
 FAST_RETRIES = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01)
 

@@ -15,7 +15,8 @@ from local.faults import THROTTLED, FaultyKinesis
 from shardline.errors import COUNT_MISMATCH, EXPIRED
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.helpers import (
+from tests.support.identity import read_copies
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     numbered_records,
@@ -23,7 +24,6 @@ from tests.integration.helpers import (
     read_stream,
     unique_stream_name,
 )
-from tests.integration.identity_helpers import read_copies
 
 FAST_RETRIES = ProducerConfig(retry_base_delay=0.001, retry_max_delay=0.01)
 

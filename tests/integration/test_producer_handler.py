@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from local.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
 from shardline.errors import InvalidRecord
 from shardline.kinesis import UserRecord, md5_hash_key, validate
-from tests.integration.helpers import (
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     read_stream,

@@ -16,16 +16,7 @@ import pytest
 from shardline.errors import EXPIRED
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.helpers import (
-    create_stream,
-    kinesis_client,
-    numbered_records,
-    position,
-    shard_ranges,
-    unique_stream_name,
-    wait_active,
-)
-from tests.integration.identity_helpers import (
+from tests.support.identity import (
     BROWNOUT,
     HANG,
     LOSE_AFTER,
@@ -35,6 +26,15 @@ from tests.integration.identity_helpers import (
     producer_client,
     read_copies,
     slow,
+)
+from tests.support.integration import (
+    create_stream,
+    kinesis_client,
+    numbered_records,
+    position,
+    shard_ranges,
+    unique_stream_name,
+    wait_active,
 )
 
 FAST = ProducerConfig(retry_base_delay=0.01, retry_max_delay=0.05)

@@ -12,8 +12,8 @@ import pytest
 
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import ByExplicitHashKey, Producer, ProducerConfig, RandomShard, RoundRobin
-from tests.fakes import FakeClock
-from tests.integration.helpers import (
+from tests.support.fakes import FakeClock
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     read_stream,

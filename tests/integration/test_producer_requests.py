@@ -8,7 +8,7 @@ import pytest
 
 from shardline.kinesis import InvalidRecord, MiB, UserRecord
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.helpers import create_stream, kinesis_client, read_stream, unique_stream_name
+from tests.support.integration import create_stream, kinesis_client, read_stream, unique_stream_name
 
 
 class RequestLog:

@@ -20,7 +20,8 @@ import pytest
 from shardline.errors import WRONG_SHARD
 from shardline.kinesis import hash_key
 from shardline.producer import Producer, ProducerConfig
-from tests.integration.helpers import (
+from tests.support.identity import read_copies
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     numbered_records,
@@ -30,7 +31,6 @@ from tests.integration.helpers import (
     unique_stream_name,
     wait_active,
 )
-from tests.integration.identity_helpers import read_copies
 
 
 def split_first_and_merge_last_two(client, name: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from shardline.kinesis import hash_key
 from shardline.producer import Producer
-from tests.integration.helpers import (
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     numbered_records,

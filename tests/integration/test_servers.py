@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from tests.integration.helpers import create_stream, kinesis_client, unique_stream_name
+from tests.support.integration import create_stream, kinesis_client, unique_stream_name
 
 READ_DEADLINE_S = 10.0
 

@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from local.faults import THROTTLED, FaultyKinesis, ShardLimitedKinesis
-from tests.integration.helpers import (
+from tests.support.integration import (
     create_stream,
     kinesis_client,
     open_shards,

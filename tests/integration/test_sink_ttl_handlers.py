@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.test_consumer_handlers import drain, stream  # noqa: F401  (`stream`: a fixture)
+from tests.support.consumer_handlers import drain
 
 DAY = 24 * 3600
 
 
-def test_5_an_event_sink_item_expires_its_ttl_after_its_record_arrived(stream):  # noqa: F811
+def test_5_an_event_sink_item_expires_its_ttl_after_its_record_arrived(stream):
     sink_fn, _, sink = stream.group("event_sink", key="pk")
     sink_fn.env["SINK_TTL_DAYS"] = "30"
     before = time.time()
@@ -27,7 +27,7 @@ def test_5_an_event_sink_item_expires_its_ttl_after_its_record_arrived(stream): 
         assert abs(expires_at - (before + 30 * DAY)) < 600, "≈ now + the TTL for a record just sent"
 
 
-def test_5_without_a_ttl_an_event_sink_item_is_kept(stream):  # noqa: F811
+def test_5_without_a_ttl_an_event_sink_item_is_kept(stream):
     sink_fn, _, sink = stream.group("event_sink", key="pk")
 
     drain(sink_fn, stream.feeds())
@@ -36,7 +36,7 @@ def test_5_without_a_ttl_an_event_sink_item_is_kept(stream):  # noqa: F811
     assert items and not any("expiresAt" in item for item in items)
 
 
-def test_5_a_counter_expires_its_ttl_after_its_key_was_last_counted(stream):  # noqa: F811
+def test_5_a_counter_expires_its_ttl_after_its_key_was_last_counted(stream):
     counter_fn, _, counts = stream.group("key_counter", key="partitionKey")
     counter_fn.env["SINK_TTL_DAYS"] = "2"
     before = time.time()

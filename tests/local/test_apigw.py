@@ -1,7 +1,5 @@
 """The local REST API's IAM authorization (`local.apigw.ApiServer`): SigV4, presigned URLs, API keys."""
 
-# ruff: noqa: F811 -- the start fixture is imported from apigw_helpers and requested by parameter name
-
 from __future__ import annotations
 
 import json
@@ -14,14 +12,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from local.model import Method
-from tests.local.apigw_helpers import (
-    GOOD_BODY,
-    message,
-    post_records,
-    post_records_with,
-    request,
-    start,  # noqa: F401
-)
+from tests.support.apigw import GOOD_BODY, message, post_records, post_records_with, request
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,6 @@
 """Issue 25, item 3, in the local runtime: the API's resource policy refuses whom AWS would, and each
 client's key meets its own usage plan (throttle, quota) — read from the synthesized template."""
 
-# ruff: noqa: F811 -- the start fixture is imported from apigw_helpers and requested by parameter name
-
 from __future__ import annotations
 
 import copy
@@ -14,8 +12,8 @@ from app import build
 from local._apigw_access import PolicyCaller, invoke_allowed
 from local.model import ACCOUNT, KeyPlan, Method
 from local.template import load
-from tests.infra.conftest import default_context
-from tests.local.apigw_helpers import RECORDS, post_records, start  # noqa: F401
+from tests.support.apigw import RECORDS, post_records
+from tests.support.cdk import default_context
 
 LOCAL_ROOT = PolicyCaller(f"arn:aws:iam::{ACCOUNT}:root", ACCOUNT)
 ROLE = "arn:aws:iam::111122223333:role/orders-service"

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from local._apigw_schema import compile_model
-from tests.local.apigw_helpers import RECORDS_MODEL
+from tests.support.apigw import RECORDS_MODEL
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,5 @@
 """The local REST API's routing, the REST v1 proxy event it builds, and its request validator."""
 
-# ruff: noqa: F811 -- the start fixture is imported from apigw_helpers and requested by parameter name
-
 from __future__ import annotations
 
 import base64
@@ -11,12 +9,7 @@ import time
 
 import pytest
 
-from tests.local.apigw_helpers import (
-    message,
-    post_records,
-    request,
-    start,  # noqa: F401
-)
+from tests.support.apigw import message, post_records, request
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,5 @@
 """The local REST API's throttling and limits, how it maps the function's answer, and the server itself."""
 
-# ruff: noqa: F811 -- the start fixture is imported from apigw_helpers and requested by parameter name
-
 from __future__ import annotations
 
 import base64
@@ -14,11 +12,7 @@ from typing import Any
 import pytest
 
 from local.apigw import HttpRequest, HttpResponse
-from tests.local.apigw_helpers import (
-    message,
-    request,
-    start,  # noqa: F401
-)
+from tests.support.apigw import message, request
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from local import model
 from local.cloudwatch.metrics import MetricId, MetricStore
 from local.cloudwatch.sources import Collector
-from tests.local.endpoint_helpers import THROTTLED, new_stream
+from tests.support.endpoint import THROTTLED, new_stream
 
 
 def _collector(url: str, tmp_path: Path, functions: tuple[model.Function, ...] = ()) -> Collector:

@@ -23,8 +23,7 @@ from local.endpoint import REPO_ROOT, Endpoint
 from shardline.kinesis import UserRecord
 from shardline.kpl import decode, is_aggregated
 from shardline.producer import Producer
-from tests.integration.helpers import aws_client
-from tests.local.endpoint_helpers import (
+from tests.support.endpoint import (
     THROTTLED,
     TOP,
     MiB,
@@ -36,6 +35,7 @@ from tests.local.endpoint_helpers import (
     shard_ids,
     sized,
 )
+from tests.support.integration import aws_client
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from local.chaos import REQUEST_ERROR_CODES, ProfileError, load_profile, profile
 from local.endpoint import Endpoint
 from local.model import ACCESS_KEY, REGION, SECRET_KEY
 from local.provision import client as observer
-from tests.integration.helpers import create_stream, unique_stream_name
+from tests.support.integration import create_stream, unique_stream_name
 
 pytestmark = pytest.mark.integration
 THROTTLED = "ProvisionedThroughputExceededException"

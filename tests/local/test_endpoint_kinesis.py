@@ -11,7 +11,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.local.endpoint_helpers import TOP, data_of, new_stream, read_shard, shard_ids
+from tests.support.endpoint import TOP, data_of, new_stream, read_shard, shard_ids
 
 pytestmark = pytest.mark.integration
 

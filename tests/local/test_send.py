@@ -1,6 +1,5 @@
 """`send` (`local.send`) against a stub producer API: ids and keys, re-posts, retries, SigV4 signing,
 pacing, keys and payloads."""
-# ruff: noqa: F811 -- pytest fixtures are imported from send_helpers and requested by parameter name
 
 from __future__ import annotations
 
@@ -11,14 +10,7 @@ import pytest
 
 import local.send
 from local.send import MAX_ATTEMPTS, SendReport, entry_outcome, parse_payload, record_id
-from tests.local.send_helpers import (  # noqa: F401
-    Received,
-    StubApi,
-    _expected_signature,
-    _send,
-    _SignedHeadersOnly,
-    stub_api,
-)
+from tests.support.send import StubApi, _expected_signature, _send
 
 pytestmark = pytest.mark.integration
 

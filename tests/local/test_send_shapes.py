@@ -2,8 +2,6 @@
 identity (accepted: applied once; refused: nowhere; re-posted: one record to the consumers), with the
 Kinesis-level duplicates read from the stream."""
 
-# ruff: noqa: F811 -- fixtures are imported from send_helpers and requested by name
-
 from __future__ import annotations
 
 import math
@@ -13,16 +11,7 @@ import pytest
 
 from local._send_shapes import MAX_DATA_SIZE, POISON_SIZE, LoadShape, ShapeError, parse_size, parse_skew
 from local.send import parse_payload
-from tests.local.send_helpers import (  # noqa: F401 (fixtures)
-    Pipeline,
-    StubApi,
-    Written,
-    _group,
-    _send,
-    _verify,
-    pipeline,
-    stub_api,
-)
+from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,5 @@
 """The verdict of a send run (`local.verify`) against a moto-backed sink, counter table and DLQ."""
 
-# ruff: noqa: F811 -- pytest fixtures are imported from send_helpers and requested by parameter name
-
 from __future__ import annotations
 
 import json
@@ -13,16 +11,7 @@ import pytest
 from local.provision import client
 from local.send import parse_payload
 from local.verify import SinkReader
-from tests.local.send_helpers import (  # noqa: F401
-    Pipeline,
-    StubApi,
-    Written,
-    _group,
-    _send,
-    _verify,
-    pipeline,
-    stub_api,
-)
+from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from local.endpoint import Endpoint
 from local.provision import client, provision
 from local.status import age, collect, consumer_groups, lease_of, render
 from local.template import load
-from tests.e2e.helpers import free_port
+from tests.support.runtime import free_port
 
 pytestmark = pytest.mark.integration
 

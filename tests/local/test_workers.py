@@ -1,7 +1,5 @@
 """`local.workers` warm workers, what the handler sees (context, env, sys.path), and the real producer."""
 
-# ruff: noqa: F811 -- the make_functions fixture is imported from workers_helpers and requested by name
-
 import base64
 import json
 import sys
@@ -11,15 +9,7 @@ import pytest
 
 from local.model import ACCOUNT, REGION, Function
 from local.workers import RequestTooLargeError
-from tests.local.workers_helpers import (
-    LOG_STREAM,
-    REPO,
-    TEST_FUNCTIONS,
-    function,
-    make_functions,  # noqa: F401
-    rest_event,
-    wait_until,
-)
+from tests.support.workers import LOG_STREAM, REPO, TEST_FUNCTIONS, function, rest_event, wait_until
 
 # -- warm workers ----------------------------------------------------------------------------------
 
@@ -183,7 +173,7 @@ def test_sys_path_is_code_dir_then_layers_then_runtime_packages(make_functions, 
 @pytest.mark.integration
 def test_producer_handler_answers_200_and_lands_records_in_kinesis(make_functions, moto_server):
     from infra.config import load
-    from tests.integration.helpers import kinesis_client, read_stream, wait_active
+    from tests.support.integration import kinesis_client, read_stream, wait_active
 
     config = load(json.loads((REPO / "cdk.json").read_text())["context"]["shardline"])
     stream_name = f"{config.prefix}-{config.streams[0].name}"

@@ -5,8 +5,6 @@ The `committer` function writes its event's key with one TransactWriteItems (its
 on a moto server; kills take turns before → during → after the commit (one turn for all functions).
 """
 
-# ruff: noqa: F811 -- the make_functions fixture is imported from workers_helpers and requested by name
-
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +14,7 @@ import pytest
 
 from local.chaos import WorkerFaults
 from local.provision import client
-from tests.local.workers_helpers import function, make_functions  # noqa: F401 (a fixture)
+from tests.support.workers import function
 
 pytestmark = pytest.mark.integration
 

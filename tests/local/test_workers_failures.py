@@ -1,21 +1,12 @@
 """`local.workers` failures as Lambda reports them (errors, timeouts, crashes) and worker concurrency."""
 
-# ruff: noqa: F811 -- the make_functions fixture is imported from workers_helpers and requested by name
-
 import re
 import threading
 
 import pytest
 
 from local.workers import TooManyRequestsError
-from tests.local.workers_helpers import (
-    TIMESTAMP,
-    function,
-    gone,
-    in_parallel,
-    make_functions,  # noqa: F401
-    wait_until,
-)
+from tests.support.workers import TIMESTAMP, function, gone, in_parallel, wait_until
 
 # -- failures, as Lambda reports them --------------------------------------------------------------
 

@@ -1,7 +1,5 @@
 """`local.workers` logs (START/END/REPORT, EMF, no mixing) and stopping workers with no orphans left."""
 
-# ruff: noqa: F811 -- the make_functions fixture is imported from workers_helpers and requested by name
-
 import json
 import re
 import signal
@@ -13,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.local.workers_helpers import (
+from tests.support.workers import (
     REPO,
     REPORT,
     TEST_FUNCTIONS,
     function,
     gone,
     in_parallel,
-    make_functions,  # noqa: F401
     wait_until,
     worker_children,
     worker_state,

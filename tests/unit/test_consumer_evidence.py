@@ -30,7 +30,7 @@ from shardline.testing import (
     MappingReplay,
     kinesis_event,
 )
-from tests.unit.test_consumer_never_blocks import (
+from tests.support.consumer import (
     SHARD,
     SINK,
     ProcessDied,

@@ -25,17 +25,17 @@ from shardline.consumer import ConsumedRecord, DeadLetterQueue, DependencyUnavai
 from shardline.kinesis import UserRecord
 from shardline.kpl import encode
 from shardline.testing import InMemoryLeaseTable, MappingReplay
-from tests.unit.test_consumer_never_blocks import (
+from tests.support.consumer import (
     SHARD,
     SINK,
     ProcessDied,
     RecordingSQS,
     applied,
     effect,
+    letter_id,
     record_id,
     shard_event,
 )
-from tests.unit.test_consumer_promise_property import letter_id
 
 
 def refusal(code: str, operation: str, **response: Any) -> ClientError:

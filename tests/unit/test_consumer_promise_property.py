@@ -6,7 +6,6 @@ end of the shard."""
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -17,7 +16,7 @@ from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer
 from shardline.kinesis import UserRecord
 from shardline.kpl import encode
 from shardline.testing import InMemoryLeaseTable, MappingReplay
-from tests.unit.test_consumer_never_blocks import (
+from tests.support.consumer import (
     SHARD,
     SINK,
     ProcessDied,
@@ -25,18 +24,10 @@ from tests.unit.test_consumer_never_blocks import (
     applied,
     effect,
     framed,
+    letter_id,
     record_id,
     shard_event,
 )
-
-
-def letter_id(body: dict[str, Any]) -> str:
-    """The record id a dead letter carries (a pass-through aggregate's is its position)."""
-    try:
-        return str(json.loads(base64.b64decode(body["data"]))["id"])
-    except ValueError:
-        return f"raw-{body['sequenceNumber']}"
-
 
 KINDS = ("good", "good", "good", "poison", "oversize", "killer", "dies once")
 RECORD_KINDS = st.lists(st.sampled_from(KINDS), min_size=1, max_size=6)

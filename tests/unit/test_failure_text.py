@@ -14,7 +14,7 @@ from shardline.consumer import ConsumedRecord, DeadLetterQueue, KinesisConsumer
 from shardline.consumer._failure_text import MAX_MESSAGE_CHARS, FailureText, failure_text
 from shardline.errors import ConfigurationError, SinkConflict
 from shardline.testing import InMemoryLeaseTable, MappingReplay, kinesis_event
-from tests.unit.test_consumer_never_blocks import SHARD, RecordingSQS, record_id, records
+from tests.support.consumer import SHARD, RecordingSQS, record_id, records
 
 SECRET = "zq7XkP-4111-secret-vW9j"
 

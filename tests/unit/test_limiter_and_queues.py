@@ -13,7 +13,7 @@ from shardline.producer._buffered import BufferedRecord
 from shardline.producer._limiter import ShardLimiter
 from shardline.producer._queues import ShardQueue, lane_of, lane_range
 from shardline.producer._result import RecordResult
-from tests.fakes import Clock
+from tests.support.fakes import Clock
 
 MiB = 1024 * 1024
 

@@ -25,7 +25,7 @@ from shardline.producer._buffered import BufferedRecord
 from shardline.producer._lanes import Lanes, _Lane
 from shardline.producer._queues import ShardQueue
 from shardline.producer._reducer import Reducer
-from tests.fakes import FakeClock, four_shards
+from tests.support.fakes import FakeClock, four_shards
 
 LOST = "lost"  # served, reply lost
 REFUSED = "refused"  # every entry answered InternalFailure (nothing written)

@@ -22,7 +22,7 @@ from shardline.producer._lanes import Lanes, hash_lane, shard_lane
 from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
 from shardline.producer._retrier import Retrier
 from shardline.producer._sender import SendOutcome
-from tests.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
+from tests.support.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
 
 THROTTLED = "ProvisionedThroughputExceededException"
 

@@ -9,7 +9,7 @@ import itertools
 import math
 
 from shardline.kinesis import MAX_HASH_KEY, HashRange, ShardMap
-from tests.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
+from tests.support.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
 
 
 def make_map(shards: list[dict] | None = None) -> tuple[ShardMap, FakeListShards, Clock]:

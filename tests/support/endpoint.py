@@ -8,7 +8,7 @@ import urllib.request
 
 from botocore.exceptions import ClientError
 
-from tests.integration.helpers import create_stream, kinesis_client, unique_stream_name
+from tests.support.integration import create_stream, kinesis_client, unique_stream_name
 
 MiB = 1024 * 1024
 THROTTLED = "ProvisionedThroughputExceededException"

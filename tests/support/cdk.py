@@ -1,0 +1,22 @@
+"""The CDK app as the infra tests read it: the default context and resource lookups in a template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from app import CDK_JSON
+
+
+def default_context() -> dict[str, Any]:
+    """cdk.json's context, fresh (a test may change its copy)."""
+    context: dict[str, Any] = json.loads(CDK_JSON.read_text())["context"]
+    return context
+
+
+def resources(template: Template, kind: str) -> dict[str, Any]:
+    """The template's resources of type `kind`, by logical id."""
+    found: dict[str, Any] = template.find_resources(kind)
+    return found

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer import KinesisConsumer
 from tests.support.integration import CONSUMER_RECORDS as RECORDS
-from tests.support.integration import Pipeline, n_of
+from tests.support.integration import Pipeline, count_once, n_of
 
 
 class Crash(BaseException):
@@ -88,24 +88,6 @@ def crashing_consumer(
     table = pipeline.lease_table(dynamodb)
     consumer = KinesisConsumer("crash-group", table, kinesis=pipeline.kinesis, **options)
     return consumer, dynamodb.crashes
-
-
-def count_once(sink: str):
-    """A handler for a non-idempotent effect: applied twice, a counter would show 2."""
-
-    def handle(record):
-        return [
-            {
-                "Update": {
-                    "TableName": sink,
-                    "Key": {"id": {"S": str(n_of(record))}},
-                    "UpdateExpression": "ADD applied :one",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            }
-        ]
-
-    return handle
 
 
 def test_a_transactional_sink_applies_every_record_exactly_once_through_crashes(moto_server):

@@ -18,8 +18,7 @@ from shardline.consumer._dedup import AppliedAggregates
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.kpl._identity import AggregateId
 from shardline.testing import FakeLambdaContext, MappingReplay, kinesis_event
-from tests.support.integration import VirtualClock, aws_client
-from tests.unit.test_consumer_identity import (
+from tests.support.consumer_identity import (
     EXPECTED,
     HIGH,
     LOW,
@@ -32,6 +31,7 @@ from tests.unit.test_consumer_identity import (
     members,
     seq,
 )
+from tests.support.integration import VirtualClock, aws_client
 
 
 class Died(BaseException):

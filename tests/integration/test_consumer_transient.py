@@ -8,9 +8,8 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer import DeadLetterQueue, KinesisConsumer
 from shardline.consumer._leases import TRANSIENT_ATTEMPTS
-from tests.integration.test_consumer_crashes import count_once
 from tests.support.integration import CONSUMER_RECORDS as RECORDS
-from tests.support.integration import Pipeline
+from tests.support.integration import Pipeline, count_once
 
 
 def canceled(*codes: str) -> ClientError:

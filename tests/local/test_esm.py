@@ -2,7 +2,7 @@
 batching, starting positions, the event, partial batch responses.
 
 Each test runs a real runner against the local AWS endpoint (`local.endpoint`, Kinesis's per-shard
-limits on, as `make local` runs it) around a purpose-built function from `tests.local.esm_functions`,
+limits on, as `make local` runs it) around a purpose-built function from `tests.support.esm`,
 invoked in process (`test_esm_workers.py` runs one in real worker processes). Errors, retries and
 the on-failure queue are in `test_esm_errors.py`; polling and throttles in `test_esm_polling.py`;
 resharding in `test_esm_resharding.py`.
@@ -18,9 +18,9 @@ import pytest
 
 from local import model
 from local._esm_batches import MAX_PAYLOAD_BYTES
-from tests.local.esm_functions import CallableInvoker, answer_once, succeed
-from tests.local.esm_functions.aws import client, create_stream, put, read_back, seqs, wait_until
-from tests.local.esm_functions.harness import (
+from tests.support.esm import CallableInvoker, answer_once, succeed
+from tests.support.esm.aws import client, create_stream, put, read_back, seqs, wait_until
+from tests.support.esm.harness import (
     FAST_RETRIES,
     FUNCTION,
     ONLY_SHARD,

@@ -15,8 +15,8 @@ import pytest
 
 from local import model
 from local.model import InvokeResult
-from tests.local.esm_functions import CallableInvoker, answer_once, fail_first, fail_on, succeed
-from tests.local.esm_functions.aws import (
+from tests.support.esm import CallableInvoker, answer_once, fail_first, fail_on, succeed
+from tests.support.esm.aws import (
     client,
     create_stream,
     iso_ms,
@@ -28,7 +28,7 @@ from tests.local.esm_functions.aws import (
     seqs,
     wait_until,
 )
-from tests.local.esm_functions.harness import FAST_RETRIES, FUNCTION, ONLY_SHARD, mapping, running
+from tests.support.esm.harness import FAST_RETRIES, FUNCTION, ONLY_SHARD, mapping, running
 
 pytestmark = pytest.mark.integration
 

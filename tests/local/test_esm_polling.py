@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from local.esm import MappingRunner
-from tests.local.esm_functions import CallableInvoker, fail_on, succeed
-from tests.local.esm_functions.aws import (
+from tests.support.esm import CallableInvoker, fail_on, succeed
+from tests.support.esm.aws import (
     THROTTLED,
     answer_get_records,
     client,
@@ -28,7 +28,7 @@ from tests.local.esm_functions.aws import (
     seqs,
     wait_until,
 )
-from tests.local.esm_functions.harness import FUNCTION, ONLY_SHARD, ROLE_ARN, mapping, settle
+from tests.support.esm.harness import FUNCTION, ONLY_SHARD, ROLE_ARN, mapping, settle
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.local.esm_functions import CallableInvoker, slow_on_shards
-from tests.local.esm_functions.aws import client, create_stream, merge, put_keys, shard_ids, split, wait_until
-from tests.local.esm_functions.harness import FUNCTION, mapping, running
+from tests.support.esm import CallableInvoker, slow_on_shards
+from tests.support.esm.aws import client, create_stream, merge, put_keys, shard_ids, split, wait_until
+from tests.support.esm.harness import FUNCTION, mapping, running
 
 pytestmark = pytest.mark.integration
 

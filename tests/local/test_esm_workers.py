@@ -18,8 +18,8 @@ import pytest
 from local import model
 from local.model import Function
 from local.workers import Functions
-from tests.local.esm_functions.aws import client, create_stream, new_queue, put, receive, seqs, wait_until
-from tests.local.esm_functions.harness import FAST_RETRIES, ONLY_SHARD, ROLE_ARN, mapping, running
+from tests.support.esm.aws import client, create_stream, new_queue, put, receive, seqs, wait_until
+from tests.support.esm.harness import FAST_RETRIES, ONLY_SHARD, ROLE_ARN, mapping, running
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ REPORTER = Function(
     logical_id="Reporter",
     name="esm-reporter",
     handler="app.handler",
-    code_dir=Path(__file__).resolve().parent / "esm_functions" / "reporter",
+    code_dir=Path(__file__).resolve().parents[1] / "support" / "esm" / "reporter",
     timeout_seconds=30,
 )
 

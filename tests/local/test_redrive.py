@@ -18,9 +18,9 @@ import pytest
 from local import model
 from local.redrive import RedriveError, redrive_group
 from shardline.consumer import LeaseTable
-from tests.local.esm_functions import CallableInvoker
-from tests.local.esm_functions.aws import client, create_stream, new_queue, put, seqs, wait_until
-from tests.local.esm_functions.harness import FUNCTION, mapping, running
+from tests.support.esm import CallableInvoker
+from tests.support.esm.aws import client, create_stream, new_queue, put, seqs, wait_until
+from tests.support.esm.harness import FUNCTION, mapping, running
 
 pytestmark = pytest.mark.integration
 

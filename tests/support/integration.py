@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -209,3 +210,21 @@ class Pipeline:
 
 def n_of(record: ConsumedRecord) -> int:
     return record.json()["n"]
+
+
+def count_once(sink: str) -> Callable[[ConsumedRecord], list[dict[str, Any]]]:
+    """A handler for a non-idempotent effect: applied twice, a counter would show 2."""
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        return [
+            {
+                "Update": {
+                    "TableName": sink,
+                    "Key": {"id": {"S": str(n_of(record))}},
+                    "UpdateExpression": "ADD applied :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        ]
+
+    return handle

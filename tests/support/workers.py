@@ -15,7 +15,7 @@ from local.model import ACCOUNT, Function
 from local.workers import Functions
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_FUNCTIONS = Path(__file__).resolve().parent / "functions"
+TEST_FUNCTIONS = Path(__file__).resolve().parents[1] / "local" / "functions"  # test functions, as folders
 UNUSED_ENDPOINT = "http://127.0.0.1:9"  # functions that make no AWS call
 LOG_STREAM = re.compile(r"^\d{4}/\d{2}/\d{2}/\[\$LATEST\][0-9a-f]{32}$")
 REPORT = re.compile(

@@ -1,0 +1,1 @@
+"""The test suites: unit, integration, local, e2e, infra, docs and package; support is what they share."""

@@ -1,0 +1,1 @@
+"""The README's examples, run."""

@@ -1,0 +1,1 @@
+"""The whole local runtime, started from the synthesized app, driven over HTTP."""

@@ -1,0 +1,1 @@
+"""The synthesized CDK app: its template, cdk-nag, and a deploy on moto."""

@@ -1,0 +1,1 @@
+"""Against real servers on loopback (moto server, kinesis-mock): the library over the wire."""

@@ -1,0 +1,1 @@
+"""The local runtime's parts, on real processes and servers."""

@@ -85,7 +85,7 @@ def _items(item: Check) -> Check:
     return check
 
 
-def _compile(schema: Any) -> Check:
+def _compile(schema: Any) -> Check:  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     if not isinstance(schema, dict):
         raise _Unsupported
     checks: list[Check] = []

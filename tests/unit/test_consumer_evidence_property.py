@@ -143,7 +143,7 @@ class RefusingSQS(RecordingSQS):
     faults=st.lists(st.tuples(st.integers(0, 12), FAULT), max_size=5),
     batch=st.booleans(),
 )
-def test_no_good_record_is_dead_lettered_lost_or_applied_twice_and_every_stall_is_counted(
+def test_no_good_record_is_dead_lettered_lost_or_applied_twice_and_every_stall_is_counted(  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     kinesis_records: list[list[str]], batch_size: int, faults: list[tuple[int, str]], batch: bool
 ) -> None:
     kinds: dict[str, str] = {}

@@ -46,7 +46,7 @@ CRASH = st.sampled_from([None, "before the commit", "after the commit", "after t
     crashes=st.lists(CRASH, max_size=4),
     batch=st.booleans(),
 )
-def test_nothing_is_lost_nothing_is_applied_twice_and_bad_records_end_whole_in_the_dlq(
+def test_nothing_is_lost_nothing_is_applied_twice_and_bad_records_end_whole_in_the_dlq(  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     kinesis_records: list[tuple[str, list[str]]], batch_size: int, crashes: list[str | None], batch: bool
 ) -> None:
     entries: list[tuple[str, bytes]] = []

@@ -91,7 +91,7 @@ def validate(records: Iterable[object], limits: Limits = DEFAULT_LIMITS) -> list
     return batch  # type: ignore[return-value]  # every element passed the UserRecord checks
 
 
-def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProblem]:
+def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProblem]:  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     if not isinstance(record, UserRecord):
         return [RecordProblem(index, "record", f"expected a UserRecord, got {type(record).__name__}")]
     problems: list[RecordProblem] = []

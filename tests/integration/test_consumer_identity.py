@@ -27,6 +27,7 @@ from tests.support.consumer_identity import (
     SHARD_RECORDS,
     FakeKinesis,
     aggregate_id,
+    counting_sink,
     entry,
     members,
     seq,
@@ -88,22 +89,6 @@ def leases(dynamodb) -> LeaseTable:
     LeaseTable.create(dynamodb, name)
     clock = VirtualClock()
     return LeaseTable(dynamodb, name, clock=clock.now, sleep=clock.sleep)
-
-
-def counting_sink(table_name: str) -> Callable[[ConsumedRecord], list[dict[str, Any]]]:
-    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
-        return [
-            {
-                "Update": {
-                    "TableName": table_name,
-                    "Key": {"id": {"S": record.data.decode()}},
-                    "UpdateExpression": "ADD n :one",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            }
-        ]
-
-    return handle
 
 
 def counts(dynamodb, table_name: str) -> dict[str, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,7 @@ def measure(workload: Workload, repeats: int) -> tuple[list[Row], dict[str, Any]
     return rows, details
 
 
-def _rows(measurement: str, rates: dict[str, float], targets: dict[str, Target | None]) -> list[Row]:
+def _rows(measurement: str, rates: dict[str, float], targets: Mapping[str, Target | None]) -> list[Row]:
     return [
         Row(measurement, "rec/s", rates[peers.SHARDLINE], peer, rates[peer], targets.get(peer))
         for peer in peers.PEERS

@@ -76,11 +76,12 @@ class MeteredKinesis(units.FakeKinesis):
         self.bytes = 0
         self.shards: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
-    def put_records(self, *, StreamName: str, Records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        answer = super().put_records(StreamName=StreamName, Records=Records)
+    def put_records(self, **request: Any) -> dict[str, Any]:
+        answer = super().put_records(**request)
+        entries: Sequence[Mapping[str, Any]] = request["Records"]
         arrival = datetime.now(UTC)
         with self._lock:
-            for entry, landed in zip(Records, answer["Records"], strict=True):
+            for entry, landed in zip(entries, answer["Records"], strict=True):
                 self.bytes += len(entry["Data"]) + len(entry["PartitionKey"].encode("utf-8"))
                 self.shards[landed["ShardId"]].append(
                     {

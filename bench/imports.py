@@ -71,7 +71,7 @@ class ImportTiming:
     difference_ms: float  # min(boto3 + library) - min(boto3 alone): the brief's formula
 
 
-def _child_env(library_path: Path | None) -> dict[str, str]:
+def _child_env(library_path: Path | str | None) -> dict[str, str]:
     env = {
         key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")
     }

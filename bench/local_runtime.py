@@ -58,7 +58,9 @@ def _log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _cpu_by_role(up: UpProcess, before: dict[int, float], after: dict[int, float], wall: float) -> dict:
+def _cpu_by_role(
+    up: UpProcess, before: dict[int, float], after: dict[int, float], wall: float
+) -> dict[str, Any]:
     """Per role, CPU seconds spent between two readings and the share of one core that is."""
     roles = up.processes()
     spent: dict[str, float] = {}
@@ -98,8 +100,8 @@ def _record_bytes(report: Any) -> float:
     """Mean data + partition key bytes of the run's records (what Kinesis's 1 MiB/s counts)."""
     from local.send import partition_key
 
-    keys = [len(partition_key(report.run_id, seq, report.keys).encode()) for seq in range(report.keys)]
-    return report.size + statistics.fmean(keys)
+    keys = [len(partition_key(report.run_id, index).encode()) for index in range(report.keys)]
+    return float(report.size + statistics.fmean(keys))
 
 
 def _send(up: UpProcess, count: int, concurrency: int) -> tuple[Any, dict[str, Any]]:
@@ -135,7 +137,9 @@ def _send(up: UpProcess, count: int, concurrency: int) -> tuple[Any, dict[str, A
     }
 
 
-def sweep(cdk_out: Path, workdir: Path, count: int, concurrencies: tuple[int, ...]) -> dict[int, dict]:
+def sweep(
+    cdk_out: Path, workdir: Path, count: int, concurrencies: tuple[int, ...]
+) -> dict[int, dict[str, Any]]:
     """A short send at each concurrency on one fresh runtime (its consumers are left behind)."""
     results = {}
     with UpProcess(cdk_out, workdir) as up:

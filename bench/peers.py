@@ -134,7 +134,8 @@ def lambda_decoders(event: dict[str, Any]) -> dict[str, Decoder]:
         return out
 
     def kinesis_agg_event() -> list[Any]:
-        return deaggregate_records(records)
+        users: list[Any] = deaggregate_records(records)
+        return users
 
     return {SHARDLINE: shardline_event, AIOKPL: aiokpl_event, AWS_KINESIS_AGG: kinesis_agg_event}
 

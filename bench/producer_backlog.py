@@ -121,7 +121,7 @@ def _new_stream(client: Any, shards: int) -> str:
 
 def _figures(
     records: list[UserRecord], errors: Counter[str | None], shards: int, limited: Any, timed: _Timed
-) -> dict:
+) -> dict[str, Any]:
     send_phase = max(timed.last - timed.first, 1e-9)
     admitted = sum(limited.admitted_bytes.values())
     return {
@@ -135,7 +135,7 @@ def _figures(
     }
 
 
-def run_shardline(endpoint: str, shards: int, count: int, data_size: int) -> dict:
+def run_shardline(endpoint: str, shards: int, count: int, data_size: int) -> dict[str, Any]:
     client = _client(endpoint)
     name = _new_stream(client, shards)
     limited = ShardLimitedKinesis(client)
@@ -169,7 +169,7 @@ class _AsyncAdapter:
         return await anyio.to_thread.run_sync(lambda: self._client.put_records(**kwargs))
 
 
-def run_aiokpl(endpoint: str, shards: int, count: int, data_size: int) -> dict:
+def run_aiokpl(endpoint: str, shards: int, count: int, data_size: int) -> dict[str, Any]:
     import anyio
     from aiokpl.config import Config
     from aiokpl.producer import Producer as AioProducer
@@ -213,7 +213,7 @@ class InstantKinesis:
         self._shards = [(f"shardId-{i:012d}", i * step, (i + 1) * step - 1) for i in range(shards)]
         self._sequence = 0
 
-    def list_shards(self, **_kwargs: Any) -> dict:
+    def list_shards(self, **_kwargs: Any) -> dict[str, Any]:
         return {
             "Shards": [
                 {
@@ -225,7 +225,7 @@ class InstantKinesis:
             ]
         }
 
-    def put_records(self, **kwargs: Any) -> dict:
+    def put_records(self, **kwargs: Any) -> dict[str, Any]:
         answers = []
         for entry in kwargs["Records"]:
             key = entry.get("ExplicitHashKey")

@@ -96,11 +96,12 @@ class FakeKinesis:
             ]
         }
 
-    def put_records(self, *, StreamName: str, Records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def put_records(self, **request: Any) -> dict[str, Any]:
+        entries: Sequence[Mapping[str, Any]] = request["Records"]
         answers = []
         request_bytes = 0
         units = 0
-        for entry in Records:
+        for entry in entries:
             size = len(entry["Data"]) + len(entry["PartitionKey"].encode("utf-8"))
             request_bytes += size
             units += put_payload_units(size)
@@ -113,13 +114,13 @@ class FakeKinesis:
             answers.append(
                 {"ShardId": self._ids[shard_index(self._endings, key)], "SequenceNumber": str(sequence)}
             )
-        if len(Records) > MAX_ENTRIES_PER_REQUEST:
-            self._violation(f"a request of {len(Records)} records exceeds 500")
+        if len(entries) > MAX_ENTRIES_PER_REQUEST:
+            self._violation(f"a request of {len(entries)} records exceeds 500")
         if request_bytes > MAX_REQUEST_BYTES:
             self._violation(f"a request of {request_bytes} bytes exceeds 5 MiB")
         with self._lock:
             self.units += units
-            self.kinesis_records += len(Records)
+            self.kinesis_records += len(entries)
             self.requests += 1
         return {"FailedRecordCount": 0, "Records": answers}
 

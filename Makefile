@@ -17,7 +17,7 @@ help:
 	@echo "             (keeps the locked versions; LOCK_ARGS=--upgrade or --upgrade-package NAME to move them)"
 	@echo "make test    the lint gates (make lint), then pytest; PYTEST_ARGS=... to filter"
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
-	@echo "make lint    ruff (lint and format), mypy (strict: the library, infra, app.py), lint-imports"
+	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
 	@echo "make bench   run the benchmarks (python -m bench, python -m bench.consumer_cost)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"

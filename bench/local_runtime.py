@@ -178,8 +178,8 @@ def _await_checkpoints(up: UpProcess, written: int, timeout: float) -> dict[str,
 
 def ingest_and_drain(cdk_out: Path, workdir: Path, count: int, concurrency: int) -> dict[str, Any]:
     """The long run on a fresh runtime: send, the Kinesis counters, every group's drain, the verdict."""
-    from local.send import wait_and_verify
     from local.template import load
+    from local.verify import wait_and_verify
 
     with UpProcess(cdk_out, workdir) as up:
         up.start()

@@ -258,8 +258,9 @@ def _status(args: argparse.Namespace) -> int:
 
 def _send(args: argparse.Namespace) -> int:
     from local._send_shapes import ShapeError, parse_size
-    from local.send import send, wait_and_verify
+    from local.send import send
     from local.status import groups_line
+    from local.verify import wait_and_verify
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 from local import _sigv4
 from local._apigw_schema import Check, compile_model
+from local._http import HttpRequest
 from local.model import ACCOUNT, Method, RestApi
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload quota
@@ -58,18 +59,6 @@ BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
 MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
 INTERNAL = GatewayError(500, "InternalServerErrorException", "Internal server error")
 TIMED_OUT = GatewayError(504, "InternalServerErrorException", "Endpoint request timed out")
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """An incoming request, as an extra route (`ApiServer.add_route`) receives it."""
-
-    method: str
-    path: str  # still percent-encoded
-    query: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    client_ip: str
 
 
 class TokenBucket:

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -30,9 +30,6 @@ from local._esm_batches import (
     on_failure_message,
 )
 from local.cloudwatch.metrics import Publish, no_metrics
-
-if TYPE_CHECKING:
-    from local.esm import MappingRunner
 
 log = logging.getLogger("local.esm")
 
@@ -93,10 +90,29 @@ class Settings:
     publish: Publish = no_metrics  # Lambda's IteratorAge, per invocation
 
 
+class Runner(Protocol):
+    """What a shard's poller needs of the mapping that runs it (`local.esm.MappingRunner` is one):
+    its settings and clients, and the shard bookkeeping it shares with the other shards' pollers."""
+
+    mapping: model.EventSourceMapping
+    settings: Settings
+    invoker: model.Invoker
+    kinesis: Any
+    sqs: Any
+
+    def parents_done(self, parents: tuple[str, ...]) -> bool: ...
+
+    def shard_done(self, shard_id: str) -> None: ...
+
+    def add_children(self, child_shards: list[dict[str, Any]]) -> None: ...
+
+    def queue_url(self) -> str: ...
+
+
 class ShardPoller(threading.Thread):
     """Reads one shard in order and invokes the function with one batch at a time."""
 
-    def __init__(self, runner: MappingRunner, shard_id: str, parents: tuple[str, ...], position: str) -> None:
+    def __init__(self, runner: Runner, shard_id: str, parents: tuple[str, ...], position: str) -> None:
         super().__init__(name=f"esm-{runner.mapping.logical_id}-{shard_id}", daemon=True)
         self.runner, self.mapping, self.cfg = runner, runner.mapping, runner.settings
         self.shard_id = shard_id

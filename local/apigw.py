@@ -50,7 +50,6 @@ from local._apigw_steps import (
     TIMED_OUT,
     TOO_LARGE,
     GatewayError,
-    HttpRequest,
     Refused,
     RequestValidator,
     TokenBucket,
@@ -59,22 +58,13 @@ from local._apigw_steps import (
     resource_tree,
     route,
 )
+from local._http import HttpRequest, HttpResponse, RouteHandler
 from local.cloudwatch.metrics import Publish, no_metrics
 from local.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
 
 __all__ = ["ApiServer", "ApiStats", "HttpRequest", "HttpResponse", "RouteHandler"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HttpResponse:
-    status: int
-    headers: tuple[tuple[str, str], ...] = ()
-    body: bytes = b""
-
-
-RouteHandler = Callable[[HttpRequest], HttpResponse]
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,7 @@ def serve(
     os.environ.setdefault("MOTO_ACCOUNT_ID", ACCOUNT)  # moto reads it on every request
     os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     from moto import backends as moto_backends
+    from moto.kinesis import responses as kinesis_moto_responses
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -302,13 +303,14 @@ def serve(
     )
     from werkzeug.serving import make_server
 
-    from local import dynamodb_fixes
+    from local import dynamodb_fixes, kinesis_responses
     from local.kinesis_fixes import STATE, apply
     from local.limits import ShardLimits
 
     STATE.limits = ShardLimits()
     STATE.writes_limited = STATE.reads_limited = limits
-    apply(STATE)
+    apply(STATE)  # the models first: the responses read their state
+    kinesis_responses.install(kinesis_moto_responses.KinesisResponse)
     dynamodb_fixes.apply()
     # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
     moto_modules = tuple(moto_backends.list_of_moto_modules())

@@ -1,7 +1,7 @@
 """Moto 5.2.5's Kinesis, made to behave like Kinesis where shardline can tell, plus the shard limits.
 
-`apply(state)` patches moto's Kinesis models and responses in the endpoint's process (only there:
-nothing else imports this). What it corrects, each covered by tests/local/test_endpoint_kinesis.py:
+`apply(state)` patches moto's Kinesis models in the endpoint's process (only there: nothing else
+imports this). What it corrects, each covered by tests/local/test_endpoint_kinesis.py:
 
 - resharding: moto copies a split or merged parent's records into its children and keeps routing
   writes to the closed parent (it looks hash keys up in every shard, with an exclusive end); here
@@ -16,7 +16,8 @@ nothing else imports this). What it corrects, each covered by tests/local/test_e
 
 The per-shard limits (`local.limits`) are enforced here too, per record and per call, and
 counted in `State.counters` for `GET /_shardline/kinesis`. ListShards, PutRecords and GetRecords
-are answered by `local.kinesis_responses`, which `apply` installs.
+are answered by `local.kinesis_responses` (which reads this module's state; the endpoint installs
+it after `apply`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, NamedTuple
 
 from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
-from moto.kinesis import models, responses, utils
+from moto.kinesis import models, utils
 from moto.utilities.utils import md5_hash
 
 from local.limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
@@ -376,9 +377,8 @@ _original_delete_stream = models.KinesisBackend.delete_stream
 
 
 def apply(state: State = STATE) -> State:
-    """Patch moto's Kinesis in this process (idempotent); `state` decides the limits."""
-    from local import kinesis_responses  # imports this module: installed last
-
+    """Patch moto's Kinesis models in this process (idempotent); `state` decides the limits. The
+    actions answered by us rather than moto's responses are `kinesis_responses.install`'s."""
     if getattr(models.Shard, "_shardline_fixed", False):
         return state
     models.Shard.__init__ = _shard_init  # type: ignore[method-assign]
@@ -393,5 +393,4 @@ def apply(state: State = STATE) -> State:
     models.KinesisBackend.put_records = _backend_put_records  # type: ignore[method-assign]
     models.KinesisBackend.get_shard_iterator = _backend_get_shard_iterator  # type: ignore[method-assign]
     models.KinesisBackend.delete_stream = _delete_stream  # type: ignore[method-assign]
-    kinesis_responses.install(responses.KinesisResponse)
     return state

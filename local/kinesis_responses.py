@@ -1,4 +1,4 @@
-"""The Kinesis actions answered here rather than by moto's responses (installed by `kinesis_fixes.apply`).
+"""The Kinesis actions answered here rather than by moto's responses (`install`, after `kinesis_fixes.apply`).
 
 PutRecords and GetRecords are answered as JSON directly: moto's model-driven serializer took two
 thirds of a 500-entry request's time, and re-encoded every record's base64. GetRecords also
@@ -42,7 +42,10 @@ _FILTERS = (
 
 
 def install(response_class: type) -> None:
-    """Replace moto's ListShards, PutRecords and GetRecords; lock every action."""
+    """Replace moto's ListShards, PutRecords and GetRecords; lock every action (idempotent)."""
+    if getattr(response_class, "_shardline_installed", False):
+        return
+    response_class._shardline_installed = True  # type: ignore[attr-defined]
     response_class.list_shards = list_shards
     response_class.put_records = _put_records
     response_class.get_records = _get_records

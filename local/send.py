@@ -51,18 +51,14 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from local import model
 from local._send_http import Client, Pacer, backoff, retry_after
 from local._send_shapes import LoadShape, ShapeError
-
-if TYPE_CHECKING:
-    from local.verify import Verdict
 
 MAX_ATTEMPTS = 20  # posts of a record at most; a record still not accepted after that is refused
 BODY_BUDGET = 5_000_000  # bytes of one request body at most (the API takes 6,000,000)
@@ -528,12 +524,3 @@ def _watch(
             time.sleep(0.25)
             live.update(line())
         live.update(line())
-
-
-def wait_and_verify(
-    endpoint_url: str, app: model.LocalApp, report: SendReport, *, timeout: float = 300, progress: bool = True
-) -> Verdict:
-    """`local.verify.wait_and_verify` (imported here for the CLI; that module reads this one's payloads)."""
-    from local.verify import wait_and_verify as verify
-
-    return verify(endpoint_url, app, report, timeout=timeout, progress=progress)

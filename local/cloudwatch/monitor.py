@@ -24,8 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from local import model
-from local._apigw_steps import HttpRequest
-from local.apigw import HttpResponse
+from local._http import HttpRequest, HttpResponse
 from local.cloudwatch.alarms import Alarm, AlarmError
 from local.cloudwatch.dashboard import Dashboard
 from local.cloudwatch.metrics import MetricStore

@@ -25,8 +25,9 @@ import pytest
 
 from local.chaos import KILL_POINTS, load_profile
 from local.runtime import Runtime
-from local.send import send, wait_and_verify
+from local.send import send
 from local.status import collect, injected_faults
+from local.verify import wait_and_verify
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]

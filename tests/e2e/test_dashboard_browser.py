@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from local._apigw_steps import HttpRequest
+from local._http import HttpRequest
 from local.chaos import load_profile
 from local.cloudwatch.metrics import MetricId
 from local.cloudwatch.monitor import Monitor

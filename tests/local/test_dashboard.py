@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from local import model
-from local._apigw_steps import HttpRequest
+from local._http import HttpRequest
 from local.cloudwatch.dashboard import Dashboard, ExpressionError, _evaluate
 from local.cloudwatch.emf import extract
 from local.cloudwatch.insights import InsightsError, parse

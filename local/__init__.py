@@ -11,7 +11,8 @@
 - `esm`: the Kinesis event-source mappings, as Lambda polls (`_esm_shard`: one shard's poller, which
   sees its mapping through a `Runner` protocol).
 - `runtime`: all of the above, started and stopped together.
-- `send`, `verify`, `status`: the commands: load, the end-to-end verdict, what the app holds.
+- `send`, `verify`, `status`: the commands: load, the end-to-end verdict, what the app holds. They
+  read the functions' environments through `shardline.aws_lambda`'s contract (`_environments`).
 - `faults`: fault injection for a Kinesis client (tests and benchmarks).
 - `chaos`, `endpoint_chaos`: chaos profiles, injected at the endpoint and in the workers.
 - `service_metrics`: the Kinesis and DynamoDB metrics AWS would publish, from the endpoint.

@@ -306,10 +306,12 @@ def _first_api_key(app: model.LocalApp) -> str | None:
 
 def _first_stream_route(app: model.LocalApp) -> str:
     """The producer's name for the first stream (its SHARDLINE_STREAMS key, e.g. "events")."""
+    from local import _environments
+
     for function in app.functions:
-        streams = function.environment.get("SHARDLINE_STREAMS")
-        if streams:
-            return next(iter(json.loads(streams)))
+        routes = _environments.routes(function)
+        if routes:
+            return next(iter(routes))
     raise SystemExit("no producer function (SHARDLINE_STREAMS) in this app")
 
 

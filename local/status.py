@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from local import model
+from local import _environments, model
 from local.provision import client
 
 
@@ -36,20 +36,21 @@ def _get_json(url: str) -> Any:
 
 
 def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
-    """The consumer functions (those with a LEASE_TABLE) and their tables and queues."""
+    """The consumer functions (a consumer's environment, `shardline.aws_lambda`'s contract) and their
+    tables and queues."""
     groups = []
     for function in app.functions:
-        env = function.environment
-        if "LEASE_TABLE" not in env:
+        env = _environments.consumer(function)
+        if env is None:
             continue
         mapping = next((m for m in app.mappings if m.function_name == function.name), None)
         groups.append(
             {
-                "group": env.get("SHARDLINE_GROUP", function.name),
+                "group": env.group,
                 "function": function.name,
-                "lease_table": env["LEASE_TABLE"],
-                "sink_table": env.get("SINK_TABLE", ""),
-                "dlq_url": env.get("DLQ_URL", ""),
+                "lease_table": env.lease_table,
+                "sink_table": env.sink_table,
+                "dlq_url": env.dlq_url or "",
                 "on_failure_arn": (mapping.on_failure_arn or "") if mapping else "",
             }
         )

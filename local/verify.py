@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import json
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -47,7 +46,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from local import model
+from local import _environments, model
 from local._verify_readers import (
     DeadLetterReader,
     SinkReader,
@@ -92,9 +91,9 @@ def _sink_kind(resource: model.Resource | None) -> str:
 def physical_stream(app: model.LocalApp, route: str) -> str:
     """The Kinesis stream behind the API's `route` (the producer's SHARDLINE_STREAMS), else `route`."""
     for function in app.functions:
-        routes = json.loads(function.environment.get("SHARDLINE_STREAMS") or "{}")
+        routes = _environments.routes(function)
         if route in routes:
-            return str(routes[route].get("streamName", route))
+            return routes[route].stream_name
     return app.streams[0].name if len(app.streams) == 1 else route
 
 
@@ -103,12 +102,13 @@ def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
     tables = {r.name: r for r in app.resources if r.type == "AWS::DynamoDB::Table"}
     groups = []
     for function in app.functions:
-        env = function.environment
+        env = _environments.consumer(function)
         mapped = {m.stream_name for m in app.mappings if m.function_name == function.name}
-        if "SINK_TABLE" in env and stream_name in mapped:
-            name, table = env.get("SHARDLINE_GROUP", function.name), env["SINK_TABLE"]
-            kind = _sink_kind(tables.get(table))
-            groups.append(Group(name, function.name, kind, table, stream_name, env.get("DLQ_URL", "")))
+        if env is not None and stream_name in mapped:
+            kind = _sink_kind(tables.get(env.sink_table))
+            groups.append(
+                Group(env.group, function.name, kind, env.sink_table, stream_name, env.dlq_url or "")
+            )
     return groups
 
 

@@ -108,3 +108,10 @@ def test_importing_the_producer_loads_no_consumer_lambda_or_powertools_code() ->
         m for m in loaded if m.startswith(("shardline.consumer", "shardline.aws_lambda", "aws_lambda"))
     ]
     assert "shardline.producer._producer" in loaded
+
+
+def test_the_testing_package_offers_an_in_memory_kinesis_for_producers() -> None:
+    import shardline.testing as testing
+
+    assert {"InMemoryKinesis", "Fault", "StoredRecord"} <= set(testing.__all__)
+    assert testing.InMemoryKinesis.__module__ == "shardline.testing._kinesis"

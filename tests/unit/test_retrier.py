@@ -21,7 +21,7 @@ from shardline.producer._config import RESEND_HORIZON_S
 from shardline.producer._lanes import Lanes, hash_lane, shard_lane
 from shardline.producer._reducer import AGGREGATE_PARTITION_KEY
 from shardline.producer._retrier import Retrier
-from shardline.producer._sender import SendOutcome
+from shardline.producer._sender import SendOutcome, read_entry
 from tests.support.fakes import QUARTER, Clock, FakeListShards, four_shards, shard
 
 THROTTLED = "ProvisionedThroughputExceededException"
@@ -46,16 +46,20 @@ class Harness:
             rng=random.Random(1),
             metrics=self.metrics,
             lanes=self.lanes,
-            finish=self._finish,
-            retry=lambda record, at: self.retried.__setitem__(record.sequence, at),
-            resend=lambda kinesis_record, at: self.resent.append((kinesis_record, at)),
+            outcomes=self,  # an `Outcomes` that does not park: the map refreshes inline
         )
         self._sequence = 0
 
-    def _finish(self, record: BufferedRecord, result: RecordResult) -> None:
+    def finish(self, record: BufferedRecord, result: RecordResult) -> None:
         assert record.result is None, "a record is finished once"
         record.result = result
         self.finished[record.sequence] = result
+
+    def retry(self, record: BufferedRecord, at: float) -> None:
+        self.retried[record.sequence] = at
+
+    def resend(self, kinesis_record: KinesisRecord, at: float) -> None:
+        self.resent.append((kinesis_record, at))
 
     def buffered(self, hash_key: int, predicted: str | None) -> BufferedRecord:
         record = BufferedRecord(
@@ -90,7 +94,7 @@ class Harness:
         return SendOutcome(
             self.clock.now,
             0.01,
-            entries=entries,
+            entries=tuple(read_entry(entry) for entry in entries),
             error_code=error,
             error_message="msg",
             unanswered=unanswered,

@@ -7,14 +7,16 @@
 
 The pipeline, one private module per stage, each with its contract in its docstring::
 
-    UserRecord -> partitioner (_partitioning) -> ShardMap.predict -> _reducer (KPL aggregates
-    per shard, each carrying an id from _lanes) -> _collector (PutRecords requests) -> _limiter
-    (per-shard token buckets) -> _sender (one PutRecords call) -> _retrier (classify: done,
-    retry, resend a sealed aggregate identical, re-route, fail) -> RecordResult
+    UserRecord -> partitioner (_partitioning) -> ShardMap.predict -> _collector (queues per
+    shard; packs them, through _reducer's KPL aggregates each carrying an id from _lanes and
+    _limiter's per-shard token buckets, into PutRecords requests) -> _sender (one PutRecords
+    call; its answer read into typed entries) -> _retrier (classify: done, retry, resend a sealed
+    aggregate identical, re-route, fail) -> RecordResult
 
 `_producer` is the public face and the threading, `_dispatch` holds every unresolved record and
-moves them on one step at a time, `_queues` orders each shard's records, `_buffered` holds the
-records every stage passes along.
+moves them on one step at a time (sending, outcomes, retries; its state private), `_queues` orders
+each shard's records, `_buffered` holds the records every stage passes along.
+`shardline.testing.InMemoryKinesis` is a stream in memory to build a `Producer` on in tests.
 
 Identity, not read-back: every Kinesis record sent is a KPL aggregate (a lone record one of one)
 whose id — producer, lane, counter, floor — consumers deduplicate copies by. A request whose

@@ -7,7 +7,8 @@ Pipeline (one module per stage): partitioner -> ShardMap.predict -> Reducer (per
 aggregates, each with an id from `_lanes`) -> Collector (PutRecords requests) -> ShardLimiter
 (per-shard token buckets) -> sender (concurrent requests) -> Retrier (classify; retry with
 backoff, resend a sealed aggregate identical, or finish). `_dispatch` holds the records between
-the stages; this module is the public face and the threading.
+the stages (the collector those queued per shard); this module is the public face and the
+threading, and touches the dispatcher only through its methods.
 
 A success is only ever Kinesis's word: the shard and sequence number a PutRecords returned for
 the copy that confirmed the record. The producer never reads the stream (its role needs
@@ -40,8 +41,9 @@ from shardline.errors import BufferFull
 from shardline.kinesis._records import UserRecord, validate
 from shardline.kinesis._shard_map import ShardMap
 from shardline.producer._buffered import BufferedRecord, buffered_size
+from shardline.producer._collector import LIMITER_TICK, NEVER
 from shardline.producer._config import ProducerConfig
-from shardline.producer._dispatch import LIMITER_TICK, NEVER, Dispatcher
+from shardline.producer._dispatch import Dispatcher
 from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._partitioning import ByPartitionKey, Partitioner
 from shardline.producer._result import RecordFuture, RecordResult
@@ -223,8 +225,7 @@ class Producer:
                 dispatch.add(chunk)
                 self.metrics.count("UserRecordsReceived", len(chunk))
                 if too_late:  # the deadline passed while waiting for room: these never go
-                    for record in chunk:
-                        dispatch.retrier.expire(record, "the flush deadline passed before it was buffered")
+                    dispatch.expire(chunk, "the flush deadline passed before it was buffered")
                 admitted += chunk
                 self._changed.notify_all()
             if len(admitted) == len(records):
@@ -250,8 +251,7 @@ class Producer:
         dispatch = self._dispatch
         with self._lock:
             nested = self._driver == me  # a future callback flushing: it drives from here
-            outer_deadline = dispatch.deadlines.get(me)
-            dispatch.deadlines[me] = stop if outer_deadline is None else min(stop, outer_deadline)
+            outer_deadline = dispatch.begin_flush(me, stop)
         try:
             while True:
                 sleep_for = 0.0
@@ -283,10 +283,7 @@ class Producer:
                     self._sleep(sleep_for)  # type: ignore[misc]  # only with an injected sleep
         finally:
             with self._lock:
-                if outer_deadline is None:
-                    del dispatch.deadlines[me]
-                else:
-                    dispatch.deadlines[me] = outer_deadline
+                dispatch.end_flush(me, outer_deadline)
                 if not nested and self._driver == me:
                     self._driver = None
                     self._changed.notify_all()  # a waiting thread takes over

@@ -31,8 +31,12 @@ key set to the first unconfirmed member's, so it lands in that member's shard; e
 consumer applies only the members its own shard's range holds, so each is applied once.
 
 The shard map is invalidated once per Kinesis record, not once per user record, and never
-refreshed here: a success in a shard the map does not know yet is handed to `park` and decided
-by `handle_landed` once the producer has refreshed the map (off the caller's clock). Unlike the
+refreshed here: a success in a shard the map does not know yet is handed to `park` (as `Landed`)
+and decided by `handle_landed` once the producer has refreshed the map (off the caller's clock).
+
+What it decides goes to its `Outcomes` (the dispatcher): `finish` a record with its result,
+`retry` a released record, `resend` a sealed aggregate whole, and — for an `Outcomes` that parks
+(`ParkingOutcomes`) — `park` a landing to decide later. Unlike the
 KPL, every retry waits: exponential backoff with full jitter, bounded by the records' TTLs and
 deadlines, and a sealed aggregate's by `RESEND_HORIZON_S` after its first send.
 """
@@ -40,8 +44,8 @@ deadlines, and a sealed aggregate's by `RESEND_HORIZON_S` after its first send.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from shardline.errors import (
     COUNT_MISMATCH,
@@ -57,19 +61,46 @@ from shardline.producer._config import RESEND_HORIZON_S, ProducerConfig
 from shardline.producer._lanes import Lanes
 from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._result import Attempt, RecordResult
-from shardline.producer._sender import SendOutcome
+from shardline.producer._sender import Accepted, Malformed, Refused, SendOutcome
 
 #: A per-record throttle: the shard's limit, not a failure of the service.
 THROTTLED_RECORD = "ProvisionedThroughputExceededException"
 
 
-class Retrier:
-    """Turns outcomes into finished results or scheduled retries.
+class Landed(NamedTuple):
+    """A success whose shard the map does not know yet: decided by `Retrier.handle_landed` later."""
 
-    `finish(record, result)` resolves a record; `retry(record, at)` re-queues a released record to
-    be sent again no earlier than clock time `at`; `resend(kinesis_record, at)` re-queues a sealed
-    aggregate whole; `park(kinesis_record, outcome, entry)` returns True when it takes a success
-    whose shard the map cannot place yet (see `handle_landed`). `lanes` settles aggregates.
+    kinesis_record: KinesisRecord
+    outcome: SendOutcome
+    accepted: Accepted
+
+
+class Outcomes(Protocol):
+    """Where the retrier's decisions go."""
+
+    def finish(self, record: BufferedRecord, result: RecordResult) -> None:
+        """`record` is done: `result` is final."""
+
+    def retry(self, record: BufferedRecord, at: float) -> None:
+        """Send released `record` again, in a new aggregate, no earlier than clock time `at`."""
+
+    def resend(self, kinesis_record: KinesisRecord, at: float) -> None:
+        """Send sealed `kinesis_record` again whole, identical, no earlier than clock time `at`."""
+
+
+@runtime_checkable
+class ParkingOutcomes(Outcomes, Protocol):
+    """`Outcomes` that can hold a landing until the shard map is refreshed (off the caller's
+    clock). Without it the retrier refreshes the map inline when a prediction proves wrong."""
+
+    def park(self, landed: Landed) -> bool:
+        """Take `landed` to decide once the map is refreshed; False: the map is current, decide now."""
+
+
+class Retrier:
+    """Turns outcomes into finished results or scheduled retries, told to `outcomes`.
+
+    `lanes` settles aggregates.
     """
 
     def __init__(
@@ -81,10 +112,7 @@ class Retrier:
         rng: random.Random,
         metrics: ProducerMetrics,
         lanes: Lanes,
-        finish: Callable[[BufferedRecord, RecordResult], None],
-        retry: Callable[[BufferedRecord, float], None],
-        resend: Callable[[KinesisRecord, float], None],
-        park: Callable[[KinesisRecord, SendOutcome, Mapping[str, Any]], bool] | None = None,
+        outcomes: Outcomes,
     ) -> None:
         self._shard_map = shard_map
         self._config = config
@@ -92,10 +120,10 @@ class Retrier:
         self._rng = rng
         self._metrics = metrics
         self._lanes = lanes
-        self._finish = finish
-        self._retry = retry
-        self._resend = resend
-        self._park = park
+        self._finish = outcomes.finish
+        self._retry = outcomes.retry
+        self._resend = outcomes.resend
+        self._park = outcomes.park if isinstance(outcomes, ParkingOutcomes) else None
 
     def handle(self, batch: PutRecordsBatch, outcome: SendOutcome) -> None:
         """Classify the outcome of sending `batch`."""
@@ -115,23 +143,17 @@ class Retrier:
                 self._unknown(kinesis_record, outcome, COUNT_MISMATCH, message)
             return
         for kinesis_record, entry in zip(batch.records, outcome.entries, strict=True):
-            entry_code = entry.get("ErrorCode")
-            if entry_code:
-                self._refused(
-                    kinesis_record, outcome, entry_code, entry.get("ErrorMessage") or "", give_up=False
-                )
-            elif not (isinstance(entry.get("ShardId"), str) and isinstance(entry.get("SequenceNumber"), str)):
-                message = f"a success entry without ShardId or SequenceNumber: {sorted(entry)}"
-                self._unknown(kinesis_record, outcome, MALFORMED_RESPONSE, message)
+            if isinstance(entry, Refused):
+                self._refused(kinesis_record, outcome, entry.error_code, entry.error_message, give_up=False)
+            elif isinstance(entry, Malformed):
+                self._unknown(kinesis_record, outcome, MALFORMED_RESPONSE, entry.message)
             else:
                 self._succeeded(kinesis_record, outcome, entry)
 
-    def handle_landed(
-        self, kinesis_record: KinesisRecord, outcome: SendOutcome, entry: Mapping[str, Any]
-    ) -> None:
+    def handle_landed(self, landed: Landed) -> None:
         """Decide a parked success now that the shard map was refreshed (or could not be, or the
         deadline came first): members whose shard is still unknown are not confirmed there."""
-        self._succeeded(kinesis_record, outcome, entry, may_park=False)
+        self._succeeded(landed.kinesis_record, landed.outcome, landed.accepted, may_park=False)
 
     def expire(self, record: BufferedRecord, message: str) -> None:
         """Fail `record` as `Expired` (TTL or deadline passed before it could be sent or confirmed)."""
@@ -245,12 +267,11 @@ class Retrier:
         self,
         kinesis_record: KinesisRecord,
         outcome: SendOutcome,
-        entry: Mapping[str, Any],
+        accepted: Accepted,
         *,
         may_park: bool = True,
     ) -> None:
-        actual = entry["ShardId"]
-        sequence_number = entry["SequenceNumber"]
+        actual, sequence_number = accepted
         predicted = kinesis_record.predicted_shard
         route_key = kinesis_record.route_key
         members = kinesis_record.members
@@ -267,7 +288,7 @@ class Retrier:
         if any(member.result is None and not routed_there(member) for member in members):
             actual_range = self._shard_map.hash_range(actual)
             parked = actual_range is None and predicted is not None and may_park and self._park is not None
-            if parked and self._park(kinesis_record, outcome, entry):  # type: ignore[misc]
+            if parked and self._park(Landed(kinesis_record, outcome, accepted)):  # type: ignore[misc]
                 return
         metrics = self._metrics
         metrics.count("KinesisRecordsPut")

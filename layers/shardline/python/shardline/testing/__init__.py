@@ -1,6 +1,7 @@
-"""What you need to test your own handlers, in milliseconds and without AWS or moto.
+"""What you need to test your own handlers and producers, in milliseconds and without AWS or moto.
 
     from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
+    from shardline.testing import Fault, InMemoryKinesis
 
     table = InMemoryLeaseTable(key_schema={"orders": ["id"]})
     consumer = KinesisConsumer("orders", table)
@@ -8,6 +9,12 @@
     replay = MappingReplay(kinesis_event(records)["Records"], batch_size=10)
     replay.drain(consumer.process)
     assert len(table.items("orders")) == len(records)
+
+    kinesis = InMemoryKinesis("events", shard_count=4)
+    producer = Producer(kinesis, "events")   # as on boto3.client("kinesis")
+    kinesis.fail_next(Fault.LOSE_REPLY)
+    producer.put_many(records)
+    assert kinesis.user_records(kinesis.shard_of(hash_key(records[0])))
 
 - `InMemoryLeaseTable`: `LeaseTable` with the same conditional writes, rows and sink tables in
   memory, read and write counters (`LeaseWrite` names the kinds of write), and `fail_next` to
@@ -19,6 +26,11 @@
 - `MappingReplay`: replays a shard as the event-source mapping does (batches, retries of crashed
   batches, restarts at `batchItemFailures`); `read_shard` reads a real shard to replay it.
 - `FakeLambdaContext`: request id, function name and a remaining time you control.
+- `InMemoryKinesis`: a Kinesis stream in memory that a `Producer` is built on as on boto3's client
+  (PutRecords with per-record answers and per-shard sequence numbers, ListShards over hash-key
+  ranges, `split_shard`, optional per-shard write limits, botocore's validation errors), with
+  `fail_next(Fault...)` to throttle, refuse, fail or lose a reply after the write lands, and
+  `records`/`user_records` to read back what each shard holds (aggregates decoded).
 """
 
 from __future__ import annotations
@@ -32,6 +44,9 @@ if TYPE_CHECKING:
     from shardline.testing._events import copies as copies
     from shardline.testing._events import event_record as event_record
     from shardline.testing._events import kinesis_event as kinesis_event
+    from shardline.testing._kinesis import Fault as Fault
+    from shardline.testing._kinesis import InMemoryKinesis as InMemoryKinesis
+    from shardline.testing._kinesis import StoredRecord as StoredRecord
     from shardline.testing._lease_table import InMemoryLeaseTable as InMemoryLeaseTable
     from shardline.testing._lease_table import LeaseWrite as LeaseWrite
     from shardline.testing._replay import FakeLambdaContext as FakeLambdaContext
@@ -45,6 +60,9 @@ _EXPORTS = {
     "event_record": "_events",
     "copies": "_events",
     "SEQUENCE_STEP": "_events",
+    "InMemoryKinesis": "_kinesis",
+    "Fault": "_kinesis",
+    "StoredRecord": "_kinesis",
     "MappingReplay": "_replay",
     "FakeLambdaContext": "_replay",
     "read_shard": "_replay",

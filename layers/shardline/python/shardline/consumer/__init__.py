@@ -19,7 +19,10 @@ so that a client's re-POST of the same id is applied once too. A record without 
 a client posts again is a new record.
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
-invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
+invocation's work on one shard, composed of `_handler_loop` (running the handler over the
+records), `_checkpoint` (what may be committed, with which writes, blamed on whom) and
+`_failure_policy` (attempts, backoff, the dead-letter queue); `_chunks` cuts a batch handler's
+records until a failure is alone), `_transaction` (sink writes waiting for the checkpoint, and
 whose they are), `_handler_deadline` (interrupting a handler at the time budget),
 `_careful` (pinning a crash on the record that ran alone), `_stalls` (failures of the
 environment, which stall a shard and blame no record), `_redrive` (putting what the mapping

@@ -26,7 +26,7 @@ from typing import Any
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
 from shardline.consumer._dedup import DedupRun
-from shardline.consumer._leases import Lease, LeaseTable
+from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._once import guarded_id, is_once_guard
 from shardline.consumer._settings import ConsumerSettings
@@ -70,7 +70,7 @@ class Checkpoint:
 
     def __init__(
         self,
-        table: LeaseTable,
+        table: LeaseStore,
         metrics: ConsumerMetrics,
         settings: ConsumerSettings,
         clock: Callable[[], float],

@@ -25,7 +25,7 @@ from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord
 from shardline.consumer._failure_text import failure_text
 from shardline.consumer._handler_deadline import HandlerTimedOut
-from shardline.consumer._leases import Lease
+from shardline.consumer._lease_store import Lease
 from shardline.consumer._stalls import backoff
 from shardline.errors import DependencyUnavailable
 from shardline.kinesis._positions import Position

@@ -55,7 +55,7 @@ from shardline.consumer._dedup import DedupRun
 from shardline.consumer._failure_policy import FailurePolicy
 from shardline.consumer._handler_deadline import HandlerDeadline
 from shardline.consumer._handler_loop import HandlerLoop
-from shardline.consumer._leases import Lease, LeaseTable
+from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
@@ -77,7 +77,7 @@ class GroupRuntime:
     """What every shard run of one consumer group shares: its settings and its collaborators."""
 
     settings: ConsumerSettings
-    table: LeaseTable
+    table: LeaseStore
     metrics: ConsumerMetrics
     lineage: ShardLineage | None
     dlq: DeadLetterQueue | None

@@ -1,5 +1,5 @@
 """shardline.testing is tested like the product: the in-memory lease table against the real
-LeaseTable on moto (the same operations, the same outcomes), the event builder against the
+LeaseTable on moto (two `LeaseStore`s: the same operations, the same outcomes), the event builder against the
 consumer's own de-aggregation, and the replay driver's restart rules."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from shardline.consumer import LeaseLost, LeaseTable, SinkConflict, SinkRejected, deaggregate
+from shardline.consumer import LeaseLost, LeaseStore, LeaseTable, SinkConflict, SinkRejected, deaggregate
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
 
@@ -73,7 +73,7 @@ def _outcome(operation: Callable[[], Any]) -> Any:
         return (type(exc).__name__,)
 
 
-def _script(table: LeaseTable) -> list[Any]:
+def _script(table: LeaseStore) -> list[Any]:
     """One sequence of lease operations; returns what each one answered (or the error it raised)."""
     outcomes: list[Any] = []
 
@@ -123,7 +123,7 @@ def test_the_in_memory_table_answers_every_operation_as_the_real_table_does() ->
     assert (memory.reads, memory.total_writes) == (dynamodb.reads, dynamodb.writes) == (5, 9)
 
 
-def _careful_and_stalled(table: LeaseTable) -> list[Any]:
+def _careful_and_stalled(table: LeaseStore) -> list[Any]:
     """The paths a failing environment and a crash take: deliveries begun and begun again (by the
     same owner after a lost reply, by another after a death), careful spans, stalls, a batch the
     mapping skipped, failures with details, a redrive's own row; what each answered and the row."""
@@ -177,7 +177,7 @@ def test_the_in_memory_table_fails_stalls_and_runs_carefully_as_the_real_table_d
     assert any(getattr(row, "span_started", False) for row in real), "a started span was stored"
 
 
-def _transactions(table: LeaseTable) -> list[Any]:
+def _transactions(table: LeaseStore) -> list[Any]:
     """Checkpoints with sink writes of every modelled kind, and the transactions DynamoDB refuses
     or cancels; what each answered."""
 

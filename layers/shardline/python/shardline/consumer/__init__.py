@@ -19,13 +19,19 @@ so that a client's re-POST of the same id is applied once too. A record without 
 a client posts again is a new record.
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
-invocation's work on one shard), `_transaction` (sink writes waiting for the checkpoint, and
+invocation's work on one shard, composed of `_handler_loop` (running the handler over the
+records), `_checkpoint` (what may be committed, with which writes, blamed on whom) and
+`_failure_policy` (attempts, backoff, the dead-letter queue); `_chunks` cuts a batch handler's
+records until a failure is alone), `_transaction` (sink writes waiting for the checkpoint, and
 whose they are), `_handler_deadline` (interrupting a handler at the time budget),
 `_careful` (pinning a crash on the record that ran alone), `_stalls` (failures of the
 environment, which stall a shard and blame no record), `_redrive` (putting what the mapping
 discarded back through the group), `_deaggregation` (events to user records, with their ids),
 `_dedup` (the aggregates a shard applied: producer-retry dedup), `_once` (client-id guards),
-`_leases` (the KCL-compatible lease/checkpoint table), `_dead_letters` (poison records, whole,
+`_lease_store` (the `Lease` row and `LeaseStore`, the protocol of a lease table, which
+`LeaseTable` and `shardline.testing.InMemoryLeaseTable` implement), `_leases` (`LeaseTable`, the
+KCL-compatible lease/checkpoint table in DynamoDB; its items' encoding in `_lease_codec`, sink
+tables' keys in `_sink_keys`), `_dead_letters` (poison records, whole,
 in SQS or S3), `_resharding` (parents before children, and their dedup state handed down),
 `_metrics`.
 """
@@ -46,8 +52,9 @@ if TYPE_CHECKING:
     from shardline.consumer._deaggregation import deaggregate as deaggregate
     from shardline.consumer._deaggregation import read_event as read_event
     from shardline.consumer._deaggregation import stream_and_shard as stream_and_shard
-    from shardline.consumer._leases import MAX_TRANSACTION_ITEMS as MAX_TRANSACTION_ITEMS
-    from shardline.consumer._leases import Lease as Lease
+    from shardline.consumer._lease_store import MAX_TRANSACTION_ITEMS as MAX_TRANSACTION_ITEMS
+    from shardline.consumer._lease_store import Lease as Lease
+    from shardline.consumer._lease_store import LeaseStore as LeaseStore
     from shardline.consumer._leases import LeaseTable as LeaseTable
     from shardline.consumer._metrics import ConsumerMetrics as ConsumerMetrics
     from shardline.consumer._once import is_once_guard as is_once_guard
@@ -80,8 +87,9 @@ _EXPORTS = {
     "read_event": "_deaggregation",
     "stream_and_shard": "_deaggregation",
     "LeaseTable": "_leases",
-    "Lease": "_leases",
-    "MAX_TRANSACTION_ITEMS": "_leases",
+    "LeaseStore": "_lease_store",
+    "Lease": "_lease_store",
+    "MAX_TRANSACTION_ITEMS": "_lease_store",
     "DeadLetterQueue": "_dead_letters",
     "dead_letter_message": "_dead_letters",
     "dead_letter_id": "_dead_letters",

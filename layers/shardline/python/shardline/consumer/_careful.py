@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from shardline.consumer._leases import Lease
+from shardline.consumer._lease_store import Lease
 from shardline.kinesis._positions import Position
 
 #: The error a pinned crash is counted with.

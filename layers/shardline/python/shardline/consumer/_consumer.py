@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import read_event
-from shardline.consumer._leases import LeaseTable
+from shardline.consumer._lease_store import LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
 class KinesisConsumer:
     """One consumer group's processing of Lambda Kinesis events.
 
+    - `table`: where the group's leases and checkpoints live, any `LeaseStore`: a `LeaseTable`
+      (DynamoDB) in production, a `shardline.testing.InMemoryLeaseTable` in handler tests.
     - `kinesis`: a Kinesis client, to learn parent shards and hash ranges (ListShards) and to
       probe whether a parent shard is finished (GetRecords). Without it there is no parent
       ordering (a child's records may be processed before its parents finish) and hash ranges
@@ -89,7 +91,7 @@ class KinesisConsumer:
     def __init__(
         self,
         group: str,
-        table: LeaseTable,
+        table: LeaseStore,
         *,
         kinesis: KinesisReadClient | None = None,
         dlq: DeadLetterQueue | None = None,

@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 #: A lane unseen for this long (by arrival time, behind the newest arrival folded in) is dropped.
 DEDUP_HORIZON_S = 600
 #: The serialized state's bound: the lease row stays well under DynamoDB's 400 KB item limit, and
-#: a checkpoint transaction within the headroom `_leases.MAX_TRANSACTION_BYTES` leaves under 4 MB.
+#: a checkpoint transaction within the headroom `_lease_store.MAX_TRANSACTION_BYTES` leaves under 4 MB.
 MAX_STATE_BYTES = 150_000
 _VERSION = 1
 

@@ -4,22 +4,10 @@
     lease = table.take("shardId-000000000001", owner=context.aws_request_id)
     lease = table.checkpoint(lease, Position(record.sequence_number, record.sub_sequence_number))
 
-Columns the KCL reads and writes: `leaseKey` (hash key: the shard id, or `<stream>:<shard id>`
-for a group that reads several streams), `leaseOwner`, `leaseCounter`, `checkpoint`,
-`checkpointSubSequenceNumber`, `ownerSwitchesSinceCheckpoint`, `parentShardId` (string set),
-`childShardIds` (string set). Columns of ours: `failedSequenceNumber`,
-`failedSubSequenceNumber`, `failedAttempts` and `lastError` (the record that keeps failing, for
-poison-record handling), `inflightSequenceNumber` (the first sequence number of a delivery that
-began and has not answered yet: still there when the next delivery begins, the process died),
-`appliedAggregates` (the shardline aggregates applied in this shard within the dedup horizon,
-compact JSON: `_dedup`; set by the checkpoint's own write, never by a write of its own),
-`lastFailureAt` and `lastErrorDetails` (when the failing record last failed, for its backoff, and
-what DynamoDB refused), `carefulSpan`, `spanStarted` and `spanReturned` (after a crash: how
-many records past the checkpoint the delivery runs before its next checkpoint, and whether a lone
-record's handler started and returned — `_careful`), `stalledSince`, `stalledCause`,
-`stalledSequence` and `stalls` (the shard is stalled on a failure of its environment, not of a
-record — `_stalls`), `skippedByMapping` (JSON: batches the mapping discarded while the shard was
-stalled, for a redrive) and `updatedAt` (epoch seconds of the last write).
+The row's columns and their encoding are `_lease_codec`'s; the sink tables' key lookups,
+`_sink_keys`'s. `LeaseTable` implements `LeaseStore` (`_lease_store`, the protocol the consumer
+needs, which `shardline.testing.InMemoryLeaseTable` implements too): this module says when to
+write what.
 
 Every write is conditional on `leaseCounter` and increments it (as the KCL's lease renewals
 do), setting `leaseOwner`: whoever writes next under a counter it did not see gets `LeaseLost`.
@@ -37,24 +25,38 @@ import hashlib
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shardline.errors import LeaseLost, SinkConflict, SinkRejected
-from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.consumer import _lease_codec as codec
+from shardline.consumer._lease_codec import (
+    CANCELED_BY_CONDITION,
+    CAREFUL_ATTRIBUTES,
+    CONDITION_FAILED,
+    STALL_ATTRIBUTES,
+    TRANSACTION_CANCELED,
+    VALIDATION_EXCEPTION,
+    error_code,
+)
+from shardline.consumer._lease_store import (
+    MAX_DETAILS_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_TRANSACTION_ITEMS,
+    NOT_CAREFUL,
+    NOT_STALLED,
+    Lease,
+    advanced,
+)
+from shardline.consumer._sink_keys import SinkKeySchemas
+from shardline.errors import LeaseLost, SinkRejected
+from shardline.kinesis._positions import TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
+    from shardline.consumer._lease_store import LeaseStore
     from shardline.protocols import DynamoDBClient
 
-CONDITION_FAILED = "ConditionalCheckFailedException"
-TRANSACTION_CANCELED = "TransactionCanceledException"
-CANCELED_BY_CONDITION = "ConditionalCheckFailed"  # a cancellation reason of TransactWriteItems
-CANCELED_AS_INVALID = "ValidationError"  # another: that item is malformed (e.g. over 400 KB)
-VALIDATION_EXCEPTION = "ValidationException"  # a request refused outright, before any write
-MAX_TRANSACTION_ITEMS = 100
-MAX_TRANSACTION_BYTES = 4_000_000  # DynamoDB's 4 MB per transaction, with headroom for the checkpoint
 _TAKE_ATTEMPTS = 5
 #: Cancellation reasons that say nothing about the items: the same transaction may succeed again.
 TRANSIENT_REASONS = frozenset(
@@ -62,92 +64,10 @@ TRANSIENT_REASONS = frozenset(
 )
 TRANSIENT_ATTEMPTS = 4
 TRANSIENT_BACKOFF_S = 0.02
-#: Bounds on the text a lease row keeps about a failure (DynamoDB items are at most 400 KB).
-MAX_ERROR_CHARS = 1000
-MAX_DETAILS_CHARS = 4000
-_STALL_ATTRIBUTES = ("stalledSince", "stalledCause", "stalledSequence", "stalls")
-_CAREFUL_ATTRIBUTES = ("carefulSpan", "spanStarted", "spanReturned")
-#: A lease's fields once careful running ended.
-NOT_CAREFUL: dict[str, Any] = {"careful_span": None, "span_started": False, "span_returned": False}
-#: A lease's fields once its stall ended.
-NOT_STALLED: dict[str, Any] = {
-    "stalled_since": None,
-    "stalled_cause": None,
-    "stalled_sequence": None,
-    "stalls": 0,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """One row of the table as this invocation holds it."""
-
-    key: str
-    owner: str
-    counter: int
-    checkpoint: Position
-    owner_switches: int = 0
-    parent_shard_ids: frozenset[str] = frozenset()
-    child_shard_ids: frozenset[str] = frozenset()
-    failed_at: Position | None = None
-    failed_attempts: int = 0
-    last_error: str | None = None
-    inflight: str | None = None  # first sequence number of a delivery that has not answered
-    applied_aggregates: str | None = None  # `appliedAggregates`: the dedup state (`_dedup`)
-    failed_time: float | None = None  # `lastFailureAt`: when `failed_at` last failed (table clock)
-    last_error_details: str | None = None  # `lastErrorDetails`: JSON, bounded
-    careful_span: int | None = None  # `carefulSpan`: records run past the checkpoint before the next one
-    span_started: bool = False  # `spanStarted`: a lone careful record's handler started
-    span_returned: bool = False  # `spanReturned`: ... and returned
-    stalled_since: float | None = None  # `stalledSince`: the shard stalls on its environment
-    stalled_cause: str | None = None
-    stalled_sequence: str | None = None  # the sequence number the stalled delivery retries from
-    stalls: int = 0  # consecutive stalled deliveries
-    skipped_by_mapping: str | None = None  # JSON list of batches the mapping discarded while stalled
-
-
-def _lease_of(item: Mapping[str, Any]) -> Lease:
-    failed_at = None
-    if "failedSequenceNumber" in item:
-        failed_at = Position(item["failedSequenceNumber"]["S"], int(item["failedSubSequenceNumber"]["N"]))
-    return Lease(
-        key=item["leaseKey"]["S"],
-        owner=item.get("leaseOwner", {}).get("S", ""),
-        counter=int(item["leaseCounter"]["N"]),
-        checkpoint=Position(
-            item["checkpoint"]["S"], int(item.get("checkpointSubSequenceNumber", {"N": "0"})["N"])
-        ),
-        owner_switches=int(item.get("ownerSwitchesSinceCheckpoint", {"N": "0"})["N"]),
-        parent_shard_ids=frozenset(item.get("parentShardId", {}).get("SS", ())),
-        child_shard_ids=frozenset(item.get("childShardIds", {}).get("SS", ())),
-        failed_at=failed_at,
-        failed_attempts=int(item.get("failedAttempts", {"N": "0"})["N"]),
-        last_error=item.get("lastError", {}).get("S"),
-        inflight=item.get("inflightSequenceNumber", {}).get("S"),
-        applied_aggregates=item.get("appliedAggregates", {}).get("S"),
-        failed_time=_number(item, "lastFailureAt"),
-        last_error_details=item.get("lastErrorDetails", {}).get("S"),
-        careful_span=int(item["carefulSpan"]["N"]) if "carefulSpan" in item else None,
-        span_started=bool(item.get("spanStarted", {}).get("BOOL", False)),
-        span_returned=bool(item.get("spanReturned", {}).get("BOOL", False)),
-        stalled_since=_number(item, "stalledSince"),
-        stalled_cause=item.get("stalledCause", {}).get("S"),
-        stalled_sequence=item.get("stalledSequence", {}).get("S"),
-        stalls=int(item.get("stalls", {"N": "0"})["N"]),
-        skipped_by_mapping=item.get("skippedByMapping", {}).get("S"),
-    )
-
-
-def _number(item: Mapping[str, Any], name: str) -> float | None:
-    return float(item[name]["N"]) if name in item else None
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 class LeaseTable:
-    """Leases and checkpoints of one consumer group, in one DynamoDB table."""
+    """Leases and checkpoints of one consumer group, in one DynamoDB table (a `LeaseStore`)."""
 
     def __init__(
         self,
@@ -161,7 +81,7 @@ class LeaseTable:
         self.table_name = table_name
         self._clock = clock
         self._sleep = sleep
-        self._sink_keys: dict[str, tuple[str, ...] | None] = {}
+        self._sink_keys = SinkKeySchemas(dynamodb_client)
 
     def now(self) -> float:
         """The group's wall clock (epoch seconds): rows are stamped with it, backoffs measured in it."""
@@ -186,10 +106,10 @@ class LeaseTable:
 
     def get(self, key: str) -> Lease | None:
         """The row for `key` (strongly consistent), or None."""
-        item = self._client.get_item(TableName=self.table_name, Key=self._key(key), ConsistentRead=True).get(
+        item = self._client.get_item(TableName=self.table_name, Key=codec.key(key), ConsistentRead=True).get(
             "Item"
         )
-        return _lease_of(item) if item else None
+        return codec.lease_of(item) if item else None
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -210,21 +130,14 @@ class LeaseTable:
             try:
                 self._client.update_item(
                     TableName=self.table_name,
-                    Key=self._key(key),
-                    UpdateExpression="SET leaseOwner = :owner, leaseCounter = :next, "
-                    "ownerSwitchesSinceCheckpoint = :switches, updatedAt = :now",
-                    ConditionExpression="leaseCounter = :seen",
-                    ExpressionAttributeValues={
-                        ":owner": {"S": owner},
-                        ":next": {"N": str(taken.counter)},
-                        ":switches": {"N": str(switches)},
-                        ":now": self._now(),
-                        ":seen": {"N": str(current.counter)},
-                    },
+                    Key=codec.key(key),
+                    UpdateExpression=codec.TAKE_EXPRESSION,
+                    ConditionExpression=codec.TAKE_CONDITION,
+                    ExpressionAttributeValues=codec.take_values(current, taken, codec.stamp(self._clock())),
                 )
                 return taken
             except ClientError as exc:
-                if _code(exc) != CONDITION_FAILED:
+                if error_code(exc) != CONDITION_FAILED:
                     raise
         raise LeaseLost(f"lease {key}: could not take it in {_TAKE_ATTEMPTS} attempts (contended)")
 
@@ -252,27 +165,10 @@ class LeaseTable:
         of the same `owner` is this very call's, retried by the SDK after a lost reply: no crash.
         """
         parents = sorted(parent_shard_ids)
-        expression = (
-            "SET leaseOwner = :owner, leaseCounter = if_not_exists(leaseCounter, :zero) + :one, "
-            "checkpoint = if_not_exists(checkpoint, :trim), "
-            "checkpointSubSequenceNumber = if_not_exists(checkpointSubSequenceNumber, :zero), "
-            "ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :one, "
-            "inflightSequenceNumber = :delivery, updatedAt = :now"
-        )
-        values: dict[str, Any] = {
-            ":owner": {"S": owner},
-            ":zero": {"N": "0"},
-            ":one": {"N": "1"},
-            ":trim": {"S": TRIM_HORIZON},
-            ":delivery": {"S": delivery},
-            ":now": self._now(),
-        }
-        if parents:
-            expression += ", parentShardId = if_not_exists(parentShardId, :parents)"
-            values[":parents"] = {"SS": parents}
+        expression, values = codec.begin_update(owner, delivery, parents, codec.stamp(self._clock()))
         old = self._client.update_item(
             TableName=self.table_name,
-            Key=self._key(key),
+            Key=codec.key(key),
             UpdateExpression=expression,
             ExpressionAttributeValues=values,
             ReturnValues="ALL_OLD",
@@ -281,7 +177,7 @@ class LeaseTable:
             return Lease(
                 key, owner, 1, Position(TRIM_HORIZON), 1, frozenset(parents), inflight=delivery
             ), False
-        before = _lease_of(old)
+        before = codec.lease_of(old)
         lease = replace(
             before,
             owner=owner,
@@ -301,10 +197,10 @@ class LeaseTable:
         ended: dict[str, Any] = {}
         removes = ["inflightSequenceNumber"]
         if lease.stalled_since is not None or lease.stalls > 0:
-            removes += _STALL_ATTRIBUTES
+            removes += STALL_ATTRIBUTES
             ended.update(NOT_STALLED)
         if careful_done and lease.careful_span is not None:
-            removes += _CAREFUL_ATTRIBUTES
+            removes += CAREFUL_ATTRIBUTES
             ended.update(NOT_CAREFUL)
         self._fenced(lease, {}, {}, removes)
         return replace(lease, counter=lease.counter + 1, inflight=None, **ended)
@@ -322,19 +218,7 @@ class LeaseTable:
         checkpoint. `started=True`: the lone record's handler starts now (a death from here on
         may be its doing); `returned=True`: it returned (a death now is not its doing); neither:
         a new span, nothing started. `release=True` also removes the in-flight mark."""
-        assignments = {"carefulSpan": ":span"}
-        values: dict[str, Any] = {":span": {"N": str(span)}}
-        removes = ["inflightSequenceNumber"] if release else []
-        if started:
-            assignments["spanStarted"] = ":true"
-        if returned:
-            assignments["spanReturned"] = ":true"
-        if started or returned:
-            values[":true"] = {"BOOL": True}
-        if lease.span_started and not (started or returned):
-            removes.append("spanStarted")
-        if lease.span_returned and not returned:
-            removes.append("spanReturned")
+        assignments, values, removes = codec.careful_update(lease, span, started, returned, release)
         self._fenced(lease, assignments, values, removes)
         return replace(
             lease,
@@ -350,23 +234,8 @@ class LeaseTable:
         first stalled delivery), why, where the mapping retries, how many deliveries in a row."""
         cause = cause[:MAX_ERROR_CHARS] or "-"
         now = self.now()
-        self._fenced(
-            lease,
-            {
-                "stalledSince": "if_not_exists(stalledSince, :at)",
-                "stalledCause": ":cause",
-                "stalledSequence": ":retry",
-                "stalls": "if_not_exists(stalls, :zero) + :one",
-            },
-            {
-                ":at": {"N": f"{now:.3f}"},
-                ":cause": {"S": cause},
-                ":retry": {"S": sequence},
-                ":zero": {"N": "0"},
-                ":one": {"N": "1"},
-            },
-            ["inflightSequenceNumber"] if release else [],
-        )
+        assignments, values = codec.stall_update(cause, sequence, now)
+        self._fenced(lease, assignments, values, ["inflightSequenceNumber"] if release else [])
         return replace(
             lease,
             counter=lease.counter + 1,
@@ -380,7 +249,7 @@ class LeaseTable:
     def note_skipped(self, lease: Lease, skipped: str) -> Lease:
         """Replace `skippedByMapping` with `skipped` (JSON) and end the stall: the mapping has moved
         past the stalled batch."""
-        self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, _STALL_ATTRIBUTES)
+        self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, STALL_ATTRIBUTES)
         return replace(lease, counter=lease.counter + 1, skipped_by_mapping=skipped, **NOT_STALLED)
 
     def start_at(self, key: str, checkpoint: Position) -> bool:
@@ -391,37 +260,17 @@ class LeaseTable:
         """The key attributes of a sink table (DescribeTable, once per table), or None when the
         role may not describe it (then a `Put` is told apart from others by its whole item).
         A table that does not exist raises: the shard stalls on it (`_stalls`)."""
-        if table_name not in self._sink_keys:
-            try:
-                schema = self._client.describe_table(TableName=table_name)["Table"]["KeySchema"]
-            except ClientError as exc:
-                if _code(exc) == "ResourceNotFoundException":
-                    raise
-                if _code(exc) in ("AccessDeniedException", "AccessDenied"):
-                    self._sink_keys[table_name] = None
-                return None  # throttled or unavailable: asked again next time
-            self._sink_keys[table_name] = tuple(str(key["AttributeName"]) for key in schema)
-        return self._sink_keys[table_name]
+        return self._sink_keys(table_name)
 
     def _write_new(self, lease: Lease) -> bool:
-        item = {
-            **self._key(lease.key),
-            "leaseOwner": {"S": lease.owner},
-            "leaseCounter": {"N": "1"},
-            "checkpoint": {"S": lease.checkpoint.sequence},
-            "checkpointSubSequenceNumber": {"N": str(lease.checkpoint.sub_sequence)},
-            "ownerSwitchesSinceCheckpoint": {"N": "0"},
-            "updatedAt": self._now(),
-        }
-        if lease.parent_shard_ids:
-            item["parentShardId"] = {"SS": sorted(lease.parent_shard_ids)}
+        item = codec.new_item(lease, codec.stamp(self._clock()))
         try:
             self._client.put_item(
                 TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(leaseKey)"
             )
             return True
         except ClientError as exc:
-            if _code(exc) != CONDITION_FAILED:
+            if error_code(exc) != CONDITION_FAILED:
                 raise
             return False
 
@@ -447,11 +296,13 @@ class LeaseTable:
         """
         if position <= lease.checkpoint:
             return lease
-        update = self._checkpoint_update(lease, position, release, applied, careful_span)
+        update = codec.checkpoint_update(
+            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span
+        )
         try:
             self._client.update_item(**update)
         except ClientError as exc:
-            if _code(exc) != CONDITION_FAILED:
+            if error_code(exc) != CONDITION_FAILED:
                 return self._confirm_landed(lease, position, exc, applied, careful_span)
             return self._confirm_landed(
                 lease,
@@ -462,7 +313,7 @@ class LeaseTable:
             )
         except Exception as exc:  # timeout, reset: did it land?
             return self._confirm_landed(lease, position, exc, applied, careful_span)
-        return self._advanced(lease, position, release, applied, careful_span)
+        return advanced(lease, position, release, applied, careful_span)
 
     def checkpoint_with(
         self,
@@ -490,7 +341,9 @@ class LeaseTable:
             raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         if position <= lease.checkpoint:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
-        update = self._checkpoint_update(lease, position, release, applied, careful_span)
+        update = codec.checkpoint_update(
+            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span
+        )
         del update["ReturnValues"]
         # Idempotent retries of this very transaction (same lease, position and writes) only.
         identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
@@ -498,22 +351,22 @@ class LeaseTable:
         try:
             self._transact([{"Update": update}, *writes], token[:36])
         except ClientError as exc:
-            if _code(exc) == VALIDATION_EXCEPTION:  # refused before anything was written
+            if error_code(exc) == VALIDATION_EXCEPTION:  # refused before anything was written
                 message = exc.response.get("Error", {}).get("Message", "")
                 self._confirm_held(lease, exc)  # a lost lease comes first: the caller must stop
                 raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from exc
-            if _code(exc) == TRANSACTION_CANCELED:
+            if error_code(exc) == TRANSACTION_CANCELED:
                 reasons = exc.response.get("CancellationReasons") or []
                 codes = [reason.get("Code", "None") for reason in reasons]
                 if codes and codes[0] == CANCELED_BY_CONDITION:
                     return self._confirm_landed(
                         lease, position, LeaseLost(f"lease {lease.key} was taken"), applied, careful_span
                     )
-                _raise_for_sink_writes(reasons, exc)
+                codec.raise_for_sink_writes(reasons, exc)
             return self._confirm_landed(lease, position, exc, applied, careful_span)
         except Exception as exc:
             return self._confirm_landed(lease, position, exc, applied, careful_span)
-        return self._advanced(lease, position, release, applied, careful_span)
+        return advanced(lease, position, release, applied, careful_span)
 
     def _transact(self, items: list[Mapping[str, Any]], token: str) -> None:
         """TransactWriteItems, again (up to `TRANSIENT_ATTEMPTS` times, with jittered backoff) while
@@ -526,7 +379,7 @@ class LeaseTable:
             except ClientError as exc:
                 reasons = exc.response.get("CancellationReasons") or []
                 codes = {str(reason.get("Code", "None")) for reason in reasons}
-                transient = _code(exc) == TRANSACTION_CANCELED and codes <= TRANSIENT_REASONS
+                transient = error_code(exc) == TRANSACTION_CANCELED and codes <= TRANSIENT_REASONS
                 if not transient or attempt == TRANSIENT_ATTEMPTS:
                     raise
                 time.sleep(random.uniform(0, TRANSIENT_BACKOFF_S * 2**attempt))
@@ -547,28 +400,9 @@ class LeaseTable:
         error = error[:MAX_ERROR_CHARS] or "-"
         details = details[:MAX_DETAILS_CHARS] if details else None
         now = self.now()
-        assignments = {
-            "failedSequenceNumber": ":seq",
-            "failedSubSequenceNumber": ":sub",
-            "failedAttempts": ":n",
-            "lastError": ":error",
-            "lastFailureAt": ":at",
-        }
-        values: dict[str, Any] = {
-            ":seq": {"S": position.sequence},
-            ":sub": {"N": str(position.sub_sequence)},
-            ":n": {"N": str(attempts)},
-            ":error": {"S": error},
-            ":at": {"N": f"{now:.3f}"},
-        }
-        removes = ["inflightSequenceNumber"] if release else []
-        if lease.span_started:  # the started handler is accounted for: a death now is not its
-            removes.append("spanStarted")
-        if details:
-            assignments["lastErrorDetails"] = ":details"
-            values[":details"] = {"S": details}
-        elif lease.last_error_details is not None:
-            removes.append("lastErrorDetails")
+        assignments, values, removes = codec.failure_update(
+            lease, position, error, attempts, details, now, release
+        )
         self._fenced(lease, assignments, values, removes)
         return replace(
             lease,
@@ -590,22 +424,11 @@ class LeaseTable:
         """
         try:
             self._client.update_item(
-                TableName=self.table_name,
-                Key=self._key(seen.key),
-                UpdateExpression="SET checkpoint = :end, checkpointSubSequenceNumber = :zero, "
-                "updatedAt = :now",
-                ConditionExpression="checkpoint = :seq AND checkpointSubSequenceNumber = :sub",
-                ExpressionAttributeValues={
-                    ":end": {"S": SHARD_END},
-                    ":zero": {"N": "0"},
-                    ":now": self._now(),
-                    ":seq": {"S": seen.checkpoint.sequence},
-                    ":sub": {"N": str(seen.checkpoint.sub_sequence)},
-                },
+                **codec.shard_end_update(self.table_name, seen, codec.stamp(self._clock()))
             )
             return True
         except ClientError as exc:
-            if _code(exc) == CONDITION_FAILED:
+            if error_code(exc) == CONDITION_FAILED:
                 return False
             raise
 
@@ -620,121 +443,15 @@ class LeaseTable:
     ) -> None:
         """UpdateItem of `lease`'s row under its counter, claiming it (owner, counter + 1): SET
         each attribute to its expression, REMOVE `removes`. `LeaseLost` if the lease was taken."""
-        expression = "SET leaseOwner = :owner, leaseCounter = :next, updatedAt = :now"
-        expression += "".join(f", {name} = {value}" for name, value in assignments.items())
-        removed = list(removes)
-        if removed:
-            expression += " REMOVE " + ", ".join(removed)
+        update = codec.fenced_update(
+            self.table_name, lease, assignments, values, removes, codec.stamp(self._clock())
+        )
         try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key=self._key(lease.key),
-                UpdateExpression=expression,
-                ConditionExpression="leaseCounter = :counter",
-                ExpressionAttributeValues={
-                    ":owner": {"S": lease.owner},
-                    ":next": {"N": str(lease.counter + 1)},
-                    ":now": self._now(),
-                    ":counter": {"N": str(lease.counter)},
-                    **values,
-                },
-            )
+            self._client.update_item(**update)
         except ClientError as exc:
-            if _code(exc) == CONDITION_FAILED:
+            if error_code(exc) == CONDITION_FAILED:
                 raise LeaseLost(f"lease {lease.key} was taken by another owner") from exc
             raise
-
-    def _checkpoint_update(
-        self,
-        lease: Lease,
-        position: Position,
-        release: bool = False,
-        applied: str | None = None,
-        careful_span: int | None = None,
-    ) -> dict[str, Any]:
-        removed = []
-        if lease.failed_at is not None and lease.failed_at <= position:
-            removed += ["failedSequenceNumber", "failedSubSequenceNumber", "failedAttempts", "lastError"]
-            removed += ["lastFailureAt", "lastErrorDetails"]
-        if release:
-            removed.append("inflightSequenceNumber")
-        if lease.stalled_since is not None or lease.stalls:
-            removed += _STALL_ATTRIBUTES
-        if lease.span_started:
-            removed.append("spanStarted")
-        if lease.span_returned:
-            removed.append("spanReturned")
-        expression = (
-            "SET checkpoint = :seq, checkpointSubSequenceNumber = :sub, "
-            "ownerSwitchesSinceCheckpoint = :zero, updatedAt = :now, "
-            "leaseOwner = :owner, leaseCounter = :next"
-        )
-        values: dict[str, Any] = {}
-        if careful_span is not None:
-            expression += ", carefulSpan = :span"
-            values[":span"] = {"N": str(careful_span)}
-        elif lease.careful_span is not None:
-            removed.append("carefulSpan")
-        if applied is not None and applied != (lease.applied_aggregates or ""):
-            if applied:
-                expression += ", appliedAggregates = :applied"
-                values[":applied"] = {"S": applied}
-            else:
-                removed.append("appliedAggregates")
-        if removed:
-            expression += " REMOVE " + ", ".join(removed)
-        return {
-            "TableName": self.table_name,
-            "Key": self._key(lease.key),
-            "UpdateExpression": expression,
-            "ConditionExpression": "leaseCounter = :counter AND checkpoint = :old_seq "
-            "AND checkpointSubSequenceNumber = :old_sub",
-            "ExpressionAttributeValues": {
-                ":seq": {"S": position.sequence},
-                ":sub": {"N": str(position.sub_sequence)},
-                ":zero": {"N": "0"},
-                ":now": self._now(),
-                ":counter": {"N": str(lease.counter)},
-                ":owner": {"S": lease.owner},
-                ":next": {"N": str(lease.counter + 1)},
-                ":old_seq": {"S": lease.checkpoint.sequence},
-                ":old_sub": {"N": str(lease.checkpoint.sub_sequence)},
-                **values,
-            },
-            "ReturnValues": "NONE",
-        }
-
-    def _advanced(
-        self,
-        lease: Lease,
-        position: Position,
-        release: bool = False,
-        applied: str | None = None,
-        careful_span: int | None = None,
-    ) -> Lease:
-        if lease.failed_at is not None and lease.failed_at <= position:
-            lease = replace(
-                lease,
-                failed_at=None,
-                failed_attempts=0,
-                last_error=None,
-                failed_time=None,
-                last_error_details=None,
-            )
-        if release:
-            lease = replace(lease, inflight=None)
-        if applied is not None:
-            lease = replace(lease, applied_aggregates=applied or None)
-        return replace(
-            lease,
-            counter=lease.counter + 1,
-            checkpoint=position,
-            owner_switches=0,
-            careful_span=careful_span,
-            span_started=False,
-            span_returned=False,
-            **NOT_STALLED,
-        )
 
     def _confirm_held(self, lease: Lease, error: Exception) -> None:
         """Raise `LeaseLost` if the row shows `lease` was taken since."""
@@ -757,26 +474,13 @@ class LeaseTable:
             lease.owner,
             position,
         ):  # it landed; the reply was lost
-            return self._advanced(lease, position, stored.inflight is None, applied, careful_span)
+            return advanced(lease, position, stored.inflight is None, applied, careful_span)
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
         raise error
 
-    def _key(self, key: str) -> dict[str, Any]:
-        return {"leaseKey": {"S": key}}
 
-    def _now(self) -> dict[str, str]:
-        return {"N": str(int(self._clock()))}
+if TYPE_CHECKING:  # mypy proves the DynamoDB table is a `LeaseStore`, as the in-memory one is
 
-
-def _raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientError) -> None:
-    """`SinkConflict` or `SinkRejected` naming the sink writes a cancelled transaction blames
-    (reason 0 is the checkpoint's); nothing if the cancellation was not about them."""
-    codes = [str(reason.get("Code", "None")) for reason in reasons]
-    failed = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_BY_CONDITION)
-    if failed:
-        why = tuple(str(reasons[index + 1].get("Message", CANCELED_BY_CONDITION)) for index in failed)
-        raise SinkConflict(f"sink writes {list(failed)} failed their condition", failed, why) from error
-    invalid = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_AS_INVALID)
-    if invalid:
-        raise SinkRejected(f"DynamoDB refused sink writes {list(invalid)} as invalid", invalid) from error
+    def _is_a_lease_store(table: LeaseTable) -> LeaseStore:
+        return table

@@ -41,7 +41,7 @@ from shardline.kinesis._positions import TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only
     from shardline.consumer._consumer import KinesisConsumer
-    from shardline.consumer._leases import Lease
+    from shardline.consumer._lease_store import Lease
     from shardline.protocols import KinesisReadClient, LambdaContext
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
-from shardline.consumer._leases import Lease, LeaseTable
+from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.kinesis._positions import SHARD_END
 from shardline.kinesis._shard_map import HashRange
 
@@ -34,7 +34,7 @@ _PROBE_PAGES = 20
 class ShardLineage:
     """Parents, hash ranges and parent completion, from ListShards and the lease table."""
 
-    def __init__(self, kinesis: KinesisReadClient, table: LeaseTable) -> None:
+    def __init__(self, kinesis: KinesisReadClient, table: LeaseStore) -> None:
         self._kinesis = kinesis
         self._table = table
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard

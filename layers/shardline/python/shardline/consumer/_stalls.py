@@ -16,7 +16,7 @@ import random
 from botocore.exceptions import ClientError
 
 from shardline.consumer._failure_text import failure_text
-from shardline.consumer._leases import MAX_ERROR_CHARS
+from shardline.consumer._lease_store import MAX_ERROR_CHARS
 from shardline.errors import DependencyUnavailable
 
 #: The longest wait between two deliveries of a stalled shard, and of a failing record (before

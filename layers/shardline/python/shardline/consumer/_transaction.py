@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from shardline.consumer._deaggregation import ConsumedRecord
-from shardline.consumer._leases import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS
+from shardline.consumer._lease_store import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS
 from shardline.consumer._once import GUARD_ATTRIBUTES, is_once_guard
 from shardline.consumer._settings import Writes
 

@@ -1,5 +1,9 @@
 """An in-memory lease table: `LeaseTable`'s semantics without DynamoDB, for fast handler tests.
 
+`InMemoryLeaseTable` implements `shardline.consumer.LeaseStore`, the protocol `LeaseTable` (the
+DynamoDB table) implements too; it does not subclass `LeaseTable`, and the same tests run
+against both (tests/unit/consumer/test_lease_stores.py).
+
 Rows live in a dict; every write is fenced exactly as in `LeaseTable` (conditional on the stored
 `leaseCounter`, which it increments; checkpoints compare-and-swap on the stored position and only
 move forward), and `checkpoint_with` applies the sink writes to in-memory tables in the same step
@@ -21,19 +25,22 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from shardline.consumer._leases import (
+from shardline.consumer._lease_store import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
     MAX_TRANSACTION_ITEMS,
+    NO_FAILURE,
     NOT_CAREFUL,
     NOT_STALLED,
     Lease,
-    LeaseTable,
 )
+
+if TYPE_CHECKING:
+    from shardline.consumer._lease_store import LeaseStore
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing._sink_tables import Item, SinkTables
@@ -74,15 +81,8 @@ class LeaseWrite(StrEnum):
     SHARD_END = "shard end"  # UpdateItem setting a parent's checkpoint to SHARD_END
 
 
-class _NoClient:
-    """Stands where `LeaseTable` keeps its DynamoDB client: nothing here may reach one."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"InMemoryLeaseTable called DynamoDB's {name}: a method is missing")
-
-
-class InMemoryLeaseTable(LeaseTable):
-    """A `LeaseTable` whose rows and sink tables are kept in memory.
+class InMemoryLeaseTable:
+    """A `LeaseStore` whose rows and sink tables are kept in memory, as `LeaseTable` keeps them in DynamoDB.
 
     `key_schema` names the key attributes of each sink table a handler `Put`s into, e.g.
     `{"orders": ["id"]}`; declared, it is also checked against the keys of `Update`, `Delete`
@@ -97,10 +97,9 @@ class InMemoryLeaseTable(LeaseTable):
         key_schema: Mapping[str, Sequence[str]] = {},
         start: float | None = None,
     ) -> None:
+        self.table_name = table_name
         self._virtual_now = time.time() if start is None else start
         self.slept = 0.0  # seconds the consumer waited on this table's clock
-        # the client is never called; the clock is virtual
-        super().__init__(_NoClient(), table_name, clock=self._read_clock, sleep=self._move_clock)
         self._rows: dict[str, Lease] = {}
         self._sinks = SinkTables(key_schema)
         self._faults: dict[str, list[tuple[BaseException, bool]]] = {}
@@ -144,12 +143,15 @@ class InMemoryLeaseTable(LeaseTable):
             key, owner, current.counter if current else 1, checkpoint, applied_aggregates=applied_aggregates
         )
 
-    def _read_clock(self) -> float:
+    def now(self) -> float:
+        """The virtual clock (epoch seconds): it moves only when the consumer sleeps."""
         return self._virtual_now
 
-    def _move_clock(self, seconds: float) -> None:
-        self._virtual_now += seconds
-        self.slept += seconds
+    def sleep(self, seconds: float) -> None:
+        """Move the virtual clock on by `seconds`, without waiting (counted in `slept`)."""
+        if seconds > 0:
+            self._virtual_now += seconds
+            self.slept += seconds
 
     def sink_key(self, table_name: str) -> tuple[str, ...] | None:
         """The declared key attributes of a sink table (as `LeaseTable` learns them with DescribeTable)."""
@@ -174,7 +176,7 @@ class InMemoryLeaseTable(LeaseTable):
             )
         self._faults.setdefault(operation, []).append((error, landed))
 
-    # -- LeaseTable ---------------------------------------------------------------------------
+    # -- LeaseStore ---------------------------------------------------------------------------
 
     def get(self, key: str) -> Lease | None:
         def read() -> Lease | None:
@@ -496,7 +498,7 @@ class InMemoryLeaseTable(LeaseTable):
             **NOT_STALLED,
         }
         if lease.failed_at is not None and lease.failed_at <= position:
-            moved.update(_NO_FAILURE)
+            moved.update(NO_FAILURE)
         advanced = replace(lease, **moved)
         if applied is not None:
             advanced = replace(advanced, applied_aggregates=applied or None)
@@ -515,10 +517,7 @@ class InMemoryLeaseTable(LeaseTable):
         return advanced
 
 
-_NO_FAILURE: dict[str, Any] = {
-    "failed_at": None,
-    "failed_attempts": 0,
-    "last_error": None,
-    "failed_time": None,
-    "last_error_details": None,
-}
+if TYPE_CHECKING:  # mypy proves the in-memory table is a `LeaseStore`, as the DynamoDB one is
+
+    def _is_a_lease_store(table: InMemoryLeaseTable) -> LeaseStore:
+        return table

@@ -2,7 +2,7 @@
 
 TransactWriteItems of 100 sink-shaped Puts (as functions/event_sink writes) and of 100
 `ADD #count :one` Updates on distinct keys (as functions/key_counter writes), from 1 and 4
-threads, on a fresh `local.endpoint.Endpoint`; items/s.
+threads, on a fresh `local.endpoint.handle.Endpoint`; items/s.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def _counter_update(table: str, thread: int, index: int) -> dict[str, Any]:
 
 def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
     """Items/s written by TransactWriteItems of 100 entries, from 1 and 4 threads, for `seconds` each."""
-    from local.endpoint import Endpoint
-    from local.provision import client
+    from local.app.provision import client
+    from local.endpoint.handle import Endpoint
 
     results: dict[str, dict[int, float]] = {"sink puts": {}, "counter updates": {}}
     with Endpoint(port=0) as endpoint:
@@ -77,7 +77,7 @@ def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
 
 
 def _transact_rate(url: str, threads: int, seconds: float, entries: Any) -> float:
-    from local.provision import client
+    from local.app.provision import client
 
     written = [0] * threads
     offset = time.monotonic_ns()  # distinct sink keys per measurement

@@ -21,7 +21,7 @@ from typing import Any
 import boto3
 import botocore.config
 
-from local.endpoint import Endpoint
+from local.endpoint.handle import Endpoint
 
 MiB = 1024 * 1024
 SHARDS = 4

@@ -16,7 +16,7 @@ process on free ports (run from a temporary folder, so its `.local/up.pid` never
    process's `/_shardline/runtime`; polling the sinks would load the endpoint it measures), as
    seconds after the last POST answer and records/s from the first POST; then `wait_and_verify`'s
    verdict (lost, duplicated, counts);
-4. DynamoDB alone, on a fresh `local.endpoint.Endpoint`: TransactWriteItems of 100 sink-shaped Puts
+4. DynamoDB alone, on a fresh `local.endpoint.handle.Endpoint`: TransactWriteItems of 100 sink-shaped Puts
    (as functions/event_sink writes) and of 100 `ADD #count :one` Updates on distinct keys (as
    functions/key_counter writes), from 1 and 4 threads, items/s.
 Where the time goes is in the details: CPU seconds per process of the runtime during the send and
@@ -98,7 +98,7 @@ def _bytes_written(endpoint_url: str) -> int:
 
 def _record_bytes(report: Any) -> float:
     """Mean data + partition key bytes of the run's records (what Kinesis's 1 MiB/s counts)."""
-    from local.send import partition_key
+    from local.commands.send import partition_key
 
     keys = [len(partition_key(report.run_id, index).encode()) for index in range(report.keys)]
     return float(report.size + statistics.fmean(keys))
@@ -106,7 +106,7 @@ def _record_bytes(report: Any) -> float:
 
 def _send(up: UpProcess, count: int, concurrency: int) -> tuple[Any, dict[str, Any]]:
     """`send` with the endpoint's Kinesis byte counter sampled every 0.2 s; the report and figures."""
-    from local.send import send
+    from local.commands.send import send
 
     samples = [(time.monotonic(), _bytes_written(up.endpoint_url))]
     done = threading.Event()
@@ -178,8 +178,8 @@ def _await_checkpoints(up: UpProcess, written: int, timeout: float) -> dict[str,
 
 def ingest_and_drain(cdk_out: Path, workdir: Path, count: int, concurrency: int) -> dict[str, Any]:
     """The long run on a fresh runtime: send, the Kinesis counters, every group's drain, the verdict."""
-    from local.template import load
-    from local.verify import wait_and_verify
+    from local.app.template import load
+    from local.commands.verify import wait_and_verify
 
     with UpProcess(cdk_out, workdir) as up:
         up.start()

@@ -1,6 +1,6 @@
 """The producer under a backlog, against Kinesis's per-shard write limits (issue 9).
 
-A moto server on loopback stands in for Kinesis, behind `local.faults.ShardLimitedKinesis`,
+A moto server on loopback stands in for Kinesis, behind `local.chaos.faults.ShardLimitedKinesis`,
 which enforces 1,000 records/s and 1 MiB/s per shard as Kinesis does (one-second buckets,
 partition-key bytes counted, per-record ProvisionedThroughputExceededException). Each scenario
 puts a whole backlog with one `put_many` and reports, over the send phase (first request to
@@ -30,7 +30,7 @@ from typing import Any
 
 import boto3
 
-from local.faults import ShardLimitedKinesis
+from local.chaos.faults import ShardLimitedKinesis
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer, ProducerConfig
 

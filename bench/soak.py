@@ -7,7 +7,7 @@ It runs `python -m local up --chaos PROFILE` as a child (as a user would, on fre
 `--count` records through the REST API — each with an id, each request with an `Idempotency-Key`,
 and every request that failed as a whole (no answer, a 5xx, `--lose-replies` of the answers
 dropped after the write) posted again as it was — waits for every consumer group, and proves the
-verdict by identity (`local.verify`: 0 lost, 0 duplicate effects, counts exact, poison whole in its
+verdict by identity (`local.commands.verify`: 0 lost, 0 duplicate effects, counts exact, poison whole in its
 DLQ, every accepted record at the sequence number the API answered), printing the Kinesis-level
 duplicates it read in the stream (aggregate copies of producer resends, records re-posted into the
 stream again): above zero, they show the consumers' dedup kept the sinks exact. Meanwhile, every
@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.up_process import UpProcess, get_json, rss_bytes
-from local.chaos import PROFILE_NAMES
-from local.send import send
-from local.status import collect, injected_faults
-from local.template import load
-from local.verify import wait_and_verify
+from local.app.template import load
+from local.chaos.profiles import PROFILE_NAMES
+from local.commands.send import send
+from local.commands.status import collect, injected_faults
+from local.commands.verify import wait_and_verify
 
 MiB = 1024 * 1024
 FLAT_SHARE, FLAT_SLACK = 0.10, 32 * MiB

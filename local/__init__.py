@@ -1,22 +1,21 @@
 """The local runtime: the synthesized app on one machine, on loopback (`python -m local up`).
 
-- `template`: cdk.out -> the app (`model.LocalApp`): nothing declared twice.
-- `provision`: its streams, tables, queues and buckets, created on the endpoint.
-- `endpoint`: one AWS endpoint (moto in process; `kinesis_fixes` then `kinesis_responses`,
-  `limits`, `dynamodb_fixes`).
-- `workers`: each function in warm worker processes, as Lambda runs them.
-- `apigw`: the REST API, as API Gateway serves it (SigV4, resource policy and keys in
-  `_apigw_access`, validator, throttling); `_http`: the request and response types it shares with
-  the routes beside it (the dashboard).
-- `esm`: the Kinesis event-source mappings, as Lambda polls (`_esm_shard`: one shard's poller, which
-  sees its mapping through a `Runner` protocol).
-- `runtime`: all of the above, started and stopped together.
-- `send`, `verify`, `status`: the commands: load, the end-to-end verdict, what the app holds. They
-  read the functions' environments through `shardline.aws_lambda`'s contract (`_environments`).
-- `faults`: fault injection for a Kinesis client (tests and benchmarks).
-- `chaos`, `endpoint_chaos`: chaos profiles, injected at the endpoint and in the workers.
-- `service_metrics`: the Kinesis and DynamoDB metrics AWS would publish, from the endpoint.
+One package per emulated service, as moto and LocalStack arrange theirs; each depends only on the
+ones below it (pyproject's import contract, `make lint`):
+
+- `__main__`: the command line (`up`, `status`, `send`, `redrive`).
+- `runtime`: the whole app, started and stopped together.
+- `commands`: `status`, `send` and its verdict (`verify`), `redrive`: clients of a running app.
+- `lambda_`: functions in warm worker processes, and the Kinesis event-source mappings (`esm`).
+- `apigw`: the REST API, as API Gateway serves it (SigV4, resource policy, keys, validator, throttling).
+- `endpoint`: one AWS endpoint (moto in a child process; `kinesis` and `dynamodb` corrected, the
+  metrics AWS would publish, the endpoint's part of chaos).
 - `cloudwatch`: metrics, alarms and the dashboard's data, in the runtime's process.
+- `app`: the synthesized app (`model`, `template`), its resources created (`provision`), the
+  functions' environments read through `shardline.aws_lambda`'s contract (`environments`).
+- `chaos`: chaos profiles (what goes wrong, how often, when) and a faulty Kinesis client.
+- `_http` (the request and response types shared by the API and the dashboard) and `limits` (the
+  per-shard throughput limits every enforcer counts with): below all of them.
 
 No two modules import each other, even lazily (pyproject's import contract, `make lint`).
 """

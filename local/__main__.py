@@ -20,11 +20,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from local import model
-from local.chaos import PROFILE_NAMES, ProfileError, load_profile
+from local.app import model
+from local.app.template import load, unsupported_reason
+from local.chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
 from local.cloudwatch.monitor import DASHBOARD_ROUTE
 from local.runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
-from local.template import load, unsupported_reason
 
 STATE_DIR = Path(".local")
 PID_FILE = STATE_DIR / "up.pid"
@@ -245,7 +245,7 @@ def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from local.status import collect, render
+    from local.commands.status import collect, render
 
     app, endpoint_url, _ = _local_app(args)
     report = collect(app, endpoint_url=endpoint_url, api_base=f"http://127.0.0.1:{args.api_port}")
@@ -257,10 +257,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
-    from local._send_shapes import ShapeError, parse_size
-    from local.send import send
-    from local.status import groups_line
-    from local.verify import wait_and_verify
+    from local.commands.send import send
+    from local.commands.send_shapes import ShapeError, parse_size
+    from local.commands.status import groups_line
+    from local.commands.verify import wait_and_verify
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
@@ -288,7 +288,7 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _redrive(args: argparse.Namespace) -> int:
-    from local.redrive import RedriveError, redrive_group
+    from local.commands.redrive import RedriveError, redrive_group
 
     app, endpoint_url, _ = _local_app(args)
     try:
@@ -306,10 +306,10 @@ def _first_api_key(app: model.LocalApp) -> str | None:
 
 def _first_stream_route(app: model.LocalApp) -> str:
     """The producer's name for the first stream (its SHARDLINE_STREAMS key, e.g. "events")."""
-    from local import _environments
+    from local.app import environments
 
     for function in app.functions:
-        routes = _environments.routes(function)
+        routes = environments.routes(function)
         if routes:
             return next(iter(routes))
     raise SystemExit("no producer function (SHARDLINE_STREAMS) in this app")

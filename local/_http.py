@@ -1,5 +1,5 @@
 """The HTTP request and response of the local API server, below both of its users: the API Gateway
-emulator (`local.apigw`) and the routes added beside the API (the dashboard, `local.cloudwatch`)."""
+emulator (`local.apigw.server`) and the routes added beside the API (the dashboard, `local.cloudwatch`)."""
 
 from __future__ import annotations
 

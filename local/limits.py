@@ -6,7 +6,7 @@ GetRecords calls a second (a one-second bucket too) and 2 MiB a second, metered 
 that returns `n` bytes holds the shard's reads back for `n / 2 MiB` seconds, so a 10 MiB answer
 refuses the calls of the next 5 seconds, as the service documents.
 
-`local.faults.ShardLimitedKinesis` (client side) and the local endpoint (server side, for every
+`local.chaos.faults.ShardLimitedKinesis` (client side) and the local endpoint (server side, for every
 client) both count with `ShardLimits`; keys are whatever identifies a shard to the caller,
 e.g. `(stream, shard_id)`. Thread-safe.
 """

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import model
-from local.apigw import ApiServer, HttpRequest, HttpResponse
-from local.chaos import ChaosProfile
+from local._http import HttpRequest, HttpResponse
+from local.apigw.server import ApiServer
+from local.app import model
+from local.app.provision import provision
+from local.app.template import load
+from local.chaos.profiles import ChaosProfile
 from local.cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
-from local.endpoint import Endpoint
-from local.esm import MappingRunner
-from local.provision import provision
-from local.template import load
-from local.workers import Functions
+from local.endpoint.handle import Endpoint
+from local.lambda_.esm.runner import MappingRunner
+from local.lambda_.workers import Functions
 
 DEFAULT_ENDPOINT_PORT = 4566
 DEFAULT_API_PORT = 3000

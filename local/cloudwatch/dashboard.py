@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from local import model
+from local.app import model
 from local.cloudwatch.insights import InsightsError, parse
 from local.cloudwatch.metrics import MetricId, MetricStore
 from local.cloudwatch.sources import LogEvent

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from local import model
+from local.app import model
 from local.cloudwatch.sources import LogEvent
 
 __all__ = ["InsightsError", "Query", "parse"]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from local import model
 from local._http import HttpRequest, HttpResponse
+from local.app import model
 from local.cloudwatch.alarms import Alarm, AlarmError
 from local.cloudwatch.dashboard import Dashboard
 from local.cloudwatch.metrics import MetricStore

@@ -3,10 +3,10 @@
     collector = Collector(store, app, endpoint_url=..., log_dir=...).start()   # one thread
     collector.log_events                                                       # for the log widget
 
-- **Function logs**: each function's log file (`local.workers` writes it) is read as CloudWatch
+- **Function logs**: each function's log file (`local.lambda_.workers` writes it) is read as CloudWatch
   Logs ingests it. An EMF line's metrics go to the store (`local.cloudwatch.emf`); every line is
   kept as a log event (the last `MAX_LOG_EVENTS`), JSON lines with their fields, for Logs Insights.
-- **The endpoint's service metrics**: Kinesis and DynamoDB (`local.service_metrics`), by cursor.
+- **The endpoint's service metrics**: Kinesis and DynamoDB (`local.endpoint.service_metrics`), by cursor.
 - **Queue depths**: SQS's ApproximateNumberOfMessagesVisible and ...NotVisible per queue, read
   every `QUEUE_EVERY_S` (SQS publishes them once a minute; more often shows a DLQ filling sooner).
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import model
+from local.app import model
 from local.cloudwatch.emf import EmfError, extract, is_emf
 from local.cloudwatch.metrics import MetricId, MetricStore
 
@@ -132,7 +132,7 @@ class Collector:
             return
         self._queues_read_at = time.time()
         if self._sqs is None:
-            from local.provision import client  # an observer's client: chaos never touches it
+            from local.app.provision import client  # an observer's client: chaos never touches it
 
             self._sqs = client("sqs", self.endpoint_url, retries={"max_attempts": 1})
         sqs = self._sqs

@@ -54,7 +54,7 @@ TOML_BLOCKS = _blocks("toml")
 
 @pytest.mark.parametrize(("line", "code"), TOML_BLOCKS, ids=[f"line-{line}" for line, _ in TOML_BLOCKS])
 def test_toml_example_is_a_valid_chaos_profile(line: int, code: str, tmp_path: Path) -> None:
-    from local.chaos import load_profile
+    from local.chaos.profiles import load_profile
 
     path = tmp_path / "profile.toml"
     path.write_text(code)

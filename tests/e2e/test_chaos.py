@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from local.chaos import KILL_POINTS, load_profile
+from local.chaos.profiles import KILL_POINTS, load_profile
+from local.commands.send import send
+from local.commands.status import collect, injected_faults
+from local.commands.verify import wait_and_verify
 from local.runtime import Runtime
-from local.send import send
-from local.status import collect, injected_faults
-from local.verify import wait_and_verify
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]

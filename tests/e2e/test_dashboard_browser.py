@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from local._http import HttpRequest
-from local.chaos import load_profile
+from local.app.template import load
+from local.chaos.profiles import load_profile
 from local.cloudwatch.metrics import MetricId
 from local.cloudwatch.monitor import Monitor
+from local.commands.send import send
 from local.runtime import Runtime
-from local.send import send
-from local.template import load
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -13,11 +13,11 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from local import model
-from local.provision import client
-from local.send import send
-from local.status import consumer_groups
-from local.verify import wait_and_verify
+from local.app import model
+from local.app.provision import client
+from local.commands.send import send
+from local.commands.status import consumer_groups
+from local.commands.verify import wait_and_verify
 
 # Whole-pipeline runs drain through the emulated DynamoDB: minutes on a loaded 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from app import CDK_JSON, build
-from local._send_http import Client
+from local.commands.send import send
+from local.commands.send_http import Client
+from local.commands.verify import wait_and_verify
 from local.runtime import Runtime
-from local.send import send
-from local.verify import wait_and_verify
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]

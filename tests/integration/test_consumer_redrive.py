@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from local._esm_batches import on_failure_message
+from local.lambda_.esm.batches import on_failure_message
 from shardline.consumer import (
     ConsumedRecord,
     DeadLetterQueue,

@@ -7,7 +7,7 @@ import random
 import pytest
 from botocore.exceptions import ClientError
 
-from local.faults import THROTTLED, FaultyKinesis
+from local.chaos.faults import THROTTLED, FaultyKinesis
 from tests.support.integration import create_stream, kinesis_client, read_stream, unique_stream_name
 
 

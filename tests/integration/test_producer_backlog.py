@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from local.faults import ShardLimitedKinesis, client_error
+from local.chaos.faults import ShardLimitedKinesis, client_error
 from shardline.errors import EXPIRED, MALFORMED_RESPONSE, BufferFull
 from shardline.kinesis import UserRecord, hash_key
 from shardline.producer import Producer, ProducerConfig
@@ -435,7 +435,7 @@ def test_four_threads_putting_and_flushing_at_once_lose_nothing_and_keep_key_ord
 
 
 def test_the_tokens_of_a_request_that_failed_as_a_whole_are_given_back(stream):
-    from local.faults import FaultyKinesis
+    from local.chaos.faults import FaultyKinesis
 
     client, name = stream
     faulty = FaultyKinesis(client)

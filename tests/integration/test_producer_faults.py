@@ -1,6 +1,6 @@
 """Injected faults against real servers: each outcome follows the retrier's table, with history.
 
-`FaultyKinesis` (local/faults.py) wraps a loopback client: the entries it fails never reach the
+`FaultyKinesis` (local/chaos/faults.py) wraps a loopback client: the entries it fails never reach the
 server, everything else really lands, and the tests read the stream back to prove it.
 """
 
@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from local.faults import THROTTLED, FaultyKinesis
+from local.chaos.faults import THROTTLED, FaultyKinesis
 from shardline.errors import COUNT_MISMATCH, EXPIRED
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer, ProducerConfig

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from local.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
+from local.chaos.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
 from shardline.errors import InvalidRecord
 from shardline.kinesis import UserRecord, md5_hash_key, validate
 from tests.support.integration import (

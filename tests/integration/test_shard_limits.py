@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from local.faults import THROTTLED, FaultyKinesis, ShardLimitedKinesis
+from local.chaos.faults import THROTTLED, FaultyKinesis, ShardLimitedKinesis
 from tests.support.integration import (
     create_stream,
     kinesis_client,

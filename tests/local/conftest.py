@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from local.endpoint import Endpoint
+from local.endpoint.handle import Endpoint
 
 
 def _endpoint(log: Path, *, limits: bool) -> Iterator[str]:

@@ -13,8 +13,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from local.apigw import ApiServer
-from local.model import InvokeResult, Method, RestApi
+from local.apigw.server import ApiServer
+from local.app.model import InvokeResult, Method, RestApi
 
 # The producer's model as `cdk synth` renders it (cdk.out, AWS::ApiGateway::Model "Records").
 RECORDS_MODEL = {

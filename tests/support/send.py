@@ -26,10 +26,10 @@ from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
-from local import model
-from local.provision import client
-from local.send import SendReport, send
-from local.verify import wait_and_verify
+from local.app import model
+from local.app.provision import client
+from local.commands.send import SendReport, send
+from local.commands.verify import wait_and_verify
 from shardline.kinesis import UserRecord
 from shardline.kpl._encode import encode
 from shardline.kpl._identity import AggregateId, new_producer_id

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from local.model import ACCOUNT, Function
-from local.workers import Functions
+from local.app.model import ACCOUNT, Function
+from local.lambda_.workers import Functions
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_FUNCTIONS = Path(__file__).resolve().parents[1] / "local" / "functions"  # test functions, as folders
@@ -66,7 +66,7 @@ def wait_until(condition: Callable[[], bool], deadline_s: float = GONE_DEADLINE_
 
 
 def worker_children() -> list[int]:
-    """Processes whose parent is this one and that run local/_worker.py."""
+    """Processes whose parent is this one and that run local/lambda_/worker.py."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

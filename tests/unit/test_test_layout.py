@@ -48,3 +48,30 @@ def test_no_fixture_is_imported_to_be_shadowed():
     marked = [str(path.relative_to(TESTS)) for path in TESTS.rglob("*.py") if "F811" in path.read_text()
               and path.name != "test_test_layout.py"]  # fmt: skip
     assert not marked, marked
+
+
+def _code_folder(test_folder: Path) -> Path | None:
+    """The code folder a folder of tests mirrors: tests/<kind>/<path> -> the package at <path>, where
+    tests/local/... mirrors local/..., and tests/unit/... mirrors the library, local/ or bench/."""
+    kind, *path = test_folder.relative_to(TESTS).parts
+    repo = TESTS.parent
+    if not path or kind not in {"unit", "local"}:
+        return None
+    if kind == "local":
+        return repo / "local" / Path(*path)
+    if path[0] in {"local", "bench"}:
+        return repo / Path(*path)
+    return repo / "layers" / "shardline" / "python" / "shardline" / Path(*path)
+
+
+def test_test_folders_mirror_the_code_folders():
+    """Beneath a suite kind, a folder of tests is named after the package it tests (tests/local/lambda_/esm
+    tests local/lambda_/esm), so a newcomer finds a module's tests by its path."""
+    folders = {module.parent for module in TESTS.rglob("test_*.py")}
+    assert TESTS / "local" / "lambda_" / "esm" in folders, "the check looks in the wrong place"
+    unmatched = sorted(
+        str(folder.relative_to(TESTS))
+        for folder in folders
+        if (code := _code_folder(folder)) is not None and not (code / "__init__.py").exists()
+    )
+    assert not unmatched, f"no package of that name to mirror: {unmatched}"

@@ -1,6 +1,6 @@
 """Purpose-built functions for the event-source-mapping tests, and the invoker that runs them.
 
-`CallableInvoker` implements `local.model.Invoker` around plain Python callables: it is the mapping
+`CallableInvoker` implements `local.app.model.Invoker` around plain Python callables: it is the mapping
 runner's collaborator (the real one runs workers in processes), not the thing under test. It
 round-trips every event and answer through JSON, as the process boundary does, and keeps a log of
 the invocations for the tests to read.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from local.model import InvokeResult
+from local.app.model import InvokeResult
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from local import model
-from local.provision import client as local_client
+from local.app import model
+from local.app.provision import client as local_client
 
 THROTTLED = "ProvisionedThroughputExceededException"
 

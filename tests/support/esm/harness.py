@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from local import model
-from local.esm import MappingRunner
-from local.model import EventSourceMapping
+from local.app import model
+from local.app.model import EventSourceMapping
+from local.lambda_.esm.runner import MappingRunner
 
 FUNCTION = "esm-test-function"
 ROLE_ARN = f"arn:aws:iam::{model.ACCOUNT}:role/esm-test-role"

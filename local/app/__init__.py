@@ -1,0 +1,8 @@
+"""The app as synthesized: what the local runtime reads from `cdk.out` and creates on the endpoint.
+
+- `model`: the app's parts (streams, tables, functions, mappings, REST APIs), declared once.
+- `template` (+ `template_api` for the REST API): the synthesized template read into a `model.LocalApp`.
+- `provision`: its streams, tables, queues and buckets created on the endpoint; `client()` for any
+  service on it.
+- `environments`: the functions' environments, read through `shardline.aws_lambda`'s contract.
+"""

@@ -1,0 +1,188 @@
+"""What the local runtime runs: the app as read from the synthesized template, nothing declared twice.
+
+`local.app.template.load()` builds a `LocalApp` from `cdk.out/<stack>.template.json`; every other module
+of the runtime (endpoint, workers, API, event-source mappings, CLI) works from these records, so
+a test can also build one by hand around a purpose-built function.
+
+Names follow the usual local conventions: account `000000000000`, region `us-east-1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+ACCOUNT = "000000000000"
+REGION = "us-east-1"
+ACCESS_KEY = "test"
+SECRET_KEY = "test"
+
+
+def stream_arn(name: str) -> str:
+    return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{name}"
+
+
+def function_arn(name: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+
+
+def queue_arn(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+def queue_url(endpoint_url: str, name: str) -> str:
+    return f"{endpoint_url}/{ACCOUNT}/{name}"
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An `AWS::Kinesis::Stream`."""
+
+    logical_id: str
+    name: str
+    shard_count: int
+    retention_hours: int = 24
+
+    @property
+    def arn(self) -> str:
+        return stream_arn(self.name)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A table, queue or bucket: created on the endpoint from its template properties."""
+
+    logical_id: str
+    type: str  # "AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::S3::Bucket"
+    name: str
+    properties: dict[str, Any] = field(default_factory=dict)  # resolved to local names
+
+
+@dataclass(frozen=True)
+class Function:
+    """An `AWS::Lambda::Function`, as a worker process runs it."""
+
+    logical_id: str
+    name: str
+    handler: str  # "module.attribute", imported from code_dir
+    code_dir: Path
+    layer_dirs: tuple[Path, ...] = ()  # each holds `python/`, put on sys.path before code_dir's deps
+    timeout_seconds: int = 3
+    memory_mb: int = 128
+    environment: dict[str, str] = field(default_factory=dict)  # resolved; no endpoint settings yet
+    role_arn: str = f"arn:aws:iam::{ACCOUNT}:role/local"
+    reserved_concurrency: int | None = None
+    log_group: str = ""
+    log_format: str = "Text"  # LoggingConfig.LogFormat: "Text" or "JSON" (Lambda's advanced logging)
+
+    @property
+    def arn(self) -> str:
+        return function_arn(self.name)
+
+
+@dataclass(frozen=True)
+class EventSourceMapping:
+    """An `AWS::Lambda::EventSourceMapping` from a Kinesis stream, with Lambda's defaults."""
+
+    logical_id: str
+    uuid: str
+    function_name: str
+    stream_name: str
+    batch_size: int = 100
+    batching_window_seconds: float = 0
+    starting_position: str = "LATEST"  # LATEST | TRIM_HORIZON | AT_TIMESTAMP
+    starting_position_timestamp: float | None = None
+    report_batch_item_failures: bool = False
+    bisect_on_error: bool = False
+    maximum_retry_attempts: int = -1  # -1: until the record expires
+    maximum_record_age_seconds: int = -1  # -1: the stream's retention
+    parallelization_factor: int = 1
+    on_failure_arn: str | None = None  # an SQS queue ARN
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the REST API, with what API Gateway checks before invoking."""
+
+    path: str  # the resource path, e.g. "/streams/{stream}/records"
+    http_method: str  # "POST", or "ANY"
+    function_name: str | None  # AWS_PROXY target; None for another integration (not supported)
+    authorization: str = "NONE"  # NONE | AWS_IAM | ...
+    api_key_required: bool = False
+    validate_body: bool = False
+    validate_parameters: bool = False
+    request_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # content type -> JSON schema
+    required_parameters: dict[str, bool] = field(default_factory=dict)  # "method.request.path.stream": True
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """An API key (`AWS::ApiGateway::ApiKey`) and the limits of its usage plan on the API's stage."""
+
+    name: str
+    value: str  # the key's `Value`, or one the local runtime made (API Gateway makes one in AWS)
+    throttle_rate: float | None = None
+    throttle_burst: int | None = None
+    quota_limit: int | None = None
+    quota_period: str = "DAY"
+
+
+@dataclass(frozen=True)
+class RestApi:
+    """An `AWS::ApiGateway::RestApi` with its stage, resource policy and keys."""
+
+    logical_id: str
+    name: str
+    api_id: str
+    stage: str
+    methods: tuple[Method, ...]
+    throttle_rate: float | None = None  # requests/s, from the stage's MethodSettings
+    throttle_burst: int | None = None
+    policy: Mapping[str, Any] | None = None  # the resource policy, resolved
+    keys: tuple[KeyPlan, ...] = ()  # the keys of usage plans on this API's stage
+
+
+@dataclass(frozen=True)
+class LocalApp:
+    """Everything the runtime starts, and what it cannot."""
+
+    stack_name: str
+    streams: tuple[Stream, ...] = ()
+    resources: tuple[Resource, ...] = ()
+    functions: tuple[Function, ...] = ()
+    mappings: tuple[EventSourceMapping, ...] = ()
+    apis: tuple[RestApi, ...] = ()
+    monitoring: tuple[Resource, ...] = ()  # the CloudWatch alarms and dashboards, resolved (local.cloudwatch)
+    unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
+
+    def function(self, name: str) -> Function:
+        for function in self.functions:
+            if function.name == name:
+                return function
+        raise KeyError(f"no function named {name!r}")
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """One synchronous invocation, as Lambda's Invoke answers it."""
+
+    request_id: str
+    payload: Any  # the handler's return value (JSON round-tripped), or Lambda's error object
+    function_error: str | None = None  # None on success, else "Unhandled" (as X-Amz-Function-Error)
+    duration_ms: float = 0.0
+
+
+class Invoker(Protocol):
+    """Invokes a function by name and waits for its result (`local.lambda_.workers.Functions` is one).
+
+    A handler's exception, a timeout and a crashed worker are results with `function_error`
+    set, never exceptions; `KeyError` for a function that does not exist.
+    """
+
+    def invoke(self, function_name: str, event: Any, *, wait: bool = True) -> InvokeResult:
+        """`wait=False`: a synchronous caller's invocation (API Gateway), throttled rather than queued
+        when every execution the function reserved is busy."""
+        ...

@@ -1,0 +1,128 @@
+"""Create the app's streams, tables, queues and buckets on the local endpoint, from the template.
+
+    provision(app, endpoint_url)
+
+The properties are the template's, resolved (`local.app.template`); a setting the emulator has no
+use for (encryption keys, point-in-time recovery, lifecycle rules, public-access blocks, access
+logging) is left out here and named in `SKIPPED_PROPERTIES`, so start-up can say what is not
+emulated. A table's
+`TimeToLiveSpecification` is set with UpdateTimeToLive, as CloudFormation does after creating it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from local.app import model
+from local.chaos.profiles import OBSERVER_AGENT
+
+TABLE_PROPERTIES = (
+    "AttributeDefinitions",
+    "KeySchema",
+    "BillingMode",
+    "ProvisionedThroughput",
+    "GlobalSecondaryIndexes",
+    "LocalSecondaryIndexes",
+    "StreamSpecification",
+)
+QUEUE_ATTRIBUTES = (
+    "DelaySeconds",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "ReceiveMessageWaitTimeSeconds",
+    "VisibilityTimeout",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+)
+SKIPPED_PROPERTIES = {
+    "AWS::DynamoDB::Table": (
+        "SSESpecification",
+        "PointInTimeRecoverySpecification",
+        "DeletionProtectionEnabled",
+    ),
+    "AWS::SQS::Queue": ("KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"),
+    "AWS::S3::Bucket": (
+        "BucketEncryption",
+        "LifecycleConfiguration",
+        "PublicAccessBlockConfiguration",
+        "LoggingConfiguration",  # S3 server access logs: no log delivery locally
+    ),
+}
+
+
+def client(service: str, endpoint_url: str, **config: Any) -> Any:
+    """A boto3 client for the local endpoint, with the local credentials: an observer's (provisioning,
+    `status`, `send`'s verdict, tests' reads), which a chaos profile never injects a fault into."""
+    config.setdefault("user_agent_extra", OBSERVER_AGENT)
+    return boto3.client(
+        service,
+        endpoint_url=endpoint_url,
+        region_name=model.REGION,
+        aws_access_key_id=model.ACCESS_KEY,
+        aws_secret_access_key=model.SECRET_KEY,
+        config=Config(**config),
+    )
+
+
+def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) -> None:
+    """Create every stream, table, queue and bucket of `app`; returns when the streams are ACTIVE."""
+    kinesis = client("kinesis", endpoint_url)
+    dynamodb = client("dynamodb", endpoint_url)
+    sqs = client("sqs", endpoint_url)
+    s3 = client("s3", endpoint_url)
+
+    def table(resource: model.Resource) -> None:
+        settings = {key: resource.properties[key] for key in TABLE_PROPERTIES if key in resource.properties}
+        dynamodb.create_table(TableName=resource.name, **settings)
+        ttl = resource.properties.get("TimeToLiveSpecification")
+        if ttl is not None:
+            dynamodb.get_waiter("table_exists").wait(TableName=resource.name)
+            dynamodb.update_time_to_live(TableName=resource.name, TimeToLiveSpecification=ttl)
+
+    def queue(resource: model.Resource) -> None:
+        attributes = {
+            key: str(resource.properties[key]).lower()
+            if isinstance(resource.properties[key], bool)
+            else str(resource.properties[key])
+            for key in QUEUE_ATTRIBUTES
+            if key in resource.properties
+        }
+        if "RedrivePolicy" in resource.properties:
+            attributes["RedrivePolicy"] = json.dumps(resource.properties["RedrivePolicy"])
+        sqs.create_queue(QueueName=resource.name, Attributes=attributes)
+
+    def bucket(resource: model.Resource) -> None:
+        s3.create_bucket(Bucket=resource.name)
+
+    create: dict[str, Callable[[model.Resource], None]] = {
+        "AWS::DynamoDB::Table": table,
+        "AWS::SQS::Queue": queue,
+        "AWS::S3::Bucket": bucket,
+    }
+    for stream in app.streams:
+        kinesis.create_stream(StreamName=stream.name, ShardCount=stream.shard_count)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in pool.map(lambda resource: create[resource.type](resource), app.resources):
+            pass
+    deadline = time.monotonic() + timeout
+    for stream in app.streams:
+        while (
+            kinesis.describe_stream_summary(StreamName=stream.name)["StreamDescriptionSummary"][
+                "StreamStatus"
+            ]
+            != "ACTIVE"
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"stream {stream.name} is not ACTIVE after {timeout:.0f} s")
+            time.sleep(0.05)
+        if stream.retention_hours > 24:
+            kinesis.increase_stream_retention_period(
+                StreamName=stream.name, RetentionPeriodHours=stream.retention_hours
+            )

@@ -1,0 +1,148 @@
+"""Corrections to moto's DynamoDB (5.2.5) for the endpoint: atomic writes, and transactions that stay cheap.
+
+moto's `transact_write_items` deep-copies every table a transaction touches, to roll back on a
+cancellation: its cost grows with the table (a 20,000-item sink made each commit take seconds)
+and, with the endpoint's threads, a copy taken while another request writes the same table fails
+with "dictionary changed size during iteration". Its writes also do a condition check and the
+write as two steps, which two threads can interleave: both compare-and-swaps of a lease would
+succeed.
+
+`apply()` (idempotent, called by the endpoint before it serves):
+- runs every DynamoDB write (PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems)
+  under one lock, so each is atomic with respect to the others, as DynamoDB's are; and every read
+  (GetItem, Query, Scan) under it too: moto applies a transaction's writes one by one and puts
+  them back when a later condition fails, and a read between the two saw writes that never
+  committed (a verdict counted an event-sink item twice that DynamoDB would never have shown);
+- rolls a cancelled transaction back item by item: only the items it names are saved first;
+- answers a Query on a table's own key from the one partition it names: moto listed and sorted
+  the whole table for every Query (340 ms at 20,000 items), which made reading a sink's new
+  items (`local.commands.verify`) cost more than writing them.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
+
+WRITES = ("put_item", "update_item", "delete_item", "batch_write_item")
+#: Reads that must not see a transaction in the middle of its writes or of its rollback.
+READS = ("get_item", "query", "scan")
+_WRITE_LOCK = threading.RLock()
+_APPLIED = False
+_QUERY = threading.local()  # the partition a Query in this thread reads: (table, its items)
+
+
+class _TableCopyIsIdentity:
+    """Stands in for the `copy` module inside moto's DynamoDB models: a Table is not copied."""
+
+    @staticmethod
+    def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+        return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def write(*args: Any, **kwargs: Any) -> Any:
+        with _WRITE_LOCK:
+            return method(*args, **kwargs)
+
+    return write
+
+
+def _touched_items(backend: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """(table, hash value, range value, a copy of the item or None) for each item the transaction names."""
+    saved = []
+    for entry in transact_items:
+        if len(entry) != 1:
+            continue  # moto raises its validation error for this one
+        _, operation = next(iter(entry.items()))
+        table = backend.tables.get(operation.get("TableName"))
+        key = operation.get("Key") or operation.get("Item")
+        if table is None or not key or table.hash_key_attr not in key:
+            continue
+        hash_value = DynamoType(key[table.hash_key_attr])
+        range_value = None
+        if table.range_key_attr is not None:
+            if table.range_key_attr not in key:
+                continue
+            range_value = DynamoType(key[table.range_key_attr])
+        current = table.get_item(hash_value, range_value)
+        saved.append((table, hash_value, range_value, copy.deepcopy(current)))
+    return saved
+
+
+def _restore(saved: list[tuple[Any, ...]]) -> None:
+    for table, hash_value, range_value, item in reversed(saved):
+        if range_value is None:
+            if item is None:
+                table.items.pop(hash_value, None)
+            else:
+                table.items[hash_value] = item
+        elif item is None:
+            table.items.get(hash_value, {}).pop(range_value, None)
+            if hash_value in table.items and not table.items[hash_value]:
+                del table.items[hash_value]
+        else:
+            table.items[hash_value][range_value] = item
+
+
+def _transact_write_items(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> Any:
+        with _WRITE_LOCK:
+            saved = _touched_items(self, transact_items)
+            try:
+                return original(self, transact_items)
+            except Exception:
+                _restore(saved)  # moto's own rollback put back the same (uncopied) tables: a no-op
+                raise
+
+    return transact_write_items
+
+
+def _partition_query(original_query: Callable[..., Any], original_all_items: Callable[..., Any]) -> tuple:
+    """`Table.query` reading one partition, and the `all_items` that serves it within the query."""
+
+    @functools.wraps(original_all_items)
+    def all_items(self: Table) -> Any:
+        partition = getattr(_QUERY, "partition", None)
+        if partition is not None and partition[0] is self:
+            return partition[1]
+        return original_all_items(self)
+
+    @functools.wraps(original_query)
+    def query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)  # moto passes it 8th
+        if index_name or hash_key is None or self.range_key_attr is None:
+            return original_query(self, hash_key, *args, **kwargs)
+        # list() of a dict's values runs without releasing the GIL: a consistent copy under writers
+        items = list(self.items[hash_key].values()) if hash_key in self.items else []
+        _QUERY.partition = (self, sorted(items, key=lambda item: item.range_key))
+        try:
+            return original_query(self, hash_key, *args, **kwargs)
+        finally:
+            _QUERY.partition = None
+
+    return query, all_items
+
+
+def apply() -> None:
+    """Patch moto's DynamoDB backend in this process (the endpoint's)."""
+    global _APPLIED
+    with _WRITE_LOCK:
+        if _APPLIED:
+            return
+        dynamodb_models.copy = _TableCopyIsIdentity  # type: ignore[assignment]
+        for name in (*WRITES, *READS):
+            setattr(DynamoDBBackend, name, _locked(getattr(DynamoDBBackend, name)))
+        DynamoDBBackend.transact_write_items = _transact_write_items(DynamoDBBackend.transact_write_items)
+        Table.query, Table.all_items = _partition_query(Table.query, Table.all_items)  # type: ignore[method-assign]
+        _APPLIED = True

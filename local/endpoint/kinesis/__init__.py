@@ -1,0 +1,3 @@
+"""Kinesis on the local endpoint: `fixes` corrects moto's models and enforces the shard limits;
+`responses` answers the actions moto's responses get wrong (installed after `fixes.apply`).
+"""

@@ -1,0 +1,396 @@
+"""Moto 5.2.5's Kinesis, made to behave like Kinesis where shardline can tell, plus the shard limits.
+
+`apply(state)` patches moto's Kinesis models in the endpoint's process (only there: nothing else
+imports this). What it corrects, each covered by tests/local/endpoint/test_endpoint_kinesis.py:
+
+- resharding: moto copies a split or merged parent's records into its children and keeps routing
+  writes to the closed parent (it looks hash keys up in every shard, with an exclusive end); here
+  records stay where they were written and writes go to the open shard holding the hash key;
+- a closed shard read to its end answers without NextShardIterator and with `ChildShards`;
+- sequence numbers are 56-digit decimals, increasing per shard (moto counts 1, 2, 3 ...);
+- ListShards honours `ShardFilter` and `ExclusiveStartShardId` (moto ignores both), and refuses a
+  StreamName beside a NextToken, as Kinesis does;
+- MergeShards accepts the adjacent shard on either side and refuses closed shards; the open-shard
+  count of DescribeStreamSummary follows resharding; GetRecords honours `Limit` (1..10,000) and
+  its 10 MiB cap, and reads by bisection (moto scans the shard from its start on every call).
+
+The per-shard limits (`local.limits`) are enforced here too, per record and per call, and
+counted in `State.counters` for `GET /_shardline/kinesis`. ListShards, PutRecords and GetRecords
+are answered by `local.endpoint.kinesis.responses` (which reads this module's state; the endpoint installs
+it after `apply`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from moto.core.exceptions import JsonRESTError
+from moto.kinesis import exceptions as kinesis_errors
+from moto.kinesis import models, utils
+from moto.utilities.utils import md5_hash
+
+from local.endpoint.service_metrics import SERVICE_METRICS
+from local.limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
+
+#: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then microseconds.
+_SEQUENCE_BASE = 49 * 10**54
+_SHARD_SPAN = 10**36
+MAX_GET_RECORDS = 10_000
+MAX_GET_RECORDS_BYTES = 10 * MiB
+
+NAMESPACE = "AWS/Kinesis"
+
+#: Counter slots per shard, in this order in `State.counters` values.
+COUNTER_NAMES = ("records_written", "bytes_written", "write_throttles", "read_throttles", "get_records_calls")
+
+
+@dataclass
+class State:
+    """What the endpoint controls and reads: the limits (None when off) and per-shard counters."""
+
+    limits: ShardLimits | None = None
+    writes_limited: bool = True
+    reads_limited: bool = True
+    #: (account, stream name, shard id) -> counts in COUNTER_NAMES order.
+    counters: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    #: One lock for every Kinesis model change or read: moto's models are not thread-safe.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    #: A chaos profile's per-entry faults (`local.endpoint.chaos`): a code to refuse an entry with, or None.
+    entry_fault: Callable[[], str | None] | None = None
+
+    def count(self, account: str, stream: str, shard: str, slot: int, amount: int = 1) -> None:
+        key = (account, stream, shard)
+        counts = self.counters.get(key)
+        if counts is None:
+            counts = self.counters[key] = [0] * len(COUNTER_NAMES)
+        counts[slot] += amount
+
+
+STATE = State()
+
+
+class ThroughputExceeded(JsonRESTError):
+    code = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(THROTTLED, message)
+
+
+class InternalFailure(JsonRESTError):
+    code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__("InternalFailure", message)
+
+
+# --- shards -----------------------------------------------------------------------------------------
+
+
+def _shard_init(self: models.Shard, shard_id: int, starting_hash: int, ending_hash: int, **kw: Any) -> None:
+    _original_shard_init(self, shard_id, starting_hash, ending_hash, **kw)
+    self.created_at = time.time()
+    self.closed_at: float | None = None
+    self._base = _SEQUENCE_BASE + shard_id * _SHARD_SPAN
+    self._start = self._base + time.time_ns() // 1000
+    self._last = self._start
+    self._sequences: list[int] = []
+
+
+def _shard_put_record(self: models.Shard, partition_key: str, data: str, explicit_hash_key: str) -> str:
+    self._last = max(self._last + 1, self._base + time.time_ns() // 1000)
+    self.records[self._last] = models.Record(partition_key, data, self._last, explicit_hash_key)
+    self._sequences.append(self._last)
+    return str(self._last)
+
+
+def _shard_min(self: models.Shard) -> int:
+    return self._start
+
+
+def _shard_max(self: models.Shard) -> int:
+    return self._last
+
+
+def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.Record], int, bool]:
+    """Records after sequence `last`, at most `limit` and 10 MiB (one at least); their bytes; more left?"""
+    start = bisect.bisect_right(shard._sequences, last)
+    stop = min(len(shard._sequences), start + limit)
+    records: list[models.Record] = []
+    total = 0
+    for sequence in shard._sequences[start:stop]:
+        record = shard.records[sequence]
+        size = _data_size(record.data) + len(record.partition_key.encode())
+        if records and total + size > MAX_GET_RECORDS_BYTES:
+            break
+        records.append(record)
+        total += size
+    return records, total, start + len(records) < len(shard._sequences)
+
+
+def _data_size(data_b64: str) -> int:
+    return len(data_b64) * 3 // 4 - data_b64.count("=", -2)
+
+
+# --- streams ----------------------------------------------------------------------------------------
+
+
+def _next_index(stream: models.Stream) -> int:
+    return max(shard._shard_id for shard in stream.shards.values()) + 1
+
+
+def _close(stream: models.Stream, *shards: models.Shard) -> None:
+    for shard in shards:
+        shard.is_open = False
+        shard.closed_at = time.time()
+    stream.shard_count = sum(1 for shard in stream.shards.values() if shard.is_open)
+
+
+def _split_shard(self: models.Stream, shard_to_split: str, new_starting_hash_key: str) -> None:
+    shard = self.shards[shard_to_split]
+    key = int(new_starting_hash_key)
+    if not shard.is_open:
+        raise kinesis_errors.InvalidArgumentError(
+            f"Shard {shard.shard_id} in stream {self.stream_name} under account {self.account_id} has "
+            "already been merged or split, and thus is not eligible for merging or splitting."
+        )
+    if not shard.starting_hash < key < shard.ending_hash:
+        raise kinesis_errors.InvalidArgumentError(
+            f"NewStartingHashKey {key} used in SplitShard() on shard {shard.shard_id} in stream "
+            f"{self.stream_name} under account {self.account_id} is not both greater than one plus the "
+            f"shard's StartingHashKey {shard.starting_hash} and less than the shard's EndingHashKey "
+            f"{shard.ending_hash - 1}."
+        )
+    index = _next_index(self)
+    for offset, (low, high) in enumerate([(shard.starting_hash, key - 1), (key, shard.ending_hash)]):
+        child = models.Shard(index + offset, low, high, parent=shard.shard_id)
+        self.shards[child.shard_id] = child
+    _close(self, shard)
+
+
+def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
+    first, second = self.shards[shard_to_merge], self.shards[adjacent_shard_to_merge]
+    if not (first.is_open and second.is_open):
+        closed = first if not first.is_open else second
+        raise kinesis_errors.InvalidArgumentError(
+            f"Shard {closed.shard_id} in stream {self.stream_name} under account {self.account_id} has "
+            "already been merged or split, and thus is not eligible for merging or splitting."
+        )
+    if first.ending_hash + 1 != second.starting_hash and second.ending_hash + 1 != first.starting_hash:
+        raise kinesis_errors.InvalidArgumentError(
+            f"Shards {first.shard_id} and {second.shard_id} in stream {self.stream_name} under account "
+            f"{self.account_id} are not an adjacent pair of shards eligible for merging"
+        )
+    low, high = min(first.starting_hash, second.starting_hash), max(first.ending_hash, second.ending_hash)
+    child = models.Shard(_next_index(self), low, high, parent=first.shard_id, adjacent_parent=second.shard_id)
+    self.shards[child.shard_id] = child
+    _close(self, first, second)
+
+
+def _hash_key(partition_key: str, explicit_hash_key: str | None) -> int:
+    # Kinesis (a JVM) counts UTF-16 code units: an emoji counts 2; moto counts characters.
+    if not isinstance(partition_key, str) or not 1 <= len(partition_key.encode("utf-16-le")) // 2 <= 256:
+        raise kinesis_errors.InvalidArgumentError(
+            "Partition key must be 1 to 256 UTF-16 code units long; the whole request is refused."
+        )
+    if explicit_hash_key:
+        key = int(explicit_hash_key)
+        if not 0 <= key < 2**128:
+            raise kinesis_errors.InvalidArgumentError("explicit_hash_key")
+        return key
+    return int(md5_hash(partition_key.encode("utf-8")).hexdigest(), 16)
+
+
+def _open_shard_for(stream: models.Stream, key: int) -> models.Shard | None:
+    for shard in stream.shards.values():
+        if shard.is_open and shard.starting_hash <= key <= shard.ending_hash:
+            return shard
+    return None
+
+
+def _stream_put_record(self: models.Stream, partition_key: str, explicit_hash_key: str, data: str) -> tuple:
+    # moto also feeds its own Lambda here; the local runtime polls with its own mappings instead.
+    shard = _open_shard_for(self, _hash_key(partition_key, explicit_hash_key))
+    if shard is None:  # cannot happen while the open shards cover the key space
+        raise kinesis_errors.InvalidArgumentError("no open shard holds the hash key")
+    return shard.put_record(partition_key, data, explicit_hash_key), shard.shard_id
+
+
+# --- the backend: writes and reads, under the limits -------------------------------------------------
+
+
+def _entry_size(entry: dict[str, Any]) -> int:
+    return _data_size(entry.get("Data", "")) + len(str(entry.get("PartitionKey", "")).encode("utf-8"))
+
+
+def _admit(stream: models.Stream, entries: list[dict[str, Any]]) -> list[tuple[models.Shard | None, bool]]:
+    """Each entry's shard and whether the shard's write budget admits it (spending it)."""
+    shards = [
+        _open_shard_for(stream, _hash_key(entry.get("PartitionKey"), entry.get("ExplicitHashKey")))
+        for entry in entries
+    ]
+    limits = STATE.limits
+    if limits is None or not STATE.writes_limited:
+        return [(shard, True) for shard in shards]
+    charges = [
+        ((stream.arn, shard.shard_id) if shard is not None else None, _entry_size(entry))
+        for shard, entry in zip(shards, entries, strict=True)
+    ]
+    return list(zip(shards, limits.admit_writes(charges), strict=True))
+
+
+def _write(backend: models.KinesisBackend, stream: models.Stream, entries: list[dict[str, Any]]) -> list:
+    """Write the admitted entries; each answer is (shard id, sequence number) or a `Refused`.
+
+    A chaos profile's refusals come first and are not charged to the shard's budget."""
+    answers: list[tuple[str, str] | Refused] = []
+    account = backend.account_id
+    faults = [STATE.entry_fault() if STATE.entry_fault else None for _ in entries]
+    candidates = [entry for entry, fault in zip(entries, faults, strict=True) if fault is None]
+    admissions = iter(_admit(stream, candidates))
+    for entry, fault in zip(entries, faults, strict=True):
+        if fault is None:
+            shard, admitted = next(admissions)
+            fault = None if shard is None or admitted else THROTTLED
+        else:
+            shard = _open_shard_for(
+                stream, _hash_key(entry.get("PartitionKey"), entry.get("ExplicitHashKey"))
+            )
+        if fault is not None:
+            answers.append(_refusal(account, stream, shard, fault))
+            continue
+        sequence, shard_id = stream.put_record(
+            entry.get("PartitionKey"), entry.get("ExplicitHashKey"), entry["Data"]
+        )
+        STATE.count(account, stream.stream_name, shard_id, 0)
+        STATE.count(account, stream.stream_name, shard_id, 1, _entry_size(entry))
+        answers.append((shard_id, sequence))
+    return answers
+
+
+def _refusal(account: str, stream: models.Stream, shard: models.Shard | None, code: str) -> Refused:
+    if code != THROTTLED:
+        return Refused(code, "Internal service failure.")
+    shard_id = shard.shard_id if shard is not None else None
+    if shard_id is not None:
+        STATE.count(account, stream.stream_name, shard_id, 2)
+    return Refused(THROTTLED, rate_exceeded_message(shard_id, stream.stream_name, account))
+
+
+class Refused(NamedTuple):
+    """A PutRecords entry refused (nothing written), with Kinesis's code and message."""
+
+    code: str
+    message: str
+
+
+def _backend_put_record(self: models.KinesisBackend, stream_arn: str, stream_name: str, partition_key: str,
+                        explicit_hash_key: str, data: str) -> tuple[str, str]:  # fmt: skip
+    with STATE.lock:
+        stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
+        entry = {"PartitionKey": partition_key, "ExplicitHashKey": explicit_hash_key, "Data": data}
+        (answer,) = _write(self, stream, [entry])
+    throttled = int(isinstance(answer, Refused) and answer.code == THROTTLED)
+    _put_metrics(stream.stream_name, "PutRecord", [entry], [_entry_size(entry)], [answer], throttled)
+    if isinstance(answer, Refused):
+        if answer.code == THROTTLED:
+            raise ThroughputExceeded(answer.message)
+        raise InternalFailure(answer.message)
+    return answer[1], answer[0]
+
+
+def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_name: str,
+                         records: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    if len(records) > 500:
+        raise kinesis_errors.TooManyRecords
+    sizes = [_entry_size(entry) for entry in records]
+    if sum(sizes) > 5 * MiB:
+        raise kinesis_errors.TotalRecordsSizeExceedsLimit
+    too_big = next((index for index, size in enumerate(sizes) if size > MiB), None)
+    if too_big is not None:
+        raise kinesis_errors.RecordSizeExceedsLimit(position=too_big + 1)
+    with STATE.lock:
+        stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
+        answers = _write(self, stream, records)
+    results: list[dict[str, str]] = []
+    for answer in answers:
+        if isinstance(answer, Refused):
+            results.append({"ErrorCode": answer.code, "ErrorMessage": answer.message})
+        else:
+            results.append({"SequenceNumber": answer[1], "ShardId": answer[0]})
+    failed = sum(1 for result in results if "ErrorCode" in result)
+    throttled = sum(1 for answer in answers if isinstance(answer, Refused) and answer.code == THROTTLED)
+    _put_metrics(stream.stream_name, "PutRecords", records, sizes, answers, throttled)
+    return {"FailedRecordCount": failed, "Records": results}
+
+
+def _put_metrics(stream: str, action: str, entries: list[dict[str, Any]], sizes: list[int],
+                 answers: list, throttled: int) -> None:  # fmt: skip
+    """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given)."""
+    add, dims = SERVICE_METRICS.add, {"StreamName": stream}
+    written = [size for size, answer in zip(sizes, answers, strict=True) if not isinstance(answer, Refused)]
+    add(NAMESPACE, "IncomingRecords", dims, len(written))
+    add(NAMESPACE, "IncomingBytes", dims, sum(written))
+    add(NAMESPACE, "WriteProvisionedThroughputExceeded", dims, throttled)
+    add(NAMESPACE, f"{action}.Bytes", dims, sum(written))
+    add(NAMESPACE, f"{action}.Success", dims, 1)
+    if action == "PutRecords":
+        add(NAMESPACE, "PutRecords.TotalRecords", dims, len(entries))
+        add(NAMESPACE, "PutRecords.SuccessfulRecords", dims, len(written))
+        add(NAMESPACE, "PutRecords.ThrottledRecords", dims, throttled)
+        add(NAMESPACE, "PutRecords.FailedRecords", dims, len(entries) - len(written) - throttled)
+
+
+def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None,
+                                shard_id: str, shard_iterator_type: str, starting_sequence_number: Any,
+                                at_timestamp: Any) -> str:  # fmt: skip
+    with STATE.lock:
+        stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
+        if shard_id not in stream.shards:
+            raise kinesis_errors.ResourceNotFoundError(
+                f"Shard {shard_id} in stream {stream.stream_name} under account {self.account_id} "
+                "does not exist"
+            )
+        # moto writes "None" for the stream when it was named by ARN, and GetRecords cannot find it then.
+        return utils.compose_new_shard_iterator(
+            stream.stream_name, stream.shards[shard_id], shard_iterator_type, starting_sequence_number,
+            at_timestamp,
+        )  # fmt: skip
+
+
+def _delete_stream(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None) -> Any:
+    with STATE.lock:
+        stream = _original_delete_stream(self, stream_arn, stream_name)
+        for key in [key for key in STATE.counters if key[:2] == (self.account_id, stream.stream_name)]:
+            del STATE.counters[key]
+            if STATE.limits is not None:
+                STATE.limits.forget((stream.arn, key[2]))
+        return stream
+
+
+_original_shard_init = models.Shard.__init__
+_original_delete_stream = models.KinesisBackend.delete_stream
+
+
+def apply(state: State = STATE) -> State:
+    """Patch moto's Kinesis models in this process (idempotent); `state` decides the limits. The
+    actions answered by us rather than moto's responses are `responses.install`'s."""
+    if getattr(models.Shard, "_shardline_fixed", False):
+        return state
+    models.Shard.__init__ = _shard_init  # type: ignore[method-assign]
+    models.Shard.put_record = _shard_put_record  # type: ignore[method-assign]
+    models.Shard.get_min_sequence_number = _shard_min  # type: ignore[method-assign]
+    models.Shard.get_max_sequence_number = _shard_max  # type: ignore[method-assign]
+    models.Shard._shardline_fixed = True  # type: ignore[attr-defined]
+    models.Stream.split_shard = _split_shard  # type: ignore[method-assign]
+    models.Stream.merge_shards = _merge_shards  # type: ignore[method-assign]
+    models.Stream.put_record = _stream_put_record  # type: ignore[method-assign]
+    models.KinesisBackend.put_record = _backend_put_record  # type: ignore[method-assign]
+    models.KinesisBackend.put_records = _backend_put_records  # type: ignore[method-assign]
+    models.KinesisBackend.get_shard_iterator = _backend_get_shard_iterator  # type: ignore[method-assign]
+    models.KinesisBackend.delete_stream = _delete_stream  # type: ignore[method-assign]
+    return state

@@ -1,0 +1,256 @@
+"""The local runtime's one AWS endpoint: every service moto serves, on one port, Kinesis made right.
+
+    python -m local.endpoint --host 127.0.0.1 --port 4566 [--no-limits]
+
+runs moto's all-services WSGI app in this process under a threaded server, with moto's Kinesis
+corrected and Kinesis's per-shard limits enforced for every client (`local.endpoint.kinesis.fixes`), moto's
+DynamoDB writes made atomic and its transactions cheap (`local.endpoint.dynamodb`), and a
+few routes of its own under `/_shardline/`:
+
+- `GET /_shardline/health`: 200 once serving;
+- `GET /_shardline/kinesis`: per stream and shard, open or closed, parents, records and bytes
+  written, write and read throttles, GetRecords calls (for `status` and the dashboard);
+- `GET|PUT /_shardline/limits`: whether writes and reads are limited; PUT `{"writes": false}`
+  turns one off (or on) while running;
+- `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
+  (`local.endpoint.service_metrics`);
+- `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos.profiles`), every
+  fault injected so far by type, and the reshards done (`local.endpoint.chaos`).
+
+`local.endpoint.Endpoint` starts it as a child process, waits until it answers, and stops it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from local.app.model import ACCOUNT, REGION
+from local.chaos.profiles import ChaosProfile, profile_from_dict
+from local.endpoint.handle import READY_LINE
+from local.endpoint.service_metrics import SERVICE_METRICS
+
+_PRELOADED = ("kinesis", "dynamodb", "sqs", "s3", "logs")
+
+
+class ShardlineRoutes:
+    """WSGI middleware: `/_shardline/*` here, everything else to moto."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], chaos: Any = None) -> None:
+        self.app = app
+        self.chaos = chaos  # the ChaosState of `local.endpoint.chaos`, when a profile is active
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith("/_shardline/"):
+            return self.app(environ, start_response)
+        method = environ.get("REQUEST_METHOD", "GET")
+        if path == "/_shardline/health":
+            return _json(start_response, {"ok": True})
+        if path == "/_shardline/kinesis" and method == "GET":
+            return _json(start_response, kinesis_counters())
+        if path == "/_shardline/metrics" and method == "GET":
+            from urllib.parse import parse_qs
+
+            after = parse_qs(environ.get("QUERY_STRING", "")).get("after", ["0"])[0]
+            return _json(start_response, SERVICE_METRICS.since(int(after) if after.isdigit() else 0))
+        if path == "/_shardline/chaos" and method == "GET":
+            none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
+            return _json(start_response, self.chaos.report() if self.chaos is not None else none)
+        if path == "/_shardline/limits":
+            from local.endpoint.kinesis.fixes import STATE
+
+            if method == "PUT":
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                change = json.loads(environ["wsgi.input"].read(length) or b"{}")
+                STATE.writes_limited = bool(change.get("writes", STATE.writes_limited))
+                STATE.reads_limited = bool(change.get("reads", STATE.reads_limited))
+            return _json(start_response, {"writes": STATE.writes_limited, "reads": STATE.reads_limited})
+        return _json(start_response, {"error": f"no route {method} {path}"}, status="404 Not Found")
+
+
+def _stop_tracking_model_instances() -> None:
+    """moto keeps every model object it ever creates in a class-wide list (`instances_tracked`, for
+    its reset API, which the endpoint never calls). Each DynamoDB update deep-copies its item, so
+    the list grew by ~1.3 KB per update for good: 2 GB over a million counted records in the soak.
+    The endpoint creates its model objects untracked."""
+    from moto.core.common_models import BaseModel
+
+    def untracked(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return object.__new__(cls)
+
+    BaseModel.__new__ = untracked  # type: ignore[method-assign, assignment]
+    for model_class in _subclasses(BaseModel):
+        tracked = getattr(model_class, "instances_tracked", None)
+        if isinstance(tracked, list):
+            tracked.clear()
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = cls.__subclasses__()
+    return found + [sub for child in found for sub in _subclasses(child)]
+
+
+def kinesis_counters() -> dict[str, Any]:
+    """The `/_shardline/kinesis` answer: per stream, per shard, state and counts (no record is touched)."""
+    from moto.kinesis.models import kinesis_backends
+
+    from local.endpoint.kinesis.fixes import COUNTER_NAMES, STATE
+
+    streams: dict[str, Any] = {}
+    with STATE.lock:
+        for account, regions in list(kinesis_backends.items()):
+            for region, backend in list(regions.items()):
+                for name, stream in backend.streams.items():
+                    shards = {}
+                    for shard_id, shard in stream.shards.items():
+                        counts = STATE.counters.get((account, name, shard_id), [0] * len(COUNTER_NAMES))
+                        shards[shard_id] = {
+                            "open": shard.is_open,
+                            "parents": [p for p in (shard.parent, shard.adjacent_parent) if p],
+                            "hash_key_range": [str(shard.starting_hash), str(shard.ending_hash)],
+                            **dict(zip(COUNTER_NAMES, counts, strict=True)),
+                        }
+                    streams[name] = {
+                        "account": account,
+                        "region": region,
+                        "status": stream.status,
+                        "open_shards": sum(1 for shard in stream.shards.values() if shard.is_open),
+                        "shards": shards,
+                    }
+    limited = {"writes": STATE.writes_limited, "reads": STATE.reads_limited}
+    return {"limits": limited, "streams": streams}
+
+
+def _json(start_response: Callable[..., Any], body: Any, status: str = "200 OK") -> list[bytes]:
+    payload = json.dumps(body).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
+    return [payload]
+
+
+def serve(
+    host: str,
+    port: int,
+    *,
+    limits: bool = True,
+    on_ready: Callable[[int], None] | None = None,
+    parent_pid: int | None = None,
+    chaos: ChaosProfile | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT (or `parent_pid` is gone); `on_ready(port)` once listening."""
+    os.environ.setdefault("MOTO_ACCOUNT_ID", ACCOUNT)  # moto reads it on every request
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    from moto import backends as moto_backends
+    from moto.kinesis import responses as kinesis_moto_responses
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    from local.endpoint import dynamodb
+    from local.endpoint.kinesis import responses
+    from local.endpoint.kinesis.fixes import STATE, apply
+    from local.limits import ShardLimits
+
+    STATE.limits = ShardLimits()
+    STATE.writes_limited = STATE.reads_limited = limits
+    apply(STATE)  # the models first: the responses read their state
+    responses.install(kinesis_moto_responses.KinesisResponse)
+    dynamodb.apply()
+    # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
+    moto_modules = tuple(moto_backends.list_of_moto_modules())
+    moto_backends.list_of_moto_modules = lambda: moto_modules
+    _stop_tracking_model_instances()
+
+    class QuietHandler(MotoRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            pass  # a line per request costs the server time and says nothing a counter does not
+
+    dispatcher = DomainDispatcherApplication(create_backend_app)
+    app: Callable[..., Iterable[bytes]] = dispatcher
+    chaos_state = resharder = None
+    if chaos is not None and chaos.active:
+        from local.endpoint.chaos import ChaosMiddleware, ChaosState, Resharder
+
+        chaos_state = ChaosState(chaos)
+        STATE.entry_fault = chaos_state.entry_fault
+        app = ChaosMiddleware(dispatcher, chaos_state)
+    routes = ShardlineRoutes(app, chaos_state)
+    server = make_server(host, port, routes, threaded=True, request_handler=QuietHandler)
+    server.daemon_threads = True
+    if chaos_state is not None:
+        resharder = Resharder(chaos_state, f"http://{host}:{server.server_port}", _records_written)
+        resharder.start()
+
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if parent_pid is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent_pid, server), daemon=True).start()
+    if on_ready is not None:
+        on_ready(server.server_port)
+    # Build the usual services' apps while the first requests come in, not on them.
+    threading.Thread(target=_preload, args=(dispatcher,), daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.1)
+    finally:
+        if resharder is not None:
+            resharder.stop()
+        server.server_close()
+
+
+def _records_written() -> dict[str, int]:
+    """Stream name -> records written so far (every account), from the Kinesis counters."""
+    from local.endpoint.kinesis.fixes import STATE
+
+    totals: dict[str, int] = {}
+    with STATE.lock:
+        for (_, stream, _), counts in STATE.counters.items():
+            totals[stream] = totals.get(stream, 0) + counts[0]
+    return totals
+
+
+def _exit_with_parent(parent_pid: int, server: Any) -> None:
+    """Stop serving once the parent has died (we are re-parented), so a killed parent leaves no orphan."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    server.shutdown()
+
+
+def _preload(dispatcher: Any) -> None:
+    for service in _PRELOADED:
+        with dispatcher.lock:
+            if service not in dispatcher.app_instances:
+                dispatcher.app_instances[service] = dispatcher.create_app(service)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4566, help="0: any free port (printed once ready)")
+    parser.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    parser.add_argument("--parent-pid", type=int, help="stop when this process is gone")
+    parser.add_argument("--chaos", help="a chaos profile as JSON (`ChaosProfile.to_json()`)")
+    args = parser.parse_args(argv)
+    chaos = profile_from_dict(json.loads(args.chaos)) if args.chaos else None
+
+    def announce(port: int) -> None:
+        print(f"{READY_LINE} {port}", flush=True)
+
+    serve(
+        args.host,
+        args.port,
+        limits=not args.no_limits,
+        on_ready=announce,
+        parent_pid=args.parent_pid,
+        chaos=chaos,
+    )

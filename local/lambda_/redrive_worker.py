@@ -1,0 +1,88 @@
+"""A consumer group's own code, packaged as Lambda runs it, redriving on-failure messages: the main of
+the process `local.commands.redrive` starts.
+
+Run as `python -I local/lambda_/redrive_worker.py <config JSON>` with the function's environment (as
+`local.lambda_.worker` is: standard library only here; `sys.path` is the function's code folder, then its
+layers). It imports the handler's module, finds the group's consumer there — a module-level
+`KinesisConsumer`, or a `ConsumerFunction` (whose consumer is built from the environment) — and
+then, for each line in (`{"body": <on-failure message>}`), runs `shardline.consumer.redrive` and
+answers one line out (`{"ok": true, "result": {...}}` or `{"ok": false, "error": "..."}`). The first
+line out is `{"ready": true, "group": ...}` or `{"ready": false, "error": ...}`. The handler's own
+output goes to stderr (the function's log), never into the answers.
+"""
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import traceback
+
+
+def python_path(config):
+    """Lambda's order: the task root, then the layers (their site-packages when they have one)."""
+    paths = [config["code_dir"]]
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for layer in config["layer_python_dirs"]:
+        site = os.path.join(layer, "lib", version, "site-packages")
+        paths += [site, layer] if os.path.isdir(site) else [layer]
+    return paths
+
+
+def find_consumer(module):
+    """(consumer, Kinesis client) of the one consumer the handler's module defines."""
+    import boto3
+
+    from shardline.aws_lambda import ConsumerFunction
+    from shardline.consumer import KinesisConsumer
+
+    found = []
+    for value in vars(module).values():
+        if isinstance(value, KinesisConsumer):
+            found.append((value, None))
+        elif isinstance(value, ConsumerFunction):
+            found.append((value.get(), value.client("kinesis")))
+    unique = {id(consumer): (consumer, kinesis) for consumer, kinesis in found}
+    if len(unique) != 1:
+        raise LookupError(
+            f"module {module.__name__} defines {len(unique)} consumers: a redrive needs exactly one "
+            "module-level KinesisConsumer or ConsumerFunction"
+        )
+    consumer, kinesis = next(iter(unique.values()))
+    return consumer, kinesis if kinesis is not None else boto3.client("kinesis")
+
+
+def answer(out, message):
+    out.write(json.dumps(message, default=str) + "\n")
+    out.flush()
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # print() and log lines of the handler's code go to the function's log
+    sys.path[:0] = python_path(config)
+    try:
+        module = importlib.import_module(os.environ["_HANDLER"].rsplit(".", 1)[0].replace("/", "."))
+        consumer, kinesis = find_consumer(module)
+        from shardline.consumer import redrive
+    except Exception as exc:
+        answer(out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    answer(out, {"ready": True, "group": consumer.group})
+    for line in sys.stdin:
+        try:
+            result = redrive(consumer, kinesis, json.loads(line)["body"])
+        except Exception as exc:  # a refused message, Kinesis or DynamoDB failing: this message only
+            traceback.print_exc()
+            answer(out, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        fields = dataclasses.asdict(result)
+        fields["complete"] = result.complete
+        fields["missing"] = str(result.missing) if result.missing is not None else None
+        answer(out, {"ok": True, "result": fields})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

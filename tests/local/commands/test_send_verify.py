@@ -1,0 +1,164 @@
+"""The verdict of a send run (`local.commands.verify`) against a moto-backed sink, counter table and DLQ."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from local.app.provision import client
+from local.commands.send import parse_payload
+from local.commands.verify import SinkReader
+from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
+
+pytestmark = pytest.mark.integration
+
+
+def test_verify_passes_when_each_record_is_in_the_sink_once_and_counts_are_exact(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    report = _send(stub_api, 200, keys=9, batch=50)
+    pipeline.write_sink(stub_api.written)
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    assert verdict.ok, verdict.render()
+    sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
+    assert (sink.group.kind, counter.group.kind) == ("records", "counter")
+    assert sink.processed == counter.processed == 200
+    assert sink.latency_s["p50"] >= 0 and sink.latency_s["max"] >= sink.latency_s["p99"]
+    assert sink.drain_s is not None and counter.drain_s is not None
+    assert json.loads(json.dumps(verdict.as_dict()))["ok"] is True
+    assert "event-sink" in verdict.render() and "key-counter" in verdict.render()
+
+
+def test_verify_detects_a_lost_record(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 50, batch=50)
+    lost = stub_api.written[17]
+    pipeline.write_sink([w for w in stub_api.written if w is not lost])
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report, timeout=2)
+    sink = _group(verdict, "event-sink")
+    assert not verdict.ok and verdict.timed_out
+    assert sink.lost == [parse_payload(lost.data)["seq"]] and sink.drain_s is None
+    assert _group(verdict, "key-counter").ok
+    # The verdict says where the stream holds it: the consumers, not the producer, lost it.
+    [where] = verdict.stream.where[sink.lost[0]]
+    assert where.startswith(f"{lost.shard_id}@{lost.sequence_number}#{lost.sub_sequence} aggregate=")
+    assert f"record {sink.lost[0]} in the stream: {where}" in verdict.render()
+
+
+def test_verify_detects_a_duplicated_record(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 50, batch=50)
+    pipeline.write_sink(stub_api.written)
+    again = stub_api.written[3]
+    # The same record written again further down its shard (a producer retry that had landed).
+    pipeline.write_sink([Written(again.shard_id, "59000000000000000000000", again.key, again.data)])
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok
+    assert _group(verdict, "event-sink").duplicated == {parse_payload(again.data)["seq"]: 2}
+
+
+def test_verify_detects_a_wrong_count(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 60, keys=6, batch=60)
+    pipeline.write_sink(stub_api.written)
+    pipeline.count([*stub_api.written, stub_api.written[0]])  # one record counted twice
+    verdict = _verify(pipeline, report)
+    counter = _group(verdict, "key-counter")
+    assert not verdict.ok and _group(verdict, "event-sink").ok
+    assert counter.wrong_counts == {stub_api.written[0].key: (10, 11)}
+
+
+def test_verify_reports_dlq_depth_and_poison_records_whole(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 30, poison_every=10)
+    poison = [w for w in stub_api.written if parse_payload(w.data).get("poison")]
+    healthy = [w for w in stub_api.written if w not in poison]
+    assert {len(w.data) for w in poison} == {450 * 1024}  # over a DynamoDB item: event-sink cannot
+    pipeline.write_sink(healthy)
+    pipeline.count(stub_api.written)  # the key counter counts poison records too
+    for w in poison:
+        pipeline.dead_letter(w, "event-sink")
+    verdict = _verify(pipeline, report)
+    sink = _group(verdict, "event-sink")
+    assert verdict.ok, verdict.render()
+    assert sink.dlq_depth == 3 and sink.poison_whole == 3 and not sink.poison_missing
+    # The letters are still in the queue for the next reader (read without being consumed).
+    attributes = client("sqs", pipeline.endpoint).get_queue_attributes(
+        QueueUrl=pipeline.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "3"
+
+
+def test_verify_detects_a_healthy_record_in_the_dlq(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 20)
+    dead = stub_api.written[5]
+    pipeline.write_sink([w for w in stub_api.written if w is not dead])
+    pipeline.count([w for w in stub_api.written if w is not dead])
+    pipeline.dead_letter(dead, "event-sink")
+    pipeline.dead_letter(dead, "key-counter")
+    verdict = _verify(pipeline, report)
+    assert not verdict.ok
+    seq = parse_payload(dead.data)["seq"]
+    assert _group(verdict, "event-sink").dead_lettered == [seq] and _group(verdict, "event-sink").lost == []
+    assert _group(verdict, "key-counter").dead_lettered == [seq]
+
+
+def test_verify_reads_the_sink_incrementally(stub_api: StubApi, pipeline: Pipeline) -> None:
+    earlier = _send(stub_api, 40, run_id="run-earlier")
+    pipeline.write_sink(stub_api.written)  # an earlier run's records, below this run's positions
+    stub_api.written.clear()
+    report = _send(stub_api, 100, batch=20, run_id="run-now")
+    shards = {w.shard_id for w in stub_api.written}
+    reader = SinkReader(pipeline.dynamodb(), pipeline.sink, pipeline.stream, "run-now")
+    for shard_id in shards:
+        first = min((w.sequence_number for w in stub_api.written if w.shard_id == shard_id), key=int)
+        reader.add_shard(shard_id, first)
+    pipeline.write_sink(stub_api.written[:60])
+    reader.poll()
+    assert reader.items_read == 60 and reader.queries == len(shards)
+    reader.poll()  # nothing new: one Query per partition, no item read again
+    assert reader.items_read == 60 and reader.queries == 2 * len(shards)
+    pipeline.write_sink(stub_api.written[60:])
+    reader.poll()
+    assert reader.items_read == 100 and sorted(reader.positions) == list(range(100))
+    assert len(earlier.accepted) == 40 and len(report.accepted) == 100
+
+
+def test_verify_reads_only_new_items_while_the_sink_fills(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 120, batch=10)
+    done = threading.Event()
+
+    def fill() -> None:
+        for start in range(0, 120, 20):
+            pipeline.write_sink(stub_api.written[start : start + 20])
+            time.sleep(0.3)
+        pipeline.count(stub_api.written)
+        done.set()
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    try:
+        verdict = _verify(pipeline, report)
+    finally:
+        filler.join()
+    sink = _group(verdict, "event-sink")
+    assert verdict.ok, verdict.render()
+    assert sink.items_read == 120  # many polls, each item read once
+    assert sink.queries > len({w.shard_id for w in stub_api.written})  # it did poll more than once
+
+
+def test_verify_measures_latency_from_post_to_first_seen_and_drain_after_the_last_post(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    report = _send(stub_api, 40)
+    time.sleep(1.0)  # the consumers are a second behind
+    pipeline.write_sink(stub_api.written)
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
+    assert verdict.ok, verdict.render()
+    assert 1.0 <= sink.latency_s["p50"] <= sink.latency_s["p99"] <= sink.latency_s["max"]
+    assert sink.drain_s >= 1.0 and counter.drain_s >= 1.0
+    assert verdict.as_dict()["latency_resolution_s"] == 0.1

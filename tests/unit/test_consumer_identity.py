@@ -21,12 +21,8 @@ from shardline.consumer import (
     is_once_guard,
     once,
 )
-from shardline.consumer._dedup import (
-    DEDUP_HORIZON_S,
-    MAX_STATE_BYTES,
-    AppliedAggregates,
-    DedupRun,
-)
+from shardline.consumer._dedup import DEDUP_HORIZON_S, MAX_STATE_BYTES, AppliedAggregates
+from shardline.consumer._dedup_run import DedupRun
 from shardline.errors import SinkConflict
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.kpl._identity import AggregateId

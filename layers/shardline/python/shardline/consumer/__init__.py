@@ -27,7 +27,8 @@ whose they are), `_handler_deadline` (interrupting a handler at the time budget)
 `_careful` (pinning a crash on the record that ran alone), `_stalls` (failures of the
 environment, which stall a shard and blame no record), `_redrive` (putting what the mapping
 discarded back through the group), `_deaggregation` (events to user records, with their ids),
-`_dedup` (the aggregates a shard applied: producer-retry dedup), `_once` (client-id guards),
+`_dedup` (the aggregates a shard applied: producer-retry dedup; counter ranges in `_lane_ranges`),
+`_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards),
 `_lease_store` (the `Lease` row and `LeaseStore`, the protocol of a lease table, which
 `LeaseTable` and `shardline.testing.InMemoryLeaseTable` implement), `_leases` (`LeaseTable`, the
 KCL-compatible lease/checkpoint table in DynamoDB; its items' encoding in `_lease_codec`, sink

@@ -25,7 +25,7 @@ from typing import Any
 
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
-from shardline.consumer._dedup import DedupRun
+from shardline.consumer._dedup_run import DedupRun
 from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._once import guarded_id, is_once_guard

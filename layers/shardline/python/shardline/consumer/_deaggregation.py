@@ -14,8 +14,8 @@ same aggregate each time; so, for an aggregate that carries a valid shardline id
 hash key lies outside the shard's range is skipped, never delivered (`OutOfRangeRecordsSkipped`):
 the copy in that member's own shard delivers it. A member outside the range of a foreign
 aggregate (no id) is delivered, never dropped, and counted (`OutOfRangeRecords`; the KCL drops
-the whole aggregate in that case). With a `dedup` run (`_dedup.DedupRun`), a Kinesis record that
-is a copy of an aggregate already applied is skipped whole (`AggregateCopiesSkipped`).
+the whole aggregate in that case). With a `dedup` run (`_dedup_run.DedupRun`), a Kinesis record
+that is a copy of an aggregate already applied is skipped whole (`AggregateCopiesSkipped`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class _HashRange(Protocol):
 
 
 class _Dedup(Protocol):
-    """What de-aggregation asks of the applied-aggregate state (`_dedup.DedupRun`)."""
+    """What de-aggregation asks of the applied-aggregate state (`_dedup_run.DedupRun`)."""
 
     def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool: ...
 

@@ -20,7 +20,7 @@ rest of that copy must still run; the checkpoint's sub-sequence skips what was d
 written with a checkpoint at position P therefore holds exactly the aggregates wholly passed at
 P, whatever crashes: the checkpoint and the state are one attribute set of one write
 (`appliedAggregates`, in the same UpdateItem or transaction). Within a run, an aggregate seen
-earlier in the same batch is also a copy (`DedupRun`).
+earlier in the same batch is also a copy (`DedupRun`, in `_dedup_run`).
 
 Lanes whose newest arrival is more than `DEDUP_HORIZON_S` behind the newest arrival the state
 has folded in are dropped: the producer never resends an aggregate more than `RESEND_HORIZON_S`
@@ -54,10 +54,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
-from shardline.errors import AggregationError
-from shardline.kinesis._positions import Position
+from shardline.consumer._lane_ranges import add, clip, union
 from shardline.kinesis._shard_map import HashRange
 from shardline.kpl._identity import AggregateId
 
@@ -69,10 +67,6 @@ DEDUP_HORIZON_S = 600
 #: a checkpoint transaction within the headroom `_lease_store.MAX_TRANSACTION_BYTES` leaves under 4 MB.
 MAX_STATE_BYTES = 150_000
 _VERSION = 1
-
-
-class _Counter(Protocol):
-    def count(self, name: str, value: int = 1) -> None: ...
 
 
 class AppliedAggregates:
@@ -200,7 +194,7 @@ class AppliedAggregates:
             lane = self.lanes[key] = [0, seconds]
         lane[1] = max(lane[1], seconds)
         lane[0] = max(lane[0], aggregate.floor - 1)
-        _add(lane, counter)
+        add(lane, counter)
         qualified = self.qualified.get(key)
         if qualified is not None and qualified.pop(counter, None) is not None and not qualified:
             del self.qualified[key]
@@ -290,7 +284,7 @@ class AppliedAggregates:
                     ]
                 elif state._in_lane(key, counter):
                     coverage.append((hash_range.start, hash_range.end))
-            within = _clip(_union(coverage), child.start, child.end)
+            within = clip(union(coverage), child.start, child.end)
             if within != [(child.start, child.end)]:
                 flat = [bound for pair in within for bound in pair]
                 merged.qualified.setdefault(key, {})[counter] = [arrival, *flat]
@@ -314,8 +308,8 @@ class AppliedAggregates:
                 mine[0] = max(mine[0], lane[0])
                 mine[1] = max(mine[1], lane[1])
                 for at in range(2, len(lane), 2):
-                    _add(mine, lane[at], lane[at + 1])
-                _add(mine, mine[0])  # fold the ranges the larger w reaches
+                    add(mine, lane[at], lane[at + 1])
+                add(mine, mine[0])  # fold the ranges the larger w reaches
         return merged
 
 
@@ -326,167 +320,3 @@ def _list_partial(partial: dict[str, list[int]], key: str, counter: int, arrival
             entries[at + 1] = max(entries[at + 1], arrival)
             return
     entries += (counter, arrival)
-
-
-def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Closed integer ranges merged: sorted, disjoint, not adjacent (empty ones dropped)."""
-    out: list[tuple[int, int]] = []
-    for low, high in sorted(r for r in ranges if r[0] <= r[1]):
-        if out and low <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], high))
-        else:
-            out.append((low, high))
-    return out
-
-
-def _clip(ranges: list[tuple[int, int]], low: int, high: int) -> list[tuple[int, int]]:
-    return [(max(a, low), min(b, high)) for a, b in ranges if a <= high and b >= low]
-
-
-def _add(lane: list[int], low: int, high: int | None = None) -> None:
-    """Add the counters `low`..`high` (default: `low` alone) to the lane's ranges, then fold
-    what reaches `w` into it."""
-    high = low if high is None else high
-    if high > lane[0]:
-        ranges = [(lane[at], lane[at + 1]) for at in range(2, len(lane), 2)]
-        ranges.append((low, high))
-        ranges.sort()
-        merged: list[int] = []
-        for start, end in ranges:
-            if merged and start <= merged[-1] + 1:
-                merged[-1] = max(merged[-1], end)
-            else:
-                merged += (start, end)
-        lane[2:] = merged
-    while len(lane) > 2 and lane[2] <= lane[0] + 1:
-        lane[0] = max(lane[0], lane[3])
-        del lane[2:4]
-
-
-class _Pending:
-    __slots__ = ("aggregate", "arrival", "partial", "passed_at")
-
-    def __init__(self, aggregate: AggregateId, arrival: float, passed_at: Position) -> None:
-        self.aggregate = aggregate
-        self.arrival = arrival
-        self.passed_at = passed_at
-        self.partial = False
-
-
-class DedupRun:
-    """One run's dedup on one shard: the state as of the lease's checkpoint, the aggregates this
-    batch holds (in shard order) and where the checkpoint wholly passes each.
-
-    De-aggregation asks `admit` of each shardline aggregate (False: a copy, skipped) and says
-    where its last delivered member is (`ends_at`); each commit writes `state_at(position)` with
-    its checkpoint and, once it landed, calls `committed(position)`."""
-
-    __slots__ = (
-        "_at",
-        "_below",
-        "_checkpoint",
-        "_covered",
-        "_metrics",
-        "_pending",
-        "_seen",
-        "_text",
-        "state",
-    )
-
-    def __init__(
-        self, stored: str | None, metrics: _Counter | None = None, checkpoint: Position | None = None
-    ) -> None:
-        self.state = AppliedAggregates.parse(stored)
-        self._checkpoint: str | None = None  # the sequence number of the checkpoint's Kinesis record
-        if checkpoint is None or checkpoint.is_sentinel:
-            self._below = checkpoint or Position("0")
-        else:  # a Kinesis record before the checkpoint's was wholly passed by an earlier one
-            self._below = Position(checkpoint.sequence)
-            self._checkpoint = checkpoint.sequence
-        self._metrics = metrics
-        self._seen: set[tuple[str, int]] = set()
-        self._pending: list[_Pending] = []
-        self._at = 0  # pending entries before this index are in `state`
-        self._text = stored or ""  # the committed state as stored
-        self._covered: list[int] | None = None  # of the last admitted aggregate
-
-    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool:
-        """Should the Kinesis record at `sequence`, aggregate `aggregate_id`, be applied? No if
-        the state has the aggregate, or this batch held it earlier. An id that is not a shardline
-        aggregate id is admitted and not remembered. A record wholly before the checkpoint is
-        admitted (the checkpoint skips it: a replay, not a copy) and remembered for this batch."""
-        self._covered = None
-        try:
-            aggregate = AggregateId.parse(aggregate_id)
-        except AggregationError:
-            return True
-        identity = (aggregate.key, aggregate.counter)
-        if Position(sequence) < self._below:
-            self._seen.add(identity)
-            self._pending.append(_Pending(aggregate, arrival, Position(sequence)))  # folds at once
-            return True
-        if identity in self._seen or self.state.applied(aggregate):
-            return False
-        self._seen.add(identity)
-        self._pending.append(_Pending(aggregate, arrival, Position(sequence)))
-        self._covered = self.state.covered(aggregate)
-        return True
-
-    def covered(self) -> list[int] | None:
-        """The hash-key ranges `[low, high, ...]` whose members of the aggregate just admitted
-        are already applied (a parent applied them: skip them), or None."""
-        return self._covered
-
-    def replayed(self, sequence: str) -> bool:
-        """Is the Kinesis record at `sequence`, refused by `admit`, the checkpoint's own (the
-        batch is a replay: counted as a duplicate, not a copy)?"""
-        return sequence == self._checkpoint
-
-    def ends_at(self, sub_sequence: int | None, partial: bool = False) -> None:
-        """The last admitted aggregate's last delivered user record is at `sub_sequence` (None:
-        it delivered none, so a checkpoint at its sequence number passes it); `partial`: members
-        outside the shard's range were skipped."""
-        if not self._pending:
-            return
-        last = self._pending[-1]
-        last.partial = partial
-        if sub_sequence:
-            last.passed_at = Position(last.passed_at.sequence, sub_sequence)
-
-    def state_at(self, position: Position) -> str:
-        """The serialized state to write with a checkpoint at `position`: the stored state and
-        every aggregate wholly passed at `position`, pruned and bounded. Pure: `committed`
-        makes it the state once the write landed."""
-        end = self._passed(position)
-        if end == self._at:
-            return self._text
-        state = self.state.copy()
-        for entry in self._pending[self._at : end]:
-            state.fold(entry.aggregate, entry.arrival, entry.partial)
-        state.prune()
-        return state.bounded()[0]
-
-    def committed(self, position: Position) -> None:
-        """A checkpoint at `position` landed with `state_at(position)`."""
-        end = self._passed(position)
-        if end == self._at:
-            return
-        for entry in self._pending[self._at : end]:
-            self.state.fold(entry.aggregate, entry.arrival, entry.partial)
-        self.state.prune()
-        _, evicted = self.state.bounded()
-        if evicted and self._metrics is not None:
-            self._metrics.count("DedupLanesEvicted", evicted)
-            logger.warning(
-                "applied-aggregate state over %d bytes: %d lanes evicted", MAX_STATE_BYTES, evicted
-            )
-        self._at = end
-        self._text = self.state.serialize()
-
-    def _passed(self, position: Position) -> int:
-        """Index past the last pending aggregate wholly passed by a checkpoint at `position`."""
-        end = self._at
-        pending = self._pending
-        while end < len(pending) and pending[end].passed_at <= position:
-            end += 1
-        return end

@@ -23,8 +23,8 @@ sink table that is missing or forbidden, a handler raising `DependencyUnavailabl
 the shard, loudly, and lose nothing (`_stalls`).
 
 Identity enters at two call sites, its logic kept elsewhere: de-aggregation skips a
-Kinesis record that is a copy of an aggregate already applied (`_dedup.DedupRun`, from the lease
-row's state, or the parents' at a child's start), and every checkpoint writes, in the same write,
+Kinesis record that is a copy of an aggregate already applied (`_dedup_run.DedupRun`, from the
+lease row's state, or the parents' at a child's start), and every checkpoint writes, in the same write,
 the applied-aggregate state at its position; a record whose writes are refused because its
 `once` guard's condition failed is already applied: its writes are dropped and the checkpoint
 passes it (`ClientIdDuplicatesSkipped`), whatever `sink_conflicts` says.
@@ -51,7 +51,7 @@ from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._checkpoint import Checkpoint, RetryFrom
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, user_records
-from shardline.consumer._dedup import DedupRun
+from shardline.consumer._dedup_run import DedupRun
 from shardline.consumer._failure_policy import FailurePolicy
 from shardline.consumer._handler_deadline import HandlerDeadline
 from shardline.consumer._handler_loop import HandlerLoop

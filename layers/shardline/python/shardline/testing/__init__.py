@@ -47,15 +47,15 @@ if TYPE_CHECKING:
     from shardline.testing._kinesis import Fault as Fault
     from shardline.testing._kinesis import InMemoryKinesis as InMemoryKinesis
     from shardline.testing._kinesis import StoredRecord as StoredRecord
+    from shardline.testing._lease_requests import LeaseWrite as LeaseWrite
     from shardline.testing._lease_table import InMemoryLeaseTable as InMemoryLeaseTable
-    from shardline.testing._lease_table import LeaseWrite as LeaseWrite
     from shardline.testing._replay import FakeLambdaContext as FakeLambdaContext
     from shardline.testing._replay import MappingReplay as MappingReplay
     from shardline.testing._replay import read_shard as read_shard
 
 _EXPORTS = {
     "InMemoryLeaseTable": "_lease_table",
-    "LeaseWrite": "_lease_table",
+    "LeaseWrite": "_lease_requests",
     "kinesis_event": "_events",
     "event_record": "_events",
     "copies": "_events",

@@ -1,0 +1,387 @@
+"""The in-memory lease table's rows: each `LeaseStore` operation, fenced as `LeaseTable` fences it.
+
+Every write is fenced exactly as in `LeaseTable` (conditional on the stored `leaseCounter`, which
+it increments; checkpoints compare-and-swap on the stored position and only move forward, as
+`_lease_store.advanced` documents), and `checkpoint_with` applies the sink writes to in-memory
+tables in the same step (`_sink_tables`). A checkpoint keeps the applied-aggregate state it is
+given (`Lease.applied_aggregates`), and a `once` guard whose item is already there cancels the
+transaction at its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does. The clock
+is virtual: `now()` starts at the wall clock and `sleep()` moves it on without waiting. Each
+request is billed and may be made to fail through `LeaseRequests` (`_lease_requests`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from shardline.consumer._lease_store import (
+    MAX_DETAILS_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_TRANSACTION_ITEMS,
+    NO_FAILURE,
+    NOT_CAREFUL,
+    NOT_STALLED,
+    Lease,
+    advanced,
+)
+from shardline.errors import LeaseLost, SinkConflict, SinkRejected
+from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.testing._lease_requests import LeaseRequests, LeaseWrite
+from shardline.testing._sink_tables import SinkTables
+
+#: What every checkpoint that moves changes in the row, as `LeaseTable._checkpoint_update` writes it.
+_MOVED = (
+    "checkpoint",
+    "owner_switches",
+    "counter",
+    "careful_span",
+    "span_started",
+    "span_returned",
+    *NOT_STALLED,
+)
+
+
+class LeaseRows(LeaseRequests):
+    """Lease rows and sink tables in memory, with `LeaseStore`'s semantics (see the module docstring)."""
+
+    def __init__(self, key_schema: Mapping[str, Sequence[str]], start: float | None) -> None:
+        super().__init__()
+        self._virtual_now = time.time() if start is None else start
+        self.slept = 0.0  # seconds the consumer waited on this table's clock
+        self._rows: dict[str, Lease] = {}
+        self._sinks = SinkTables(key_schema)
+
+    def now(self) -> float:
+        """The virtual clock (epoch seconds): it moves only when the consumer sleeps."""
+        return self._virtual_now
+
+    def sleep(self, seconds: float) -> None:
+        """Move the virtual clock on by `seconds`, without waiting (counted in `slept`)."""
+        if seconds > 0:
+            self._virtual_now += seconds
+            self.slept += seconds
+
+    def sink_key(self, table_name: str) -> tuple[str, ...] | None:
+        """The declared key attributes of a sink table (as `LeaseTable` learns them with DescribeTable)."""
+        declared = self._sinks.key_schema.get(table_name)
+        return tuple(declared) if declared is not None else None
+
+    # -- LeaseStore ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> Lease | None:
+        def read() -> Lease | None:
+            self.reads += 1
+            return self._rows.get(key)
+
+        return self._faulted("get", read)
+
+    def hold(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        def hold() -> Lease:
+            current = self.get(key)
+            if current is not None:
+                return replace(current, owner=owner)
+            return self._create(key, owner, parent_shard_ids)
+
+        return self._faulted("hold", hold)
+
+    def take(self, key: str, owner: str, *, parent_shard_ids: Iterable[str] = ()) -> Lease:
+        def take() -> Lease:
+            current = self.get(key)
+            if current is None:
+                return self._create(key, owner, parent_shard_ids)
+            switches = current.owner_switches + (current.owner != owner)
+            lease = replace(current, owner=owner, counter=current.counter + 1, owner_switches=switches)
+            self._rows[key] = lease
+            self.writes[LeaseWrite.TAKE] += 1
+            return lease
+
+        return self._faulted("take", take)
+
+    def begin(
+        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+    ) -> tuple[Lease, bool]:
+        def begin() -> tuple[Lease, bool]:
+            current = self._rows.get(key)
+            self.writes[LeaseWrite.BEGIN] += 1
+            if current is None:
+                lease = Lease(
+                    key, owner, 1, Position(TRIM_HORIZON), 1, frozenset(parent_shard_ids), inflight=delivery
+                )
+                self._rows[key] = lease
+                return lease, False
+            lease = replace(
+                current,
+                owner=owner,
+                counter=current.counter + 1,
+                owner_switches=current.owner_switches + 1,
+                parent_shard_ids=current.parent_shard_ids or frozenset(parent_shard_ids),
+                inflight=delivery,
+            )
+            self._rows[key] = lease
+            # A mark of the same owner is this very call's, retried after a lost reply: no crash.
+            return lease, current.inflight == delivery and current.owner != owner
+
+        return self._faulted("begin", begin)
+
+    def release(self, lease: Lease, *, careful_done: bool = False) -> Lease:
+        def release() -> Lease:
+            stored = self._fence(lease, LeaseWrite.RELEASE, compare_checkpoint=False)
+            ended: dict[str, Any] = {}
+            if lease.stalled_since is not None or lease.stalls:
+                ended.update(NOT_STALLED)
+            if careful_done and lease.careful_span is not None:
+                ended.update(NOT_CAREFUL)
+            released = replace(lease, counter=lease.counter + 1, inflight=None, **ended)
+            self._rows[lease.key] = replace(
+                stored, owner=lease.owner, counter=released.counter, inflight=None, **ended
+            )
+            self.writes[LeaseWrite.RELEASE] += 1
+            return released
+
+        return self._faulted("release", release)
+
+    def checkpoint(
+        self,
+        lease: Lease,
+        position: Position,
+        *,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
+    ) -> Lease:
+        def checkpoint() -> Lease:
+            if position <= lease.checkpoint:
+                return lease
+            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release, applied, careful_span)
+
+        return self._faulted("checkpoint", checkpoint, lease)
+
+    def checkpoint_with(
+        self,
+        lease: Lease,
+        position: Position,
+        writes: Sequence[Mapping[str, Any]],
+        *,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
+    ) -> Lease:
+        def transaction() -> Lease:
+            if not writes:
+                return self.checkpoint(
+                    lease, position, release=release, applied=applied, careful_span=careful_span
+                )
+            if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+                raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
+            if position <= lease.checkpoint:
+                raise ValueError(
+                    f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}"
+                )
+            try:
+                self._sinks.validate(writes)  # DynamoDB refuses a malformed request before any condition
+            except ClientError as refused:
+                self.reads += 1  # LeaseTable re-reads the row: a lost lease comes first
+                stored = self._rows.get(lease.key)
+                if stored is None or stored.counter != lease.counter:
+                    raise LeaseLost(f"lease {lease.key} was taken by another owner") from refused
+                message = refused.response["Error"]["Message"]
+                raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from refused
+            self._fence(lease, LeaseWrite.TRANSACTION)  # the checkpoint's condition...
+            try:
+                self._sinks.apply(writes)  # ...then the sink writes' own; all or nothing
+            except SinkConflict:
+                self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
+                raise
+            return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied, careful_span)
+
+        return self._faulted("checkpoint_with", transaction, lease)
+
+    def record_failure(
+        self,
+        lease: Lease,
+        position: Position,
+        error: str,
+        *,
+        release: bool = False,
+        details: str | None = None,
+    ) -> Lease:
+        def record() -> Lease:
+            stored = self._fence(lease, LeaseWrite.FAILURE, compare_checkpoint=False)
+            attempts = lease.failed_attempts + 1 if lease.failed_at == position else 1
+            failure: dict[str, Any] = {
+                "span_started": False,  # the started handler is accounted for
+                "failed_at": position,
+                "failed_attempts": attempts,
+                "last_error": error[:MAX_ERROR_CHARS] or "-",
+                "failed_time": self.now(),
+                "last_error_details": details[:MAX_DETAILS_CHARS] if details else None,
+            }
+            failed = replace(
+                lease, counter=lease.counter + 1, inflight=None if release else lease.inflight, **failure
+            )
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=failed.counter,
+                inflight=None if release else stored.inflight,
+                **failure,
+            )
+            self.writes[LeaseWrite.FAILURE] += 1
+            return failed
+
+        return self._faulted("record_failure", record)
+
+    def mark_careful(
+        self,
+        lease: Lease,
+        span: int,
+        *,
+        started: bool = False,
+        returned: bool = False,
+        release: bool = False,
+    ) -> Lease:
+        def mark() -> Lease:
+            stored = self._fence(lease, LeaseWrite.CAREFUL, compare_checkpoint=False)
+            careful: dict[str, Any] = {
+                "careful_span": span,
+                "span_started": started or (returned and stored.span_started),
+                "span_returned": returned,
+            }
+            marked = replace(
+                lease,
+                counter=lease.counter + 1,
+                inflight=None if release else lease.inflight,
+                careful_span=span,
+                span_started=started or (returned and lease.span_started),
+                span_returned=returned,
+            )
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=marked.counter,
+                inflight=None if release else stored.inflight,
+                **careful,
+            )
+            self.writes[LeaseWrite.CAREFUL] += 1
+            return marked
+
+        return self._faulted("mark_careful", mark)
+
+    def stall(self, lease: Lease, cause: str, sequence: str, *, release: bool = False) -> Lease:
+        def stall() -> Lease:
+            stored = self._fence(lease, LeaseWrite.STALL, compare_checkpoint=False)
+            noted = cause[:MAX_ERROR_CHARS] or "-"
+            since = stored.stalled_since if stored.stalled_since is not None else self.now()
+            self._rows[lease.key] = replace(
+                stored,
+                owner=lease.owner,
+                counter=lease.counter + 1,
+                stalled_since=since,
+                stalled_cause=noted,
+                stalled_sequence=sequence,
+                stalls=stored.stalls + 1,
+                inflight=None if release else stored.inflight,
+            )
+            self.writes[LeaseWrite.STALL] += 1
+            return replace(
+                lease,
+                counter=lease.counter + 1,
+                stalled_since=lease.stalled_since if lease.stalled_since is not None else since,
+                stalled_cause=noted,
+                stalled_sequence=sequence,
+                stalls=lease.stalls + 1,
+                inflight=None if release else lease.inflight,
+            )
+
+        return self._faulted("stall", stall)
+
+    def note_skipped(self, lease: Lease, skipped: str) -> Lease:
+        def note() -> Lease:
+            stored = self._fence(lease, LeaseWrite.SKIPPED, compare_checkpoint=False)
+            noted = {"skipped_by_mapping": skipped, **NOT_STALLED}
+            self._rows[lease.key] = replace(stored, owner=lease.owner, counter=lease.counter + 1, **noted)
+            self.writes[LeaseWrite.SKIPPED] += 1
+            return replace(lease, counter=lease.counter + 1, **noted)
+
+        return self._faulted("note_skipped", note)
+
+    def start_at(self, key: str, checkpoint: Position) -> bool:
+        if key in self._rows:
+            self.writes[LeaseWrite.CREATE] += 1  # a conditional put, billed when it fails
+            return False
+        self._rows[key] = Lease(key, "", 1, checkpoint)
+        self.writes[LeaseWrite.CREATE] += 1
+        return True
+
+    def mark_shard_end(self, seen: Lease) -> bool:
+        def mark() -> bool:
+            stored = self._rows.get(seen.key)
+            self.writes[LeaseWrite.SHARD_END] += 1  # conditional: billed whether or not it holds
+            if stored is None or stored.checkpoint != seen.checkpoint:
+                return False
+            self._rows[seen.key] = replace(stored, checkpoint=Position(SHARD_END))
+            return True
+
+        return self._faulted("mark_shard_end", mark)
+
+    def _confirm(self, lease: Lease, error: Exception) -> None:
+        """`LeaseTable._confirm_landed` after a write that did not land: one read, then the lease
+        is lost if the counter moved, else the error stands."""
+        self.reads += 1
+        stored = self._rows.get(lease.key)
+        if stored is None or stored.counter != lease.counter:
+            raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
+        raise error
+
+    def _create(self, key: str, owner: str, parent_shard_ids: Iterable[str]) -> Lease:
+        lease = Lease(key, owner, 1, Position(TRIM_HORIZON), parent_shard_ids=frozenset(parent_shard_ids))
+        self._rows[key] = lease
+        self.writes[LeaseWrite.CREATE] += 1
+        return lease
+
+    def _fence(self, lease: Lease, kind: LeaseWrite, *, compare_checkpoint: bool = True) -> Lease:
+        """The stored row, if `lease` still holds it (and, for a checkpoint, the stored position is
+        the lease's). A write that fails its condition is billed all the same, and after a failed
+        checkpoint `LeaseTable` reads the row once (to accept a write whose reply was lost)."""
+        stored = self._rows.get(lease.key)
+        if (
+            stored is None
+            or stored.counter != lease.counter
+            or (compare_checkpoint and stored.checkpoint != lease.checkpoint)
+        ):
+            self.writes[kind] += 1
+            self.reads += compare_checkpoint
+            raise LeaseLost(f"lease {lease.key} was taken by another owner, or its checkpoint moved")
+        return stored
+
+    def _advance(
+        self,
+        lease: Lease,
+        position: Position,
+        kind: LeaseWrite,
+        release: bool = False,
+        applied: str | None = None,
+        careful_span: int | None = None,
+    ) -> Lease:
+        stored = self._fence(lease, kind)
+        # The lease as `LeaseStore.checkpoint` documents it; the row takes the same changes (and
+        # the passed failure's end, the state given, the in-flight mark's end on release).
+        changed = advanced(lease, position, release, applied, careful_span)
+        passed_failure = lease.failed_at is not None and changed.failed_at is None
+        moved = _MOVED + (tuple(NO_FAILURE) if passed_failure else ())
+        self._rows[lease.key] = replace(
+            stored,
+            owner=lease.owner,
+            inflight=None if release else stored.inflight,
+            applied_aggregates=(
+                changed.applied_aggregates if applied is not None else stored.applied_aggregates
+            ),
+            **{name: getattr(changed, name) for name in moved},
+        )
+        self.writes[kind] += 1
+        return changed

@@ -41,6 +41,7 @@ from local.chaos.profiles import PROFILE_NAMES
 from local.commands.send import send
 from local.commands.status import collect, injected_faults
 from local.commands.verify import wait_and_verify
+from local.commands.verify_render import render
 
 MiB = 1024 * 1024
 FLAT_SHARE, FLAT_SLACK = 0.10, 32 * MiB
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": len(sampler.samples),
     }
     (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
-    print(verdict.render())
+    print(render(verdict))
     print(f"summary: {json.dumps(result['summary'])}")
     for key in ("faults", "ingest", "consumer_lag"):
         print(f"{key}: {json.dumps(result[key])}")

@@ -261,6 +261,7 @@ def _send(args: argparse.Namespace) -> int:
     from local.commands.send_shapes import ShapeError, parse_size
     from local.commands.status import groups_line
     from local.commands.verify import wait_and_verify
+    from local.commands.verify_render import render
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
@@ -283,7 +284,7 @@ def _send(args: argparse.Namespace) -> int:
     if args.no_wait:
         return 0
     verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())
-    print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else verdict.render())
+    print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
     return 0 if verdict.ok else 1
 
 

@@ -2,6 +2,8 @@
 
 - `status`: what the app holds (shards, groups, DLQs, functions, faults injected).
 - `send` (+ `send_http`, `send_shapes`): load through the REST API, every answer counted.
-- `verify` (+ `verify_readers`): the end of `send`: where every record went, per consumer group.
+- `verify`: the end of `send`: waits until every consumer group has processed the run, then says
+  where every record went (`verify_readers`: reading sinks, DLQs and the stream; `verify_verdict`:
+  the verdict as data; `verify_render`: the verdict for a person).
 - `redrive`: a group's on-failure messages back through its own code.
 """

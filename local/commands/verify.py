@@ -1,7 +1,10 @@
 """The end of `send`: wait until every consumer group has processed a run's records, then say where they went.
 
     verdict = wait_and_verify("http://127.0.0.1:4566", app, report)
-    print(verdict.render()); sys.exit(0 if verdict.ok else 1)
+    print(render(verdict)); sys.exit(0 if verdict.ok else 1)   # render: local.commands.verify_render
+
+This module waits and reads; the verdict it returns is data (`local.commands.verify_verdict`), the
+readers of sinks, DLQs and the stream are `local.commands.verify_readers`.
 
 A consumer group is a function with `SINK_TABLE` in its environment, on the stream the records were
 sent to (its event-source mapping). What its sink is, is read from the table's key schema, not from
@@ -33,18 +36,14 @@ the record: its resolution is the poll interval, reported with it.
 from __future__ import annotations
 
 import datetime
-import io
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from local.app import environments, model
 from local.app.provision import client
@@ -56,24 +55,14 @@ from local.commands.verify_readers import (
     StreamReader,
     read_counts,
 )
+from local.commands.verify_render import progress_line
+from local.commands.verify_verdict import Group, GroupResult, StreamResult, Verdict
 
 POLL_INTERVAL_S = 0.5
 #: Read the stream and the sinks from this long before the run began (the clocks are one machine's).
 SINCE_SLACK_S = 2.0
 #: Records lost or applied twice whose copies in the stream the verdict lists, at most.
 WATCHED = 50
-
-
-@dataclass(frozen=True)
-class Group:
-    """A consumer group as the verdict checks it."""
-
-    name: str
-    function: str
-    kind: str  # "records" (pk/sk sink), "counter" (partitionKey -> count) or "unchecked"
-    sink_table: str
-    stream_name: str
-    dlq_url: str
 
 
 def _sink_kind(resource: model.Resource | None) -> str:
@@ -112,108 +101,6 @@ def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
     return groups
 
 
-@dataclass
-class GroupResult:
-    """One group's end-to-end result."""
-
-    group: Group
-    expected: int = 0  # accepted records (poison included)
-    processed: int = 0  # found in the sink (distinct) or counted, plus the run's dead letters
-    done_at: float | None = None
-    drain_s: float | None = None  # done_at - the last POST answer
-    lost: list[int] = field(default_factory=list)
-    duplicated: dict[int, int] = field(default_factory=dict)  # seq -> times found (more than allowed)
-    duplicated_at: dict[int, list[str]] = field(default_factory=dict)  # a few of them: each item's pk|sk
-    refused_present: list[int] = field(default_factory=list)  # in the sink although the API refused it
-    reposted_present: int = 0  # re-posted records found in the sink (once each with ids)
-    #: items of the run whose `recordId` is not the record's id (absent included), with ids on
-    wrong_ids: dict[int, list[str | None]] = field(default_factory=dict)
-    wrong_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (expected, counted)
-    dlq_depth: int = 0
-    dead_lettered: list[int] = field(default_factory=list)  # non-poison records of the run in the DLQ
-    poison_whole: int = 0  # poison records found in the DLQ with data and key as sent
-    poison_altered: list[int] = field(default_factory=list)
-    poison_missing: list[int] = field(default_factory=list)
-    poison_in_sink: list[int] = field(default_factory=list)
-    latency_s: dict[str, float] = field(default_factory=dict)  # p50, p99, max (records groups)
-    queries: int = 0
-    items_read: int = 0
-
-    @property
-    def ok(self) -> bool:
-        if self.group.kind == "unchecked":
-            return True
-        problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered, self.refused_present)
-        poison_problems = (self.poison_altered, self.poison_missing, self.poison_in_sink, self.wrong_ids)
-        return self.done_at is not None and not any(problems + poison_problems)
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "group"}
-        out["wrong_counts"] = {k: list(v) for k, v in self.wrong_counts.items()}
-        out["duplicated"] = {str(k): v for k, v in self.duplicated.items()}
-        out["duplicated_at"] = {str(k): v for k, v in self.duplicated_at.items()}
-        out["wrong_ids"] = {str(k): v for k, v in list(self.wrong_ids.items())[:20]}
-        group = {"group": self.group.name, "kind": self.group.kind, "sink_table": self.group.sink_table}
-        return {**group, "ok": self.ok, **out}
-
-
-@dataclass
-class StreamResult:
-    """What the stream holds of the run: the Kinesis-level duplicates, and whether the API's word holds."""
-
-    kinesis_records: int = 0
-    user_records: int = 0  # every copy
-    aggregate_copies: int = 0  # Kinesis records repeating an aggregate id (producer resends, re-routes)
-    records_in_aggregate_copies: int = 0
-    reposted_records: int = 0  # user records in more than one aggregate (client re-posts)
-    reposted_copies: int = 0
-    records_twice: int = 0  # user records in the stream more than once, whatever the reason
-    without_aggregate_id: int = 0
-    undecodable: int = 0
-    #: accepted records not in the Kinesis record at the sequence number the API answered
-    unbacked: list[int] = field(default_factory=list)
-    refused_in_stream: list[int] = field(default_factory=list)  # refused, yet in the stream
-    wrong_ids: int = 0  # user records whose id in the stream is not the one sent
-    #: where the stream holds records a group lost or applied twice (a few): each copy's position
-    where: dict[int, list[str]] = field(default_factory=dict)
-    duplicates: int = 0  # Kinesis-level duplicates: extra copies of user records, whatever the reason
-    read: bool = True  # False: the stream could not be read (`error`)
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.read and not (
-            self.unbacked or self.refused_in_stream or self.wrong_ids or self.undecodable
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["where"] = {str(seq): notes for seq, notes in self.where.items()}
-        out["unbacked"], out["refused_in_stream"] = self.unbacked[:20], self.refused_in_stream[:20]
-        out["unbacked_count"], out["refused_in_stream_count"] = (
-            len(self.unbacked),
-            len(self.refused_in_stream),
-        )
-        return {"ok": self.ok, **out}
-
-    def line(self) -> str:
-        if not self.read:
-            return f"stream: not read ({self.error})"
-        return (
-            f"Kinesis-level duplicates: {self.duplicates:,} extra copies of user records in the stream — "
-            f"{self.aggregate_copies:,} aggregate copies ({self.records_in_aggregate_copies:,} user records: "
-            f"producer resends), {self.reposted_records:,} records re-posted into the stream again "
-            f"({self.reposted_copies:,} copies); {self.kinesis_records:,} Kinesis records, "
-            f"{self.user_records:,} user records in all\n"
-            f"stream: every accepted record at the sequence number the API answered: "
-            f"{'yes' if not self.unbacked else f'NO ({len(self.unbacked):,} not)'}; refused records in "
-            f"the stream: {len(self.refused_in_stream):,}; ids not as sent: {self.wrong_ids:,}"
-            + "".join(
-                f"\n  record {seq} in the stream: {'; '.join(notes)}" for seq, notes in self.where.items()
-            )
-        )
-
-
 def _stream_result(copies: StreamCopies, report: SendReport) -> StreamResult:
     result = StreamResult(
         kinesis_records=copies.kinesis_records,
@@ -239,93 +126,6 @@ def _stream_result(copies: StreamCopies, report: SendReport) -> StreamResult:
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
-
-
-@dataclass
-class Verdict:
-    """Every group's result for one `send` run, and what the stream holds of it."""
-
-    report: SendReport
-    groups: list[GroupResult]
-    poll_interval_s: float
-    timed_out: bool
-    stream: StreamResult = field(default_factory=lambda: StreamResult(read=False, error="not read"))
-
-    @property
-    def ok(self) -> bool:
-        checked = [g for g in self.groups if g.group.kind != "unchecked"]
-        answers = self.report.echo_mismatches == 0
-        return (
-            bool(checked) and all(g.ok for g in checked) and not self.timed_out and self.stream.ok and answers
-        )
-
-    @property
-    def lost(self) -> int:
-        return sum(len(g.lost) for g in self.groups)
-
-    @property
-    def duplicate_effects(self) -> int:
-        """Records applied more than once: found twice in an event sink, or a counter over its count."""
-        over = sum(max(0, n - low) for g in self.groups for low, n in g.wrong_counts.values())
-        return sum(len(g.duplicated) for g in self.groups) + over
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "timed_out": self.timed_out,
-            "lost": self.lost,
-            "duplicate_effects": self.duplicate_effects,
-            "counts_exact": not any(g.wrong_counts for g in self.groups),
-            "latency_resolution_s": self.poll_interval_s,
-            "send": self.report.as_dict(),
-            "stream": self.stream.as_dict(),
-            "groups": [g.as_dict() for g in self.groups],
-        }
-
-    def render(self) -> str:
-        report = self.report
-        table = Table(
-            title=f"run {report.run_id}: {len(report.accepted):,} accepted, {len(report.failed):,} refused, "
-            f"{len(report.reposted):,} re-posted ({sum(report.whole_failures.values()):,} requests failed as "
-            f"a whole, {report.replies_lost:,} replies lost), {report.accepted_per_second:,.0f}/s"
-            + ("" if report.ids else " — without ids: at least once for re-posted records")
-        )
-        columns = "group|sink|processed|lost|dup|counts|ids|DLQ|poison in DLQ|latency p50/p99/max|drain|ok"
-        for column in columns.split("|"):
-            table.add_column(column)
-        for g in self.groups:
-            lat = g.latency_s
-            table.add_row(
-                g.group.name,
-                g.group.kind,
-                f"{g.processed:,}/{g.expected:,}",
-                str(len(g.lost)),
-                str(len(g.duplicated)),
-                ("exact" if not g.wrong_counts else f"{len(g.wrong_counts)} wrong")
-                if g.group.kind == "counter"
-                else "-",
-                ("ok" if not g.wrong_ids else f"{len(g.wrong_ids)} wrong")
-                if g.group.kind == "records" and report.ids
-                else "-",
-                str(g.dlq_depth),
-                f"{g.poison_whole}/{g.poison_whole + len(g.poison_missing)}",
-                f"{lat['p50']:.2f}/{lat['p99']:.2f}/{lat['max']:.2f} s" if lat else "-",
-                f"{g.drain_s:.1f} s" if g.drain_s is not None else "not drained",
-                "unchecked" if g.group.kind == "unchecked" else ("yes" if g.ok else "NO"),
-            )
-        console = Console(width=170, record=True, file=io.StringIO())
-        console.print(table)
-        summary = (
-            f"verdict: {self.lost:,} lost, {self.duplicate_effects:,} duplicate effects, counts "
-            f"{'exact' if not any(g.wrong_counts for g in self.groups) else 'WRONG'}"
-            + (f", {report.echo_mismatches:,} answers echoing another id" if report.echo_mismatches else "")
-        )
-        note = f"latency: POST -> first poll that saw it in the sink (resolution {self.poll_interval_s} s)"
-        lines = [console.export_text().rstrip(), summary, self.stream.line(), note]
-        for g in self.groups:
-            for seq, items in list(g.duplicated_at.items())[:10]:
-                lines.append(f"  record {seq} in {g.group.name} {len(items)} times: {'; '.join(items)}")
-        return "\n".join(lines) + ("\ntimed out" if self.timed_out else "")
 
 
 class _Watch:
@@ -517,7 +317,7 @@ def wait_and_verify(
             for watch in watches:
                 watch.poll(shard_ids)
             if live:
-                live.update(_progress_line(watches, time.monotonic() - started))
+                live.update(progress_line([w.result for w in watches], time.monotonic() - started))
             if all(watch.result.done_at is not None for watch in watches):
                 break
             if time.monotonic() >= deadline:
@@ -537,12 +337,3 @@ def wait_and_verify(
         else StreamResult(read=False, error="off")
     )
     return Verdict(report, results, poll_interval, timed_out, copies)
-
-
-def _progress_line(watches: list[_Watch], elapsed: float) -> Text:
-    parts = [
-        f"{w.group.name}: {w.result.processed:,}/{w.result.expected:,}"
-        + (f" (DLQ {w.result.dlq_depth})" if w.result.dlq_depth else "")
-        for w in watches
-    ]
-    return Text(f"waiting for the consumers: {'  '.join(parts)}  {elapsed:,.1f} s")

@@ -7,5 +7,7 @@
   answered here rather than by moto).
 - `dynamodb`: atomic writes and cheap transactions.
 - `service_metrics`: the Kinesis and DynamoDB metrics AWS would publish.
-- `chaos`: the endpoint's part of a chaos profile (request faults, throttles, reshards).
+- `chaos`: the endpoint's part of a chaos profile (request faults, throttles, what was injected);
+  `callers`: who holds a connection (a producer's reads are refused); `resharder`: the profile's
+  splits and merges.
 """

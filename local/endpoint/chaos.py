@@ -17,14 +17,14 @@ not carry `OBSERVER_AGENT`, by service (Kinesis, DynamoDB, SQS: told apart by `X
 - a brownout: for a while every PutRecords is answered 503 ServiceUnavailable, writing nothing;
 - a producer function's reads (GetRecords, GetShardIterator, SubscribeToShard) refused with
   AccessDeniedException, as its write-only role would: the caller is found by its connection
-  (`caller_environment`: the process holding the socket, on Linux) and is a producer when its
+  (`local.endpoint.callers`: the process holding the socket, on Linux) and is a producer when its
   environment names `PRODUCER_MARKER`.
 
 PutRecords entries are refused one by one (`ProvisionedThroughputExceededException`,
 `InternalFailure`) through the hook `kinesis.fixes.STATE.entry_fault`, before the shard limits
-are charged: a refused entry is never written. `Resharder` splits and merges at the profile's
-times, counted from each stream's first record. Every fault is counted in `ChaosState.injected`,
-served at `GET /_shardline/chaos`.
+are charged: a refused entry is never written. The reshards at the profile's times are
+`local.endpoint.resharder`'s. Every fault is counted in `ChaosState.injected` (`ChaosState.report`,
+with the reshards done), served at `GET /_shardline/chaos`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import io
-import itertools
 import json
-import os
 import socket
 import threading
 import time
@@ -47,9 +45,9 @@ from local.chaos.profiles import (
     PRODUCER_MARKER,
     REQUEST_ERROR_CODES,
     ChaosProfile,
-    Reshard,
     rng_for,
 )
+from local.endpoint.callers import caller_environment, socket_inode
 from local.endpoint.service_metrics import SERVICE_METRICS
 from local.limits import THROTTLED
 
@@ -115,7 +113,7 @@ class ChaosState:
         """Whether the call comes from a producer function's process (remembered per connection)."""
         if _LAMBDA_AGENT not in environ.get("HTTP_USER_AGENT", ""):
             return False  # not from a Lambda execution environment (the runtime's poller, a test)
-        inode = _socket_inode(environ)
+        inode = socket_inode(environ)
         if inode is None:
             return False
         with self._lock:
@@ -288,50 +286,6 @@ def _drop_connection(environ: dict[str, Any]) -> None:
             connection.shutdown(socket.SHUT_RDWR)
 
 
-def _socket_inode(environ: dict[str, Any]) -> int | None:
-    """The inode of the caller's end of this connection, from /proc/net/tcp (Linux), or None."""
-    try:
-        remote, local = int(environ["REMOTE_PORT"]), int(environ["SERVER_PORT"])
-    except (KeyError, ValueError):
-        return None
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as lines:
-                next(lines, None)
-                for line in lines:
-                    fields = line.split()
-                    if len(fields) < 10:
-                        continue
-                    own, peer = fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]
-                    if int(own, 16) == remote and int(peer, 16) == local and fields[9] != "0":
-                        return int(fields[9])
-        except OSError:
-            continue
-    return None
-
-
-def caller_environment(inode: int) -> dict[str, str] | None:
-    """The environment of the process holding socket `inode` (any of this user's processes), or None."""
-    target = f"socket:[{inode}]"
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") != target:
-                    continue
-                with open(f"/proc/{pid}/environ", "rb") as raw:
-                    pairs = raw.read().split(b"\0")
-            except OSError:
-                continue
-            return dict(pair.decode(errors="replace").split("=", 1) for pair in pairs if b"=" in pair)
-    return None
-
-
 def _throttle_metrics(operation: str, tables: set[str]) -> None:
     """What DynamoDB publishes for a throttled call: ThrottledRequests per table and operation, and
     the read or write throttle events of each table."""
@@ -410,97 +364,3 @@ def _error(
 
 
 _REASONS = {400: "Bad Request", 500: "Internal Server Error", 503: "Service Unavailable"}
-
-
-class Resharder:
-    """Splits and merges at the profile's times, through the Kinesis API on loopback (so every fix
-    applies), as an observer; `at_s` counts from the stream's first record written."""
-
-    def __init__(
-        self, state: ChaosState, endpoint_url: str, records_written: Callable[[], dict[str, int]]
-    ) -> None:
-        self.state = state
-        self.endpoint_url = endpoint_url
-        self.records_written = records_written  # stream name -> records written so far
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-resharder", daemon=True)
-
-    def start(self) -> None:
-        if self.state.reshards:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        from local.app.provision import client
-
-        kinesis = client("kinesis", self.endpoint_url)
-        first_record: dict[str, float] = {}
-        pending = list(range(len(self.state.reshards)))
-        while pending and not self._stop.wait(0.1):
-            now = time.monotonic()
-            for name, count in self.records_written().items():
-                if count and name not in first_record:
-                    first_record[name] = now
-            for index in list(pending):
-                entry = self.state.reshards[index]
-                streams = [s for s in first_record if entry["stream"] in (None, s)]
-                due = [s for s in streams if now >= first_record[s] + entry["at_s"]]
-                if not due:
-                    continue
-                reshard = Reshard(entry["at_s"], entry["action"], entry["stream"])
-                for stream in due:
-                    entry["shards"] += _reshard(kinesis, stream, reshard, self._stop)
-                entry["done_at"] = time.time()
-                self.state.count(f"reshard.{reshard.action}")
-                pending.remove(index)
-
-
-def _reshard(kinesis: Any, stream: str, reshard: Reshard, stop: threading.Event) -> list[str]:
-    """Do one split or merge of `stream`; the shards it involved (retried while the stream is UPDATING)."""
-    from botocore.exceptions import ClientError
-
-    while not stop.is_set():
-        shards = kinesis.list_shards(StreamName=stream, ShardFilter={"Type": "AT_LATEST"})["Shards"]
-        counts = _records_by_shard(kinesis, stream)
-        try:
-            if reshard.action == "split":
-                shard = max(shards, key=lambda s: (counts.get(s["ShardId"], 0), s["ShardId"]))
-                low, high = (int(shard["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
-                kinesis.split_shard(
-                    StreamName=stream,
-                    ShardToSplit=shard["ShardId"],
-                    NewStartingHashKey=str((low + high + 1) // 2),
-                )
-                involved = [shard["ShardId"]]
-            else:
-                ordered = sorted(shards, key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
-                pairs = list(itertools.pairwise(ordered))
-                if not pairs:
-                    return []
-                first, second = min(
-                    pairs, key=lambda p: counts.get(p[0]["ShardId"], 0) + counts.get(p[1]["ShardId"], 0)
-                )
-                kinesis.merge_shards(
-                    StreamName=stream, ShardToMerge=first["ShardId"], AdjacentShardToMerge=second["ShardId"]
-                )
-                involved = [first["ShardId"], second["ShardId"]]
-            print(f"chaos: {reshard.action} of {', '.join(involved)} in {stream}", flush=True)
-            return involved
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") not in (
-                "ResourceInUseException",
-                "LimitExceededException",
-            ):
-                raise
-            stop.wait(0.2)
-    return []
-
-
-def _records_by_shard(kinesis: Any, stream: str) -> dict[str, int]:
-    """Records written per shard of `stream`, from the endpoint's counters (in this process)."""
-    from local.endpoint.kinesis.fixes import STATE
-
-    with STATE.lock:
-        return {shard: counts[0] for (_, name, shard), counts in STATE.counters.items() if name == stream}

@@ -15,7 +15,7 @@ few routes of its own under `/_shardline/`:
 - `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
   (`local.endpoint.service_metrics`);
 - `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos.profiles`), every
-  fault injected so far by type, and the reshards done (`local.endpoint.chaos`).
+  fault injected so far by type, and the reshards done (`local.endpoint.chaos`, `local.endpoint.resharder`).
 
 `local.endpoint.Endpoint` starts it as a child process, waits until it answers, and stops it."""
 
@@ -177,7 +177,8 @@ def serve(
     app: Callable[..., Iterable[bytes]] = dispatcher
     chaos_state = resharder = None
     if chaos is not None and chaos.active:
-        from local.endpoint.chaos import ChaosMiddleware, ChaosState, Resharder
+        from local.endpoint.chaos import ChaosMiddleware, ChaosState
+        from local.endpoint.resharder import Resharder
 
         chaos_state = ChaosState(chaos)
         STATE.entry_fault = chaos_state.entry_fault

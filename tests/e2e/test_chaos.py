@@ -27,6 +27,7 @@ from local.chaos.profiles import KILL_POINTS, load_profile
 from local.commands.send import send
 from local.commands.status import collect, injected_faults
 from local.commands.verify import wait_and_verify
+from local.commands.verify_render import render
 from local.runtime import Runtime
 from tests.support.runtime import start_runtime
 
@@ -78,10 +79,10 @@ def test_a_heavy_chaos_run_of_20000_records_loses_nothing_and_applies_nothing_tw
     )  # fmt: skip
     sent = time.monotonic()
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=600, progress=False)
-    print(verdict.render())
+    print(render(verdict))
     print(json.dumps({k: v for k, v in verdict.as_dict().items() if k != "groups"}, indent=2, default=str))
     print(f"send {sent - began:.1f} s, verdict {time.monotonic() - sent:.1f} s")
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
 
     # Every record accepted, with Kinesis's word for it; requests that failed as a whole re-posted.
     assert len(report.accepted) == RECORDS and not report.failed, report.as_dict()

@@ -18,6 +18,7 @@ from local.app.provision import client
 from local.commands.send import send
 from local.commands.status import consumer_groups
 from local.commands.verify import wait_and_verify
+from local.commands.verify_render import render
 
 # Whole-pipeline runs drain through the emulated DynamoDB: minutes on a loaded 2-core machine.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -64,8 +65,8 @@ def records_url(runtime, stream: str = "events") -> str:
 def test_send_of_20000_records_reaches_both_consumer_groups_exactly_once(runtime):
     report = send(f"{runtime.api_url}/streams", "events", count=20_000, progress=False)
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
-    print(verdict.render())
-    assert verdict.ok, verdict.render()
+    print(render(verdict))
+    assert verdict.ok, render(verdict)
     assert len(report.accepted) == 20_000 and not report.failed
     groups = {result.group.name: result for result in verdict.groups}
     assert set(groups) == {"event-sink", "key-counter"}
@@ -190,4 +191,4 @@ def test_a_shard_offered_more_than_it_takes_throttles_and_the_producer_still_lan
     (hot,) = {accepted.shard_id for accepted in report.accepted.values()}
     assert throttled[hot] > 0, throttled  # the endpoint refused what the shard could not take
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)

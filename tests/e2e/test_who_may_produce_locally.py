@@ -15,6 +15,7 @@ from app import CDK_JSON, build
 from local.commands.send import send
 from local.commands.send_http import Client
 from local.commands.verify import wait_and_verify
+from local.commands.verify_render import render
 from local.runtime import Runtime
 from tests.support.runtime import start_runtime
 
@@ -65,7 +66,7 @@ def test_3_a_clients_key_sends_and_every_record_reaches_both_groups_once(keyed):
         api_key=key_of(keyed, "orders"),
     )
     verdict = wait_and_verify(keyed.endpoint_url, keyed.app, report, timeout=600, progress=False)
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     assert len(report.accepted) == 400 and not report.failed
 
 

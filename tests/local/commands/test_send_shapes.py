@@ -18,6 +18,7 @@ from local.commands.send_shapes import (
     parse_size,
     parse_skew,
 )
+from local.commands.verify_render import render
 from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
 
 pytestmark = pytest.mark.integration
@@ -118,12 +119,12 @@ def test_a_reposted_record_applied_once_passes_and_the_stream_counts_its_copies(
     assert sorted(report.reposted) == list(range(10)) and len(report.accepted) == 10
     pipeline.apply(stub_api.written)  # each id once, as the consumers apply it
     verdict = _verify(pipeline, report)
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     assert verdict.stream.reposted_records == 10 and verdict.stream.duplicates == 10
     assert verdict.stream.aggregate_copies == 0 and verdict.stream.kinesis_records == 2
     assert _group(verdict, "event-sink").reposted_present == 10
     assert verdict.lost == verdict.duplicate_effects == 0
-    assert "10 records re-posted into the stream again" in verdict.render()
+    assert "10 records re-posted into the stream again" in render(verdict)
 
 
 def test_a_reposted_record_applied_twice_is_a_duplicate_effect(stub_api: StubApi, pipeline: Pipeline):
@@ -138,7 +139,7 @@ def test_a_reposted_record_applied_twice_is_a_duplicate_effect(stub_api: StubApi
     assert verdict.duplicate_effects == 6 + 6
     at = _group(verdict, "event-sink").duplicated_at
     assert sorted(at) == list(range(6)) and all(len(set(items)) == 2 for items in at.values())
-    assert f"record 0 in event-sink 2 times: {'; '.join(at[0])}" in verdict.render()
+    assert f"record 0 in event-sink 2 times: {'; '.join(at[0])}" in render(verdict)
     assert len(verdict.stream.where[0]) == 2  # and the stream holds it twice (a re-post): where, said
 
 
@@ -148,7 +149,7 @@ def test_an_aggregate_copy_is_a_kinesis_duplicate_the_consumers_skip(stub_api: S
     assert not report.reposted  # the API answered: nothing for the client to re-post
     pipeline.apply(stub_api.written)
     verdict = _verify(pipeline, report)
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     stream = verdict.stream
     assert (stream.aggregate_copies, stream.records_in_aggregate_copies, stream.duplicates) == (1, 7, 7)
     assert stream.reposted_records == 0 and not stream.unbacked  # the answer named the second copy
@@ -191,8 +192,8 @@ def test_without_ids_a_reposted_record_is_at_least_once_and_others_exactly_once(
     assert sorted(report.reposted) == list(range(5))
     pipeline.apply(stub_api.written)  # no ids: both posts are records of their own, both applied
     verdict = _verify(pipeline, report)
-    assert verdict.ok, verdict.render()
-    assert verdict.stream.reposted_records == 5 and "at least once" in verdict.render()
+    assert verdict.ok, render(verdict)
+    assert verdict.stream.reposted_records == 5 and "at least once" in render(verdict)
     again = next(w for w in stub_api.written if parse_payload(w.data)["seq"] == 7)
     pipeline.write_sink([Written(again.shard_id, again.sequence_number, again.key, again.data, 9)])
     verdict = _verify(pipeline, report)

@@ -10,7 +10,8 @@ import pytest
 
 from local.app.provision import client
 from local.commands.send import parse_payload
-from local.commands.verify import SinkReader
+from local.commands.verify_readers import SinkReader
+from local.commands.verify_render import render
 from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
 
 pytestmark = pytest.mark.integration
@@ -23,14 +24,14 @@ def test_verify_passes_when_each_record_is_in_the_sink_once_and_counts_are_exact
     pipeline.write_sink(stub_api.written)
     pipeline.count(stub_api.written)
     verdict = _verify(pipeline, report)
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
     assert (sink.group.kind, counter.group.kind) == ("records", "counter")
     assert sink.processed == counter.processed == 200
     assert sink.latency_s["p50"] >= 0 and sink.latency_s["max"] >= sink.latency_s["p99"]
     assert sink.drain_s is not None and counter.drain_s is not None
     assert json.loads(json.dumps(verdict.as_dict()))["ok"] is True
-    assert "event-sink" in verdict.render() and "key-counter" in verdict.render()
+    assert "event-sink" in render(verdict) and "key-counter" in render(verdict)
 
 
 def test_verify_detects_a_lost_record(stub_api: StubApi, pipeline: Pipeline) -> None:
@@ -46,7 +47,7 @@ def test_verify_detects_a_lost_record(stub_api: StubApi, pipeline: Pipeline) -> 
     # The verdict says where the stream holds it: the consumers, not the producer, lost it.
     [where] = verdict.stream.where[sink.lost[0]]
     assert where.startswith(f"{lost.shard_id}@{lost.sequence_number}#{lost.sub_sequence} aggregate=")
-    assert f"record {sink.lost[0]} in the stream: {where}" in verdict.render()
+    assert f"record {sink.lost[0]} in the stream: {where}" in render(verdict)
 
 
 def test_verify_detects_a_duplicated_record(stub_api: StubApi, pipeline: Pipeline) -> None:
@@ -82,7 +83,7 @@ def test_verify_reports_dlq_depth_and_poison_records_whole(stub_api: StubApi, pi
         pipeline.dead_letter(w, "event-sink")
     verdict = _verify(pipeline, report)
     sink = _group(verdict, "event-sink")
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     assert sink.dlq_depth == 3 and sink.poison_whole == 3 and not sink.poison_missing
     # The letters are still in the queue for the next reader (read without being consumed).
     attributes = client("sqs", pipeline.endpoint).get_queue_attributes(
@@ -144,7 +145,7 @@ def test_verify_reads_only_new_items_while_the_sink_fills(stub_api: StubApi, pip
     finally:
         filler.join()
     sink = _group(verdict, "event-sink")
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     assert sink.items_read == 120  # many polls, each item read once
     assert sink.queries > len({w.shard_id for w in stub_api.written})  # it did poll more than once
 
@@ -158,7 +159,7 @@ def test_verify_measures_latency_from_post_to_first_seen_and_drain_after_the_las
     pipeline.count(stub_api.written)
     verdict = _verify(pipeline, report)
     sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
-    assert verdict.ok, verdict.render()
+    assert verdict.ok, render(verdict)
     assert 1.0 <= sink.latency_s["p50"] <= sink.latency_s["p99"] <= sink.latency_s["max"]
     assert sink.drain_s >= 1.0 and counter.drain_s >= 1.0
     assert verdict.as_dict()["latency_resolution_s"] == 0.1

@@ -1,0 +1,91 @@
+"""The verdict of a `send` run for a person, with rich: a table per group, the stream, the oddities.
+
+    print(render(verdict))
+
+and, while `wait_and_verify` waits, the progress line it shows (`progress_line`).
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from local.commands.verify_verdict import GroupResult, StreamResult, Verdict
+
+
+def render(verdict: Verdict) -> str:
+    """The verdict as text: the groups' table, the summary, the stream, and where records went twice."""
+    report = verdict.report
+    table = Table(
+        title=f"run {report.run_id}: {len(report.accepted):,} accepted, {len(report.failed):,} refused, "
+        f"{len(report.reposted):,} re-posted ({sum(report.whole_failures.values()):,} requests failed as "
+        f"a whole, {report.replies_lost:,} replies lost), {report.accepted_per_second:,.0f}/s"
+        + ("" if report.ids else " — without ids: at least once for re-posted records")
+    )
+    columns = "group|sink|processed|lost|dup|counts|ids|DLQ|poison in DLQ|latency p50/p99/max|drain|ok"
+    for column in columns.split("|"):
+        table.add_column(column)
+    for g in verdict.groups:
+        lat = g.latency_s
+        table.add_row(
+            g.group.name,
+            g.group.kind,
+            f"{g.processed:,}/{g.expected:,}",
+            str(len(g.lost)),
+            str(len(g.duplicated)),
+            ("exact" if not g.wrong_counts else f"{len(g.wrong_counts)} wrong")
+            if g.group.kind == "counter"
+            else "-",
+            ("ok" if not g.wrong_ids else f"{len(g.wrong_ids)} wrong")
+            if g.group.kind == "records" and report.ids
+            else "-",
+            str(g.dlq_depth),
+            f"{g.poison_whole}/{g.poison_whole + len(g.poison_missing)}",
+            f"{lat['p50']:.2f}/{lat['p99']:.2f}/{lat['max']:.2f} s" if lat else "-",
+            f"{g.drain_s:.1f} s" if g.drain_s is not None else "not drained",
+            "unchecked" if g.group.kind == "unchecked" else ("yes" if g.ok else "NO"),
+        )
+    console = Console(width=170, record=True, file=io.StringIO())
+    console.print(table)
+    summary = (
+        f"verdict: {verdict.lost:,} lost, {verdict.duplicate_effects:,} duplicate effects, counts "
+        f"{'exact' if not any(g.wrong_counts for g in verdict.groups) else 'WRONG'}"
+        + (f", {report.echo_mismatches:,} answers echoing another id" if report.echo_mismatches else "")
+    )
+    note = f"latency: POST -> first poll that saw it in the sink (resolution {verdict.poll_interval_s} s)"
+    lines = [console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
+    for g in verdict.groups:
+        for seq, items in list(g.duplicated_at.items())[:10]:
+            lines.append(f"  record {seq} in {g.group.name} {len(items)} times: {'; '.join(items)}")
+    return "\n".join(lines) + ("\ntimed out" if verdict.timed_out else "")
+
+
+def stream_line(stream: StreamResult) -> str:
+    """What the stream holds of the run: its duplicates, whether it backs every answer, odd records."""
+    if not stream.read:
+        return f"stream: not read ({stream.error})"
+    return (
+        f"Kinesis-level duplicates: {stream.duplicates:,} extra copies of user records in the stream — "
+        f"{stream.aggregate_copies:,} aggregate copies ({stream.records_in_aggregate_copies:,} user records: "
+        f"producer resends), {stream.reposted_records:,} records re-posted into the stream again "
+        f"({stream.reposted_copies:,} copies); {stream.kinesis_records:,} Kinesis records, "
+        f"{stream.user_records:,} user records in all\n"
+        f"stream: every accepted record at the sequence number the API answered: "
+        f"{'yes' if not stream.unbacked else f'NO ({len(stream.unbacked):,} not)'}; refused records in "
+        f"the stream: {len(stream.refused_in_stream):,}; ids not as sent: {stream.wrong_ids:,}"
+        + "".join(
+            f"\n  record {seq} in the stream: {'; '.join(notes)}" for seq, notes in stream.where.items()
+        )
+    )
+
+
+def progress_line(results: list[GroupResult], elapsed: float) -> Text:
+    """Each group's progress while the verdict waits: processed of expected, its DLQ's depth."""
+    parts = [
+        f"{r.group.name}: {r.processed:,}/{r.expected:,}" + (f" (DLQ {r.dlq_depth})" if r.dlq_depth else "")
+        for r in results
+    ]
+    return Text(f"waiting for the consumers: {'  '.join(parts)}  {elapsed:,.1f} s")

@@ -1,0 +1,153 @@
+"""The verdict of a `send` run, as data: per consumer group where each record went, and what the stream holds.
+
+`wait_and_verify` (`local.commands.verify`) fills it in; `local.commands.verify_render` prints it.
+A group is `ok` when it drained and nothing is lost, applied twice, miscounted, dead-lettered
+that should not be, or altered; the verdict is `ok` when every checked group is, the stream backs
+every answer, and no answer echoed another record's id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from local.commands.send import SendReport
+
+
+@dataclass(frozen=True)
+class Group:
+    """A consumer group as the verdict checks it."""
+
+    name: str
+    function: str
+    kind: str  # "records" (pk/sk sink), "counter" (partitionKey -> count) or "unchecked"
+    sink_table: str
+    stream_name: str
+    dlq_url: str
+
+
+@dataclass
+class GroupResult:
+    """One group's end-to-end result."""
+
+    group: Group
+    expected: int = 0  # accepted records (poison included)
+    processed: int = 0  # found in the sink (distinct) or counted, plus the run's dead letters
+    done_at: float | None = None
+    drain_s: float | None = None  # done_at - the last POST answer
+    lost: list[int] = field(default_factory=list)
+    duplicated: dict[int, int] = field(default_factory=dict)  # seq -> times found (more than allowed)
+    duplicated_at: dict[int, list[str]] = field(default_factory=dict)  # a few of them: each item's pk|sk
+    refused_present: list[int] = field(default_factory=list)  # in the sink although the API refused it
+    reposted_present: int = 0  # re-posted records found in the sink (once each with ids)
+    #: items of the run whose `recordId` is not the record's id (absent included), with ids on
+    wrong_ids: dict[int, list[str | None]] = field(default_factory=dict)
+    wrong_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (expected, counted)
+    dlq_depth: int = 0
+    dead_lettered: list[int] = field(default_factory=list)  # non-poison records of the run in the DLQ
+    poison_whole: int = 0  # poison records found in the DLQ with data and key as sent
+    poison_altered: list[int] = field(default_factory=list)
+    poison_missing: list[int] = field(default_factory=list)
+    poison_in_sink: list[int] = field(default_factory=list)
+    latency_s: dict[str, float] = field(default_factory=dict)  # p50, p99, max (records groups)
+    queries: int = 0
+    items_read: int = 0
+
+    @property
+    def ok(self) -> bool:
+        if self.group.kind == "unchecked":
+            return True
+        problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered, self.refused_present)
+        poison_problems = (self.poison_altered, self.poison_missing, self.poison_in_sink, self.wrong_ids)
+        return self.done_at is not None and not any(problems + poison_problems)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "group"}
+        out["wrong_counts"] = {k: list(v) for k, v in self.wrong_counts.items()}
+        out["duplicated"] = {str(k): v for k, v in self.duplicated.items()}
+        out["duplicated_at"] = {str(k): v for k, v in self.duplicated_at.items()}
+        out["wrong_ids"] = {str(k): v for k, v in list(self.wrong_ids.items())[:20]}
+        group = {"group": self.group.name, "kind": self.group.kind, "sink_table": self.group.sink_table}
+        return {**group, "ok": self.ok, **out}
+
+
+@dataclass
+class StreamResult:
+    """What the stream holds of the run: the Kinesis-level duplicates, and whether the API's word holds."""
+
+    kinesis_records: int = 0
+    user_records: int = 0  # every copy
+    aggregate_copies: int = 0  # Kinesis records repeating an aggregate id (producer resends, re-routes)
+    records_in_aggregate_copies: int = 0
+    reposted_records: int = 0  # user records in more than one aggregate (client re-posts)
+    reposted_copies: int = 0
+    records_twice: int = 0  # user records in the stream more than once, whatever the reason
+    without_aggregate_id: int = 0
+    undecodable: int = 0
+    #: accepted records not in the Kinesis record at the sequence number the API answered
+    unbacked: list[int] = field(default_factory=list)
+    refused_in_stream: list[int] = field(default_factory=list)  # refused, yet in the stream
+    wrong_ids: int = 0  # user records whose id in the stream is not the one sent
+    #: where the stream holds records a group lost or applied twice (a few): each copy's position
+    where: dict[int, list[str]] = field(default_factory=dict)
+    duplicates: int = 0  # Kinesis-level duplicates: extra copies of user records, whatever the reason
+    read: bool = True  # False: the stream could not be read (`error`)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.read and not (
+            self.unbacked or self.refused_in_stream or self.wrong_ids or self.undecodable
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["where"] = {str(seq): notes for seq, notes in self.where.items()}
+        out["unbacked"], out["refused_in_stream"] = self.unbacked[:20], self.refused_in_stream[:20]
+        out["unbacked_count"], out["refused_in_stream_count"] = (
+            len(self.unbacked),
+            len(self.refused_in_stream),
+        )
+        return {"ok": self.ok, **out}
+
+
+@dataclass
+class Verdict:
+    """Every group's result for one `send` run, and what the stream holds of it."""
+
+    report: SendReport
+    groups: list[GroupResult]
+    poll_interval_s: float
+    timed_out: bool
+    stream: StreamResult = field(default_factory=lambda: StreamResult(read=False, error="not read"))
+
+    @property
+    def ok(self) -> bool:
+        checked = [g for g in self.groups if g.group.kind != "unchecked"]
+        answers = self.report.echo_mismatches == 0
+        return (
+            bool(checked) and all(g.ok for g in checked) and not self.timed_out and self.stream.ok and answers
+        )
+
+    @property
+    def lost(self) -> int:
+        return sum(len(g.lost) for g in self.groups)
+
+    @property
+    def duplicate_effects(self) -> int:
+        """Records applied more than once: found twice in an event sink, or a counter over its count."""
+        over = sum(max(0, n - low) for g in self.groups for low, n in g.wrong_counts.values())
+        return sum(len(g.duplicated) for g in self.groups) + over
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "timed_out": self.timed_out,
+            "lost": self.lost,
+            "duplicate_effects": self.duplicate_effects,
+            "counts_exact": not any(g.wrong_counts for g in self.groups),
+            "latency_resolution_s": self.poll_interval_s,
+            "send": self.report.as_dict(),
+            "stream": self.stream.as_dict(),
+            "groups": [g.as_dict() for g in self.groups],
+        }

@@ -101,6 +101,7 @@ class EventSourceMapping:
     parallelization_factor: int = 1
     on_failure_arn: str | None = None  # an SQS queue ARN
     enabled: bool = True
+    filter_criteria: str | None = None  # FilterCriteria as JSON (local.lambda_.esm.filters reads it)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,16 @@ class RestApi:
 
 
 @dataclass(frozen=True)
+class NotEmulated:
+    """A property of the template the local runtime does not act on, and what differs because of it."""
+
+    logical_id: str
+    resource_type: str
+    property: str
+    difference: str
+
+
+@dataclass(frozen=True)
 class LocalApp:
     """Everything the runtime starts, and what it cannot."""
 
@@ -157,6 +168,7 @@ class LocalApp:
     apis: tuple[RestApi, ...] = ()
     monitoring: tuple[Resource, ...] = ()  # the CloudWatch alarms and dashboards, resolved (local.cloudwatch)
     unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
+    not_emulated: tuple[NotEmulated, ...] = ()  # properties of what runs, listed at start-up and in status
 
     def function(self, name: str) -> Function:
         for function in self.functions:

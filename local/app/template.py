@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from local.app import model
+from local.app.properties import not_emulated
 from local.app.template_api import ApiReader, TemplateError
 
 # Types the runtime reads but has nothing to run for: why each is left out.
@@ -258,6 +259,11 @@ class _Reader(ApiReader):
                 for logical_id in self.of_type(kind)
             ),
             unsupported=unsupported,
+            not_emulated=tuple(
+                entry
+                for logical_id, resource in self.resources.items()
+                for entry in not_emulated(logical_id, resource["Type"], resource.get("Properties", {}))
+            ),
         )
 
     def stream(self, logical_id: str) -> model.Stream:
@@ -356,6 +362,9 @@ class _Reader(ApiReader):
             parallelization_factor=int(properties.get("ParallelizationFactor", 1)),
             on_failure_arn=properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"),
             enabled=bool(properties.get("Enabled", True)),
+            filter_criteria=json.dumps(properties["FilterCriteria"])
+            if "FilterCriteria" in properties
+            else None,
         )
 
 

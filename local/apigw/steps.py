@@ -56,6 +56,9 @@ FORBIDDEN = GatewayError(403, "ForbiddenException", "Forbidden")  # no or unknow
 THROTTLED = GatewayError(429, "TooManyRequestsException", "Too Many Requests")
 QUOTA_EXCEEDED = GatewayError(429, "LimitExceededException", "Limit Exceeded")  # a usage plan's quota
 BAD_BODY = GatewayError(400, "BadRequestException", "Invalid request body")
+#: The keys a REST API's Lambda proxy response may have (API Gateway's "Output format of a Lambda
+#: function for proxy integration"); any other key is a malformed response.
+PROXY_RESPONSE_KEYS = frozenset({"statusCode", "headers", "multiValueHeaders", "body", "isBase64Encoded"})
 MALFORMED = GatewayError(502, "InternalServerErrorException", "Internal server error")
 INTERNAL = GatewayError(500, "InternalServerErrorException", "Internal server error")
 TIMED_OUT = GatewayError(504, "InternalServerErrorException", "Endpoint request timed out")
@@ -145,7 +148,8 @@ def _multi(pairs: list[tuple[str, str]]) -> tuple[dict[str, str] | None, dict[st
 
 def proxy_response(payload: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it."""
-    if not isinstance(payload, dict):
+    if not isinstance(payload, dict) or not payload.keys() <= PROXY_RESPONSE_KEYS:
+        # A key the REST API does not know (`cookies` is the HTTP API's) makes the whole answer malformed.
         raise Refused(MALFORMED)
     status, body = payload.get("statusCode"), payload.get("body")
     headers = payload.get("headers") or {}

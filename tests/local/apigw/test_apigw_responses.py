@@ -67,6 +67,11 @@ def test_event_over_lambdas_6_mb_gets_413(start):
         pytest.param({"statusCode": 200, "headers": ["X-A"]}, id="headers-not-a-map"),
         pytest.param({"statusCode": 200, "multiValueHeaders": {"X-A": "one"}}, id="multi-value-not-a-list"),
         pytest.param({"statusCode": 200, "body": "%%%", "isBase64Encoded": True}, id="bad-base64"),
+        # The HTTP API's payload 2.0 keys are not the REST API's: the whole answer is malformed.
+        pytest.param(
+            {"statusCode": 200, "body": "{}", "cookies": ["a=b"]}, id="cookies-a-key-rest-does-not-know"
+        ),
+        pytest.param({"statusCode": 200, "body": "{}", "statusDescription": "OK"}, id="an-alb-key"),
     ],
 )
 def test_malformed_answer_gets_502(start, answer):

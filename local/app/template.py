@@ -27,6 +27,18 @@ from local.app.template_api import ApiReader, TemplateError
 # Types the runtime reads but has nothing to run for: why each is left out.
 __all__ = ["NOT_RUN", "PARTS", "TemplateError", "find_template", "load", "unsupported_reason"]
 
+#: The variables the Lambda runtime sets and a function's configuration may not (AWS docs, "Defined
+#: runtime environment variables"): a deploy naming one fails, so loading such a template fails.
+RESERVED_VARIABLES = frozenset(
+    {
+        "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_EXECUTION_ENV",
+        "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
+        "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+        "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR", "TZ",
+    }
+)  # fmt: skip
+
 NOT_RUN = {
     "AWS::IAM::Role": "IAM is not enforced locally (every local call is allowed)",
     "AWS::IAM::Policy": "IAM is not enforced locally (every local call is allowed)",
@@ -316,6 +328,15 @@ class _Reader(ApiReader):
             if target in self.resources:
                 layers.append(self.asset_dir(target))
             # else a public layer by ARN (Powertools): the local Python environment provides it
+        variables = properties.get("Environment", {}).get("Variables", {})
+        reserved = sorted(set(variables) & RESERVED_VARIABLES)
+        if reserved:
+            raise TemplateError(
+                f"{logical_id}: InvalidParameterValueException: Lambda was unable to configure your "
+                "environment variables because the environment variables you have provided contains "
+                "reserved keys that are currently not supported for modification. Reserved keys used "
+                f"in this request: {', '.join(reserved)}"
+            )
         log_group = (
             properties.get("LoggingConfig", {}).get("LogGroup") or f"/aws/lambda/{self.name(logical_id)}"
         )
@@ -327,10 +348,7 @@ class _Reader(ApiReader):
             layer_dirs=tuple(layers),
             timeout_seconds=int(properties.get("Timeout", 3)),
             memory_mb=int(properties.get("MemorySize", 128)),
-            environment={
-                key: str(value)
-                for key, value in properties.get("Environment", {}).get("Variables", {}).items()
-            },
+            environment={key: str(value) for key, value in variables.items()},
             role_arn=properties.get("Role", model.Function.role_arn),
             reserved_concurrency=properties.get("ReservedConcurrentExecutions"),
             log_group=log_group,

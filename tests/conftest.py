@@ -21,6 +21,7 @@ import pytest
 pytest_plugins = [
     "tests.support.apigw",
     "tests.support.consumer_handlers",
+    "tests.support.local_endpoint",
     "tests.support.send",
     "tests.support.workers",
 ]

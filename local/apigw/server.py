@@ -58,6 +58,7 @@ from local.apigw.steps import (
     proxy_response,
     resource_tree,
     route,
+    wants_binary,
 )
 from local.app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
 from local.cloudwatch.metrics import Publish, no_metrics
@@ -246,7 +247,8 @@ class ApiServer:
             raise Refused(INTERNAL) from None
         if result.function_error:
             raise Refused(MALFORMED)
-        return proxy_response(result.payload)
+        accept = next((value for name, value in request.headers if name.lower() == "accept"), "")
+        return proxy_response(result.payload, binary=wants_binary(self.api.binary_media_types, accept))
 
     def _api_key(self, request: HttpRequest) -> str:
         key = next((v for k, v in request.headers if k.lower() == "x-api-key"), "")

@@ -167,8 +167,23 @@ def _header_value(value: Any) -> str:
     return value
 
 
-def proxy_response(payload: Any) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it."""
+def wants_binary(binary_media_types: tuple[str, ...], accept: str) -> bool:
+    """Whether API Gateway turns a base64 proxy answer into bytes: the API declares a binary media
+    type that the request's Accept names (`*/*` and `image/*` declared match their kind)."""
+    wanted = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
+    for declared in (kind.lower() for kind in binary_media_types):
+        if declared == "*/*" or any(
+            kind == declared or (declared.endswith("/*") and kind.startswith(declared[:-1]))
+            for kind in wanted
+        ):
+            return True
+    return False
+
+
+def proxy_response(payload: Any, *, binary: bool = False) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it.
+    A base64 body (`isBase64Encoded`) is decoded only when `binary` (see `wants_binary`); otherwise
+    API Gateway passes its text through as it is."""
     if not isinstance(payload, dict) or not payload.keys() <= PROXY_RESPONSE_KEYS:
         # A key the REST API does not know (`cookies` is the HTTP API's) makes the whole answer malformed.
         raise Refused(MALFORMED)
@@ -187,7 +202,7 @@ def proxy_response(payload: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     ):
         raise Refused(MALFORMED)
     try:
-        data = base64.b64decode(body or "", validate=True) if encoded else (body or "").encode()
+        data = base64.b64decode(body or "", validate=True) if encoded and binary else (body or "").encode()
     except ValueError:
         raise Refused(MALFORMED) from None
     # Both maps merge, multiValueHeaders' first (as AWS answers); a name and value in both once.

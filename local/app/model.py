@@ -144,6 +144,7 @@ class RestApi:
     throttle_burst: int | None = None
     policy: Mapping[str, Any] | None = None  # the resource policy, resolved
     keys: tuple[KeyPlan, ...] = ()  # the keys of usage plans on this API's stage
+    binary_media_types: tuple[str, ...] = ()  # BinaryMediaTypes: when a base64 answer is decoded
 
 
 @dataclass(frozen=True)

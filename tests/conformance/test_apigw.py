@@ -130,19 +130,9 @@ def _response_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
     return joined
 
 
-BASE64_NOT_DECODED = pytest.mark.xfail(
-    strict=True,
-    reason="AWS answers an isBase64Encoded body as it is (no binary media types on the API); "
-    "the local API decodes it (README: Not emulated, binary media types)",
-)
-
-
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(c, marks=BASE64_NOT_DECODED) if c == "invoke-api-b64-encoded-true" else c
-        for c in FORMAT_CASES
-    ],
+    [c for c in FORMAT_CASES],
 )
 def test_a_functions_answer_becomes_the_recorded_response(api, case):
     """Source: apigw.json `proxy_response_format` — test_apigateway_lambda.snapshot.json,

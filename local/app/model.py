@@ -76,6 +76,9 @@ class Function:
     reserved_concurrency: int | None = None
     log_group: str = ""
     log_format: str = "Text"  # LoggingConfig.LogFormat: "Text" or "JSON" (Lambda's advanced logging)
+    runtime: str = "python3.12"  # the Lambda runtime: its Python, and the packages it ships
+    public_layers: tuple[str, ...] = ()  # layers by ARN or SSM parameter (Powertools), in template order
+    ephemeral_storage_mb: int = 512  # EphemeralStorage: the size of the function's private /tmp
 
     @property
     def arn(self) -> str:

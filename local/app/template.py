@@ -322,12 +322,13 @@ class _Reader(ApiReader):
         runtime = properties.get("Runtime", "")
         if not runtime.startswith("python"):
             raise TemplateError(f"{logical_id}: Runtime {runtime!r}: only Python functions run locally")
-        layers = []
+        layers, public_layers = [], []
         for layer in self.resources[logical_id]["Properties"].get("Layers", []):
             target = layer.get("Ref") if isinstance(layer, dict) else None
             if target in self.resources:
                 layers.append(self.asset_dir(target))
-            # else a public layer by ARN (Powertools): the local Python environment provides it
+            else:  # a public layer, by ARN or by the SSM parameter naming one (Powertools)
+                public_layers.append(str(self.resolve(layer)))
         variables = properties.get("Environment", {}).get("Variables", {})
         reserved = sorted(set(variables) & RESERVED_VARIABLES)
         if reserved:
@@ -353,6 +354,9 @@ class _Reader(ApiReader):
             reserved_concurrency=properties.get("ReservedConcurrentExecutions"),
             log_group=log_group,
             log_format=properties.get("LoggingConfig", {}).get("LogFormat", "Text"),
+            runtime=runtime,
+            public_layers=tuple(public_layers),
+            ephemeral_storage_mb=int(properties.get("EphemeralStorage", {}).get("Size", 512)),
         )
 
     def mapping(self, logical_id: str) -> model.EventSourceMapping:

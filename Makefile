@@ -17,7 +17,7 @@ help:
 	@echo "             (keeps the locked versions; LOCK_ARGS=--upgrade or --upgrade-package NAME to move them)"
 	@echo "make test    the lint gates (make lint), then pytest; PYTEST_ARGS=... to filter"
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
-	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench), lint-imports"
+	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench, local), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
 	@echo "make bench   run the benchmarks (python -m bench, python -m bench.consumer_cost)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"
@@ -70,7 +70,7 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
-# The gates every change passes: lint, format, strict types on the library, and the import layers
+# The gates every change passes: lint, format, strict types (pyproject's [tool.mypy] files), and the import layers
 # (pyproject's [tool.importlinter]: bench over local and infra, both over the library, its own layers).
 LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
 	&& PYTHONPATH=layers/shardline/python:. $(VENV)/bin/lint-imports --no-cache

@@ -85,6 +85,26 @@ def _items(item: Check) -> Check:
     return check
 
 
+def _length(key: str, n: int) -> Check:
+    """minItems, maxItems (of an array), minLength or maxLength (of a string) `n`."""
+    kind: type[list[Any]] | type[str] = list if key.endswith("Items") else str
+    if key.startswith("min"):
+        return lambda x: not isinstance(x, kind) or len(x) >= n
+    return lambda x: not isinstance(x, kind) or len(x) <= n
+
+
+def _pattern(value: str) -> Check:
+    search = re.compile(value).search
+    return lambda x: not isinstance(x, str) or search(x) is not None
+
+
+def _bound(key: str, n: Any) -> Check:
+    """minimum or maximum `n` (of a number)."""
+    if key == "minimum":
+        return lambda x: not _is_number(x) or x >= n
+    return lambda x: not _is_number(x) or x <= n
+
+
 def _compile(schema: Any) -> Check:  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     if not isinstance(schema, dict):
         raise _Unsupported
@@ -100,19 +120,11 @@ def _compile(schema: Any) -> Check:  # noqa: C901 -- over the gate before it exi
         elif key == "items" and isinstance(value, dict):
             checks.append(_items(_compile(value)))
         elif key in ("minItems", "maxItems", "minLength", "maxLength") and type(value) is int:
-            kind = list if key.endswith("Items") else str
-            if key.startswith("min"):
-                checks.append(lambda x, n=value, kind=kind: not isinstance(x, kind) or len(x) >= n)
-            else:
-                checks.append(lambda x, n=value, kind=kind: not isinstance(x, kind) or len(x) <= n)
+            checks.append(_length(key, value))
         elif key == "pattern" and isinstance(value, str):
-            search = re.compile(value).search
-            checks.append(lambda x, search=search: not isinstance(x, str) or search(x) is not None)
+            checks.append(_pattern(value))
         elif key in ("minimum", "maximum") and not ({"exclusiveMinimum", "exclusiveMaximum"} & set(schema)):
-            if key == "minimum":
-                checks.append(lambda x, n=value: not _is_number(x) or x >= n)
-            else:
-                checks.append(lambda x, n=value: not _is_number(x) or x <= n)
+            checks.append(_bound(key, value))
         else:
             raise _Unsupported
     if len(checks) == 1:
@@ -132,4 +144,5 @@ def compile_model(schema: dict[str, Any]) -> Check:
     try:
         return _compile(schema)
     except (_Unsupported, re.error):
-        return jsonschema.Draft4Validator(schema).is_valid
+        is_valid: Check = jsonschema.Draft4Validator(schema).is_valid  # jsonschema: untyped here
+        return is_valid

@@ -72,7 +72,7 @@ class SignedRequest:
     body: bytes
 
 
-class _ExactHeadersSigV4(SigV4Auth):
+class _ExactHeadersSigV4(SigV4Auth):  # type: ignore[misc]  # botocore is untyped here: SigV4Auth is Any
     """botocore's signer, limited to the headers the caller listed in SignedHeaders.
 
     botocore itself never signs `User-Agent` or `Expect`; another client may have, so the list is

@@ -263,8 +263,8 @@ class RequestValidator:
         if method.validate_body and method.request_models:
             ctype = next((v for k, v in request.headers if k.lower() == "content-type"), "")
             ctype = ctype.split(";")[0].strip().lower() or "application/json"  # none: JSON assumed
-            key = (method.path, method.http_method.upper())
-            is_valid = self._models.get((*key, ctype)) or self._models.get((*key, "$default"))
+            model_key = (method.path, method.http_method.upper())
+            is_valid = self._models.get((*model_key, ctype)) or self._models.get((*model_key, "$default"))
             if is_valid is None:
                 return  # no model for this content type: API Gateway does not validate
             try:

@@ -86,7 +86,7 @@ NAME_LIMIT = {"AWS::S3::Bucket": 63, "AWS::SQS::Queue": 80, "AWS::Lambda::Functi
 def find_template(cdk_out: Path, stack: str | None = None) -> Path:
     """The template of `stack` (or of the only stack) in a cloud assembly."""
     manifest = json.loads((cdk_out / "manifest.json").read_text())
-    stacks = {
+    stacks: dict[str, str] = {
         name: artifact["properties"]["templateFile"]
         for name, artifact in manifest["artifacts"].items()
         if artifact.get("type") == "aws:cloudformation:stack"
@@ -295,7 +295,7 @@ class _Reader(ApiReader):
     def asset_dir(self, logical_id: str) -> Path:
         """The folder a function's or layer's code was packaged from: the asset's metadata (cdk
         CLI), else the asset manifest entry of its S3 key (an in-process synth)."""
-        asset = self.resources[logical_id].get("Metadata", {}).get("aws:asset:path")
+        asset: str | None = self.resources[logical_id].get("Metadata", {}).get("aws:asset:path")
         if asset is None:
             properties = self.resources[logical_id]["Properties"]
             key = (properties.get("Code") or properties.get("Content") or {}).get("S3Key", "")

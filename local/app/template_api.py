@@ -61,8 +61,8 @@ class ApiReader:
             for other in belongs
             if self.resources[other]["Type"] == "AWS::ApiGateway::Stage"
         ]
-        stage = stages[0] if stages else {"StageName": "prod"}
-        throttle = next(
+        stage: dict[str, Any] = stages[0] if stages else {"StageName": "prod"}
+        throttle: dict[str, Any] = next(
             (
                 s
                 for s in stage.get("MethodSettings", [])

@@ -36,7 +36,10 @@ import random
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: In the User-Agent of clients the endpoint never injects a fault into (observers, not subjects).
 OBSERVER_AGENT = "shardline-observer"
@@ -276,7 +279,10 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "profile") -> ChaosP
     return dataclasses.replace(profile, endpoint=endpoint, workers=workers, reshards=tuple(reshards))
 
 
-def _build(kind: type, raw: Any, where: str) -> Any:
+_Settings = TypeVar("_Settings", bound="DataclassInstance")
+
+
+def _build(kind: type[_Settings], raw: Any, where: str) -> _Settings:
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: a table (object) of settings, not {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(kind)}

@@ -96,8 +96,8 @@ class Client:
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
     """The pause after the `attempt`-th failed try (1, 2, ...): 50 ms doubling up to MAX_BACKOFF_S,
     less up to half of it at random (so threads that failed together do not come back together)."""
-    ceiling = min(MAX_BACKOFF_S, 0.05 * 2 ** max(0, attempt - 1))
-    return ceiling * (1 - 0.5 * (rng or random).random())
+    ceiling: float = min(MAX_BACKOFF_S, 0.05 * 2 ** max(0, attempt - 1))
+    return ceiling * (1 - 0.5 * (rng.random() if rng is not None else random.random()))
 
 
 def retry_after(headers: dict[str, str], attempt: int, rng: random.Random | None = None) -> float:

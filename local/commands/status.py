@@ -61,12 +61,12 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
     """Everything `status` shows, as JSON-able data."""
     dynamodb = client("dynamodb", endpoint_url, retries={"max_attempts": 2})
     sqs = client("sqs", endpoint_url, retries={"max_attempts": 2})
-    groups = []
+    groups: list[dict[str, Any]] = []
     for group in consumer_groups(app):
-        leases = []
+        leases: list[dict[str, Any]] = []
         for page in dynamodb.get_paginator("scan").paginate(TableName=group["lease_table"]):
             leases += [lease_of(item) for item in page["Items"]]
-        depths = {}
+        depths: dict[str, int] = {}
         for label, url in (
             ("dlq", group["dlq_url"]),
             ("on_failure", _queue_url(endpoint_url, group["on_failure_arn"])),

@@ -352,7 +352,7 @@ def _service_of(environ: dict[str, Any]) -> tuple[str | None, str]:
 
 def _body(environ: dict[str, Any]) -> dict[str, Any]:
     """The JSON body, read once and put back for moto to read again."""
-    cached = environ.get("shardline.body")
+    cached: dict[str, Any] | None = environ.get("shardline.body")
     if cached is not None:
         return cached
     length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -362,8 +362,9 @@ def _body(environ: dict[str, Any]) -> dict[str, Any]:
         body = json.loads(raw or b"{}")
     except ValueError:
         body = {}
-    environ["shardline.body"] = body if isinstance(body, dict) else {}
-    return environ["shardline.body"]
+    parsed: dict[str, Any] = body if isinstance(body, dict) else {}
+    environ["shardline.body"] = parsed
+    return parsed
 
 
 def _tables(body: dict[str, Any]) -> set[str]:

@@ -108,7 +108,9 @@ def _transact_write_items(original: Callable[..., Any]) -> Callable[..., Any]:
     return transact_write_items
 
 
-def _partition_query(original_query: Callable[..., Any], original_all_items: Callable[..., Any]) -> tuple:
+def _partition_query(
+    original_query: Callable[..., Any], original_all_items: Callable[..., Any]
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """`Table.query` reading one partition, and the `all_items` that serves it within the query."""
 
     @functools.wraps(original_all_items)
@@ -140,9 +142,12 @@ def apply() -> None:
     with _WRITE_LOCK:
         if _APPLIED:
             return
-        dynamodb_models.copy = _TableCopyIsIdentity  # type: ignore[assignment]
+        # the module global `copy` (a module moto imports, not exports) stands in for by a class
+        dynamodb_models.copy = _TableCopyIsIdentity  # type: ignore[attr-defined, assignment]
         for name in (*WRITES, *READS):
             setattr(DynamoDBBackend, name, _locked(getattr(DynamoDBBackend, name)))
-        DynamoDBBackend.transact_write_items = _transact_write_items(DynamoDBBackend.transact_write_items)
+        DynamoDBBackend.transact_write_items = _transact_write_items(  # type: ignore[method-assign]
+            DynamoDBBackend.transact_write_items
+        )
         Table.query, Table.all_items = _partition_query(Table.query, Table.all_items)  # type: ignore[method-assign]
         _APPLIED = True

@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from local.app.model import ACCOUNT, REGION
 from local.chaos.profiles import ChaosProfile, profile_from_dict
@@ -84,7 +84,7 @@ def _stop_tracking_model_instances() -> None:
     def untracked(cls: type, *args: Any, **kwargs: Any) -> Any:
         return object.__new__(cls)
 
-    BaseModel.__new__ = untracked  # type: ignore[method-assign, assignment]
+    BaseModel.__new__ = untracked  # type: ignore[method-assign]
     for model_class in _subclasses(BaseModel):
         tracked = getattr(model_class, "instances_tracked", None)
         if isinstance(tracked, list):
@@ -92,7 +92,7 @@ def _stop_tracking_model_instances() -> None:
 
 
 def _subclasses(cls: type) -> list[type]:
-    found = cls.__subclasses__()
+    found: list[type] = cls.__subclasses__()
     return found + [sub for child in found for sub in _subclasses(child)]
 
 
@@ -152,7 +152,7 @@ def serve(
         MotoRequestHandler,
         create_backend_app,
     )
-    from werkzeug.serving import make_server
+    from werkzeug.serving import ThreadedWSGIServer, make_server
 
     from local.endpoint import dynamodb
     from local.endpoint.kinesis import responses
@@ -183,7 +183,9 @@ def serve(
         STATE.entry_fault = chaos_state.entry_fault
         app = ChaosMiddleware(dispatcher, chaos_state)
     routes = ShardlineRoutes(app, chaos_state)
-    server = make_server(host, port, routes, threaded=True, request_handler=QuietHandler)
+    server = cast(  # threaded: make_server's ThreadedWSGIServer, declared as its base class
+        ThreadedWSGIServer, make_server(host, port, routes, threaded=True, request_handler=QuietHandler)
+    )
     server.daemon_threads = True
     if chaos_state is not None:
         resharder = Resharder(chaos_state, f"http://{host}:{server.server_port}", _records_written)

@@ -59,7 +59,11 @@ def exit_description(returncode: int | None) -> str:
     """How Lambda (a Go program) describes a runtime's exit: `exit status 1`, `signal: killed`."""
     if returncode is None or returncode >= 0:
         return f"exit status {returncode}"
-    names = {signal.SIGKILL: "killed", signal.SIGSEGV: "segmentation fault", signal.SIGTERM: "terminated"}
+    names: dict[int, str] = {
+        signal.SIGKILL: "killed",
+        signal.SIGSEGV: "segmentation fault",
+        signal.SIGTERM: "terminated",
+    }
     return "signal: " + names.get(-returncode, signal.Signals(-returncode).name.lower().removeprefix("sig"))
 
 
@@ -188,11 +192,11 @@ class Worker:
         duration_ms = reply["ms"]
         self.log.report(request_id, duration_ms, function.memory_mb, self.peak_memory_mb(), *extra)
         if len(body) > MAX_RESPONSE_BYTES:
-            message = (
+            too_large = (
                 f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."
             )
             return error_result(
-                request_id, "Function.ResponseSizeTooLarge", message, duration_ms
+                request_id, "Function.ResponseSizeTooLarge", too_large, duration_ms
             ), Outcome.WARM
         if reply["ct"] != "application/json":  # a handler that returned bytes: passed through, as Lambda does
             return InvokeResult(request_id, body, None, duration_ms), Outcome.WARM

@@ -11,6 +11,8 @@ line out is `{"ready": true, "group": ...}` or `{"ready": false, "error": ...}`.
 output goes to stderr (the function's log), never into the answers.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import importlib
 import json
@@ -18,8 +20,23 @@ import os
 import sys
 import traceback
 
+#: typing.TYPE_CHECKING without importing typing: the types are for mypy only (at run time nothing but
+#: the standard library is imported before the function's code is on sys.path).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import IO, Any, TypedDict
 
-def python_path(config):
+    from shardline.consumer import KinesisConsumer
+
+    class RedriveConfig(TypedDict):
+        """The config JSON `local.commands.redrive` starts the worker with (argv[1])."""
+
+        code_dir: str
+        layer_python_dirs: list[str]
+
+
+def python_path(config: RedriveConfig) -> list[str]:
     """Lambda's order: the task root, then the layers (their site-packages when they have one)."""
     paths = [config["code_dir"]]
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -29,14 +46,14 @@ def python_path(config):
     return paths
 
 
-def find_consumer(module):
+def find_consumer(module: ModuleType) -> tuple[KinesisConsumer, Any]:
     """(consumer, Kinesis client) of the one consumer the handler's module defines."""
     import boto3
 
     from shardline.aws_lambda import ConsumerFunction
     from shardline.consumer import KinesisConsumer
 
-    found = []
+    found: list[tuple[KinesisConsumer, Any]] = []
     for value in vars(module).values():
         if isinstance(value, KinesisConsumer):
             found.append((value, None))
@@ -52,13 +69,13 @@ def find_consumer(module):
     return consumer, kinesis if kinesis is not None else boto3.client("kinesis")
 
 
-def answer(out, message):
+def answer(out: IO[str], message: dict[str, object]) -> None:
     out.write(json.dumps(message, default=str) + "\n")
     out.flush()
 
 
-def main():
-    config = json.loads(sys.argv[1])
+def main() -> int:
+    config: RedriveConfig = json.loads(sys.argv[1])
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # print() and log lines of the handler's code go to the function's log
     sys.path[:0] = python_path(config)

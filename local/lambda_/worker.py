@@ -16,6 +16,8 @@ the header (`fault`: a kill at the commit, a hang, running out of memory; `local
 decides which invocation gets one); a worker about to kill itself first sends `{"dying": point}`.
 """
 
+from __future__ import annotations
+
 import decimal
 import importlib
 import io
@@ -31,28 +33,75 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+#: typing.TYPE_CHECKING without importing typing: the worker's types are for mypy only, and at run time
+#: it imports no more than it did (the handler's process starts as lean as Lambda's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+    from typing import Any, NotRequired, TypedDict
+
+    #: A handler: the event (JSON decoded) and the context in, the result (JSON encodable, or bytes) out.
+    Handler = Callable[[Any, "LambdaContext"], object]
+
+    class WorkerConfig(TypedDict):
+        """The config JSON `local.lambda_.process` starts the worker with (argv[1])."""
+
+        ipc_fd: int
+        lifeline_fd: int
+        code_dir: str
+        layer_python_dirs: list[str]
+
+    class FaultDirective(TypedDict):
+        """A chaos profile's directive for one invocation: kind "hang", "oom" or "kill" (at `point`,
+        armed for the first call of one of `operations`)."""
+
+        kind: str
+        point: NotRequired[str]
+        operations: NotRequired[list[str]]
+
+    class InvocationHeader(TypedDict):
+        """The header of one invocation message in."""
+
+        id: str
+        deadline_ms: int
+        arn: str
+        trace: str
+        fault: NotRequired[FaultDirective]
+
+    class LambdaError(TypedDict):
+        """Lambda's error object (as the runtime answers and logs it)."""
+
+        errorMessage: str
+        errorType: str
+        requestId: str
+        stackTrace: list[str]
+
+
 _request_id = ""  # the invocation in progress, for the runtime's log format
 
 
 class Fault(Exception):
     """A runtime error of Lambda's own kind (`Runtime.*`), reported with its type and message."""
 
-    def __init__(self, error_type, message, trace=None):
+    def __init__(self, error_type: str, message: str, trace: list[str] | None = None) -> None:
         super().__init__(message)
         self.error_type, self.message, self.trace = error_type, message, trace
 
 
 class CognitoIdentity:
     __slots__ = ("cognito_identity_id", "cognito_identity_pool_id")
+    cognito_identity_id: str | None
+    cognito_identity_pool_id: str | None
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cognito_identity_id = self.cognito_identity_pool_id = None
 
 
 class LambdaContext:
     """The context awslambdaric builds (lambda_context.py): the same fields, types and sources."""
 
-    def __init__(self, request_id, deadline_ms, invoked_function_arn):
+    def __init__(self, request_id: str, deadline_ms: int, invoked_function_arn: str) -> None:
         self.aws_request_id = request_id
         self.log_group_name = os.environ.get("AWS_LAMBDA_LOG_GROUP_NAME")
         self.log_stream_name = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME")
@@ -65,14 +114,14 @@ class LambdaContext:
         self.identity = CognitoIdentity()
         self._epoch_deadline_time_in_ms = deadline_ms
 
-    def get_remaining_time_in_millis(self):
+    def get_remaining_time_in_millis(self) -> int:
         delta_ms = self._epoch_deadline_time_in_ms - int(time.time() * 1000)
         return delta_ms if delta_ms > 0 else 0
 
-    def log(self, msg):
+    def log(self, msg: object) -> None:
         sys.stdout.write(str(msg))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"LambdaContext([aws_request_id={self.aws_request_id},log_group_name={self.log_group_name},"
             f"log_stream_name={self.log_stream_name},function_name={self.function_name},"
@@ -82,7 +131,9 @@ class LambdaContext:
         )
 
 
-def make_error(message, error_type, stack_trace, request_id=""):
+def make_error(
+    message: str | None, error_type: str | None, stack_trace: list[str] | None, request_id: str = ""
+) -> LambdaError:
     return {
         "errorMessage": message or "",
         "errorType": error_type or "",
@@ -91,7 +142,7 @@ def make_error(message, error_type, stack_trace, request_id=""):
     }
 
 
-def user_trace(tb):
+def user_trace(tb: TracebackType | None) -> list[str]:
     """The traceback from the first frame that is not this file's (the runtime's frames are hidden)."""
     frames = traceback.extract_tb(tb)
     for index, frame in enumerate(frames):
@@ -100,7 +151,7 @@ def user_trace(tb):
     return traceback.format_list(frames)
 
 
-def log_error(error):
+def log_error(error: LambdaError) -> None:
     """The runtime's error log: in the text format `[ERROR] Type: message`, then the traceback;
     in the JSON format one object with level ERROR and the error's type, message and stack."""
     if os.environ.get("AWS_LAMBDA_LOG_FORMAT") == "JSON":
@@ -119,10 +170,10 @@ def log_error(error):
 class _Encoder(json.JSONEncoder):
     """The python3.12 runtime's marshaller: UTF-8 kept, NaN allowed, Decimal as a number."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(ensure_ascii=False, allow_nan=True)
 
-    def default(self, o):
+    def default(self, o: Any) -> Any:
         if isinstance(o, decimal.Decimal):
             if o.is_nan():
                 return math.nan
@@ -130,7 +181,7 @@ class _Encoder(json.JSONEncoder):
         return super().default(o)
 
 
-def load_handler(handler):
+def load_handler(handler: str) -> Handler:
     """Import `module.attribute` as awslambdaric's `_get_handler` does, with its fault types."""
     try:
         module_name, attribute = handler.rsplit(".", 1)
@@ -151,26 +202,30 @@ def load_handler(handler):
             "Runtime.UserCodeSyntaxError", f"Syntax error in module '{module_name}': {exc}", trace
         ) from None
     try:
-        return getattr(module, attribute)
+        found: Handler = getattr(module, attribute)
     except AttributeError:
         raise Fault(
             "Runtime.HandlerNotFound", f"Handler '{attribute}' missing on module '{module_name}'"
         ) from None
+    return found
 
 
 # --- chaos: faults a profile injects into this invocation (local.lambda_.chaos decides which) ---------
 
-_conn = None  # the parent's connection, to say where an injected kill struck before it does
-_armed = None  # (point, commit operations) while an injected kill waits for its commit
+#: The parent's connection, to say where an injected kill struck before it does.
+_conn: Connection | None = None
+#: (point, commit operations) while an injected kill waits for its commit.
+_armed: tuple[str, frozenset[str]] | None = None
 
 
-def die(point):
+def die(point: str) -> None:
     """Tell the parent where the kill struck, then die as a killed process dies (SIGKILL)."""
+    assert _conn is not None, "main connects before any invocation"
     send(_conn, {"dying": point})
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def start_fault(fault, memory_mb):
+def start_fault(fault: FaultDirective, memory_mb: int) -> None:
     """Carry out `fault` (from the invocation's header) at its start; a kill is armed for the commit."""
     global _armed
     kind = fault["kind"]
@@ -178,7 +233,7 @@ def start_fault(fault, memory_mb):
         while True:  # until the runtime kills it at the function's timeout
             time.sleep(3600)
     if kind == "oom":
-        hoard = []
+        hoard: list[bytearray] = []
         while len(hoard) < 4 * memory_mb:  # 1 MiB blocks, touched, until the runtime kills it
             hoard.append(bytearray(b"\x01" * (1 << 20)))
         while True:
@@ -187,7 +242,7 @@ def start_fault(fault, memory_mb):
     _patch_botocore()
 
 
-def _patch_botocore():
+def _patch_botocore() -> None:
     """Wrap botocore's API call path (once), so an armed kill strikes at its commit call."""
     try:
         import botocore.client as client  # the handler's SDK (the runtime's or its own), if it has one
@@ -197,7 +252,7 @@ def _patch_botocore():
         return
     original = client.BaseClient._make_api_call
 
-    def call(self, operation_name, api_params):
+    def call(self: object, operation_name: str, api_params: dict[str, Any]) -> Any:
         armed = _armed
         if armed is None or operation_name not in armed[1]:
             return original(self, operation_name, api_params)
@@ -219,7 +274,9 @@ def _patch_botocore():
     client.BaseClient._shardline_chaos = True
 
 
-def invoke(handler, encoder, header, body):
+def invoke(
+    handler: Handler, encoder: json.JSONEncoder, header: InvocationHeader, body: bytes
+) -> tuple[bool, str, bytes]:
     """One invocation: (ok, content type, result bytes or error object bytes)."""
     global _request_id
     request_id = _request_id = header["id"]
@@ -252,11 +309,11 @@ def invoke(handler, encoder, header, body):
     return False, "application/json", json.dumps(error, ensure_ascii=False).encode("utf-8")
 
 
-def send(conn, header, body=b""):
+def send(conn: Connection, header: dict[str, object], body: bytes = b"") -> None:
     conn.send_bytes(json.dumps(header).encode() + b"\n" + body)
 
 
-def log_streams():
+def log_streams() -> None:
     """stdout and stderr as the runtime keeps them: each line written whole (one write per line, so
     lines of workers sharing a log file never mix, and an EMF line stays verbatim), flushed per line."""
     for fd, name in ((1, "stdout"), (2, "stderr")):
@@ -267,7 +324,7 @@ def log_streams():
 
 
 class _RequestIdFilter(logging.Filter):
-    def filter(self, record):
+    def filter(self, record: logging.LogRecord) -> bool:
         record.aws_request_id = _request_id
         return True
 
@@ -276,14 +333,14 @@ class _JsonFormatter(logging.Formatter):
     """The runtime's JSON log format (LoggingConfig.LogFormat JSON, AWS_LAMBDA_LOG_FORMAT=JSON):
     one object per record, with the exception's type, message and stack when there is one."""
 
-    def format(self, record):
-        entry = {
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "message": record.getMessage(),
             "logger": record.name,
-            "requestId": record.aws_request_id,
+            "requestId": vars(record)["aws_request_id"],  # set by _RequestIdFilter, on the same handler
         }
         if record.exc_info and record.exc_info[0] is not None:
             entry["errorType"] = record.exc_info[0].__name__
@@ -292,7 +349,7 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str) + "\n"
 
 
-def setup_logging():
+def setup_logging() -> None:
     """The root logger handler of the runtime's log format: text, or JSON when the function's
     LoggingConfig says so (Lambda then tells the function with AWS_LAMBDA_LOG_FORMAT)."""
     logging.Formatter.converter = time.gmtime
@@ -311,7 +368,7 @@ def setup_logging():
     logging.getLogger().addHandler(handler)
 
 
-def watch_parent(lifeline_fd):
+def watch_parent(lifeline_fd: int) -> None:
     """Exit when the parent is gone: the lifeline pipe's write end lives only in the parent."""
     while True:
         try:
@@ -323,8 +380,8 @@ def watch_parent(lifeline_fd):
             os._exit(0)
 
 
-def main():
-    config = json.loads(sys.argv[1])
+def main() -> None:
+    config: WorkerConfig = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent; it stops the workers
     ipc_fd, lifeline_fd = config["ipc_fd"], config["lifeline_fd"]
     for fd in (ipc_fd, lifeline_fd):
@@ -335,7 +392,7 @@ def main():
     log_streams()
     setup_logging()
     # Lambda's order: the task root, the layers (merged under /opt), then the runtime's packages.
-    layer_paths = []
+    layer_paths: list[str] = []
     for layer in config["layer_python_dirs"]:
         site = os.path.join(
             layer, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages"
@@ -343,6 +400,7 @@ def main():
         layer_paths += [site, layer] if os.path.isdir(site) else [layer]
     sys.path[:0] = [config["code_dir"], *layer_paths]
 
+    error: LambdaError | None
     try:
         handler = load_handler(os.environ["_HANDLER"])
     except Fault as fault:

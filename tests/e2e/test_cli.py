@@ -76,7 +76,9 @@ class Up:
     def children(self) -> list[int]:
         endpoint = processes_mentioning("local.endpoint", f"--parent-pid {self.process.pid}")
         workers = [
-            pid for pid in processes_mentioning("_worker.py") if _parent_chain_has(pid, self.process.pid)
+            pid
+            for pid in processes_mentioning("/lambda_/worker.py")
+            if _parent_chain_has(pid, self.process.pid)
         ]
         return endpoint + workers
 

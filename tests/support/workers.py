@@ -76,7 +76,7 @@ def worker_children() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"_worker.py" in cmdline:
+        if ppid == os.getpid() and b"/lambda_/worker.py" in cmdline:
             found.append(int(entry.name))
     return found
 

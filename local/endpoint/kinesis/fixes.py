@@ -25,9 +25,9 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
@@ -90,46 +90,70 @@ class InternalFailure(JsonRESTError):
 
 # --- shards -----------------------------------------------------------------------------------------
 
+if TYPE_CHECKING:
 
-def _shard_init(self: models.Shard, shard_id: int, starting_hash: int, ending_hash: int, **kw: Any) -> None:
-    _original_shard_init(self, shard_id, starting_hash, ending_hash, **kw)
-    self.created_at = time.time()
-    self.closed_at: float | None = None
-    self._base = _SEQUENCE_BASE + shard_id * _SHARD_SPAN
-    self._start = self._base + time.time_ns() // 1000
-    self._last = self._start
-    self._sequences: list[int] = []
+    class FixedShard(models.Shard):
+        """A moto Shard once `apply` ran: the attributes `_shard_init` gives every shard (moto's
+        class declares none of them). Never instantiated: `fixed(shard)` is how code reads them."""
+
+        created_at: float
+        closed_at: float | None
+        _base: int
+        _start: int
+        _last: int
+        _sequences: list[int]
+
+
+def fixed(shard: models.Shard) -> FixedShard:
+    """`shard` with the attributes `_shard_init` added (every shard has them once `apply` ran)."""
+    return cast("FixedShard", shard)
+
+
+def _shard_init(self: models.Shard, shard_id: int, starting_hash: int, ending_hash: int,
+                parent: str | None = None, adjacent_parent: str | None = None) -> None:  # fmt: skip
+    _original_shard_init(
+        self, shard_id, starting_hash, ending_hash, parent=parent, adjacent_parent=adjacent_parent
+    )
+    shard = fixed(self)
+    shard.created_at = time.time()
+    shard.closed_at = None
+    shard._base = _SEQUENCE_BASE + shard_id * _SHARD_SPAN
+    shard._start = shard._base + time.time_ns() // 1000
+    shard._last = shard._start
+    shard._sequences = []
 
 
 def _shard_put_record(self: models.Shard, partition_key: str, data: str, explicit_hash_key: str) -> str:
-    self._last = max(self._last + 1, self._base + time.time_ns() // 1000)
-    self.records[self._last] = models.Record(partition_key, data, self._last, explicit_hash_key)
-    self._sequences.append(self._last)
-    return str(self._last)
+    shard = fixed(self)
+    shard._last = max(shard._last + 1, shard._base + time.time_ns() // 1000)
+    shard.records[shard._last] = models.Record(partition_key, data, shard._last, explicit_hash_key)
+    shard._sequences.append(shard._last)
+    return str(shard._last)
 
 
 def _shard_min(self: models.Shard) -> int:
-    return self._start
+    return fixed(self)._start
 
 
 def _shard_max(self: models.Shard) -> int:
-    return self._last
+    return fixed(self)._last
 
 
 def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.Record], int, bool]:
     """Records after sequence `last`, at most `limit` and 10 MiB (one at least); their bytes; more left?"""
-    start = bisect.bisect_right(shard._sequences, last)
-    stop = min(len(shard._sequences), start + limit)
+    sequences = fixed(shard)._sequences
+    start = bisect.bisect_right(sequences, last)
+    stop = min(len(sequences), start + limit)
     records: list[models.Record] = []
     total = 0
-    for sequence in shard._sequences[start:stop]:
+    for sequence in sequences[start:stop]:
         record = shard.records[sequence]
         size = _data_size(record.data) + len(record.partition_key.encode())
         if records and total + size > MAX_GET_RECORDS_BYTES:
             break
         records.append(record)
         total += size
-    return records, total, start + len(records) < len(shard._sequences)
+    return records, total, start + len(records) < len(sequences)
 
 
 def _data_size(data_b64: str) -> int:
@@ -146,7 +170,7 @@ def _next_index(stream: models.Stream) -> int:
 def _close(stream: models.Stream, *shards: models.Shard) -> None:
     for shard in shards:
         shard.is_open = False
-        shard.closed_at = time.time()
+        fixed(shard).closed_at = time.time()
     stream.shard_count = sum(1 for shard in stream.shards.values() if shard.is_open)
 
 
@@ -191,7 +215,7 @@ def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_me
     _close(self, first, second)
 
 
-def _hash_key(partition_key: str, explicit_hash_key: str | None) -> int:
+def _hash_key(partition_key: object, explicit_hash_key: str | None) -> int:
     # Kinesis (a JVM) counts UTF-16 code units: an emoji counts 2; moto counts characters.
     if not isinstance(partition_key, str) or not 1 <= len(partition_key.encode("utf-16-le")) // 2 <= 256:
         raise kinesis_errors.InvalidArgumentError(
@@ -212,7 +236,9 @@ def _open_shard_for(stream: models.Stream, key: int) -> models.Shard | None:
     return None
 
 
-def _stream_put_record(self: models.Stream, partition_key: str, explicit_hash_key: str, data: str) -> tuple:
+def _stream_put_record(
+    self: models.Stream, partition_key: str, explicit_hash_key: str, data: str
+) -> tuple[str, str]:
     # moto also feeds its own Lambda here; the local runtime polls with its own mappings instead.
     shard = _open_shard_for(self, _hash_key(partition_key, explicit_hash_key))
     if shard is None:  # cannot happen while the open shards cover the key space
@@ -236,14 +262,16 @@ def _admit(stream: models.Stream, entries: list[dict[str, Any]]) -> list[tuple[m
     limits = STATE.limits
     if limits is None or not STATE.writes_limited:
         return [(shard, True) for shard in shards]
-    charges = [
+    charges: list[tuple[Hashable | None, int]] = [
         ((stream.arn, shard.shard_id) if shard is not None else None, _entry_size(entry))
         for shard, entry in zip(shards, entries, strict=True)
     ]
     return list(zip(shards, limits.admit_writes(charges), strict=True))
 
 
-def _write(backend: models.KinesisBackend, stream: models.Stream, entries: list[dict[str, Any]]) -> list:
+def _write(
+    backend: models.KinesisBackend, stream: models.Stream, entries: list[dict[str, Any]]
+) -> list[tuple[str, str] | Refused]:
     """Write the admitted entries; each answer is (shard id, sequence number) or a `Refused`.
 
     A chaos profile's refusals come first and are not charged to the shard's budget."""
@@ -263,9 +291,9 @@ def _write(backend: models.KinesisBackend, stream: models.Stream, entries: list[
         if fault is not None:
             answers.append(_refusal(account, stream, shard, fault))
             continue
-        sequence, shard_id = stream.put_record(
-            entry.get("PartitionKey"), entry.get("ExplicitHashKey"), entry["Data"]
-        )
+        # None when the entry has none: moto declares a str, and its own put_records passes None so too
+        explicit_hash_key: str = entry.get("ExplicitHashKey")  # type: ignore[assignment]
+        sequence, shard_id = stream.put_record(entry["PartitionKey"], explicit_hash_key, entry["Data"])
         STATE.count(account, stream.stream_name, shard_id, 0)
         STATE.count(account, stream.stream_name, shard_id, 1, _entry_size(entry))
         answers.append((shard_id, sequence))
@@ -329,7 +357,7 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
 
 
 def _put_metrics(stream: str, action: str, entries: list[dict[str, Any]], sizes: list[int],
-                 answers: list, throttled: int) -> None:  # fmt: skip
+                 answers: list[tuple[str, str] | Refused], throttled: int) -> None:  # fmt: skip
     """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given)."""
     add, dims = SERVICE_METRICS.add, {"StreamName": stream}
     written = [size for size, answer in zip(sizes, answers, strict=True) if not isinstance(answer, Refused)]

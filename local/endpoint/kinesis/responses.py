@@ -27,7 +27,14 @@ from moto.core.responses import ActionResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses, utils
 
-from local.endpoint.kinesis.fixes import MAX_GET_RECORDS, NAMESPACE, STATE, ThroughputExceeded, read_after
+from local.endpoint.kinesis.fixes import (
+    MAX_GET_RECORDS,
+    NAMESPACE,
+    STATE,
+    ThroughputExceeded,
+    fixed,
+    read_after,
+)
 from local.endpoint.service_metrics import SERVICE_METRICS
 from local.limits import rate_exceeded_message
 
@@ -41,14 +48,15 @@ _FILTERS = (
 )
 
 
-def install(response_class: type) -> None:
+def install(response_class: type[responses.KinesisResponse]) -> None:
     """Replace moto's ListShards, PutRecords and GetRecords; lock every action (idempotent)."""
     if getattr(response_class, "_shardline_installed", False):
         return
     response_class._shardline_installed = True  # type: ignore[attr-defined]
-    response_class.list_shards = list_shards
-    response_class.put_records = _put_records
-    response_class.get_records = _get_records
+    response_class.list_shards = list_shards  # type: ignore[method-assign]
+    # answered as (body, headers), which moto's dispatch takes as it takes moto's own ActionResult
+    response_class.put_records = _put_records  # type: ignore[method-assign, assignment]
+    response_class.get_records = _get_records  # type: ignore[method-assign, assignment]
     _serialize_every_action(response_class)
 
 
@@ -200,13 +208,14 @@ def _selected(stream: models.Stream, shard: models.Shard, shard_filter: dict[str
         if shard_filter.get("Timestamp") is None:
             raise kinesis_errors.InvalidArgumentError(f"ShardFilter {kind} needs a Timestamp.")
         moment = _seconds(shard_filter["Timestamp"])
-    still_open = shard.closed_at is None or shard.closed_at > moment
+    closed_at = fixed(shard).closed_at
+    still_open = closed_at is None or closed_at > moment
     if kind.startswith("FROM_"):
         return still_open
-    first_shards = min(candidate.created_at for candidate in stream.shards.values())
+    first_shards = min(fixed(candidate).created_at for candidate in stream.shards.values())
     if moment < first_shards:  # before the stream: its first shards
         return shard.parent is None and shard.adjacent_parent is None
-    return bool(shard.created_at <= moment and still_open)
+    return bool(fixed(shard).created_at <= moment and still_open)
 
 
 def _seconds(timestamp: Any) -> float:

@@ -191,7 +191,8 @@ class ShardPoller(threading.Thread):
             args.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=datetime.fromtimestamp(timestamp, UTC))
         else:
             args.update(ShardIteratorType=self.starting_position)
-        return self.runner.kinesis.get_shard_iterator(**args)["ShardIterator"]
+        iterator: str = self.runner.kinesis.get_shard_iterator(**args)["ShardIterator"]
+        return iterator
 
     def _poll(self) -> float:
         """One GetRecords into the buffer; returns how long to wait before the next one.

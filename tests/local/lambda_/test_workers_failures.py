@@ -22,7 +22,7 @@ def test_handler_exception_is_an_unhandled_result_and_the_worker_survives(make_f
     assert result.payload["errorMessage"] == "order 42 rejected"
     assert result.payload["requestId"] == result.request_id
     trace = "".join(result.payload["stackTrace"])
-    assert "in raises" in trace and "in reject" in trace and "_worker.py" not in trace
+    assert "in raises" in trace and "in reject" in trace and "lambda_/worker.py" not in trace
     again = functions.invoke("test-failing", {"order": 43})
     assert again.payload["errorMessage"] == "order 43 rejected"
     stats = functions.stats()["test-failing"]

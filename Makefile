@@ -29,7 +29,7 @@ help:
 	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage)"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
 
-setup: $(VENV)/.stamp node_modules/.stamp
+setup: $(VENV)/.stamp node_modules/.stamp $(LAMBDA_RUNTIME)/.stamp
 
 # Installs exactly the dev lock: every package pinned, every file's hash checked, nothing unlisted
 # (--no-deps: a dependency missing from the lock fails `pip check` instead of being fetched).
@@ -59,6 +59,14 @@ $(LOCKTOOL_STAMP):
 lock: $(LOCKTOOL_STAMP)
 	$(LOCK_COMPILE) requirements-dev.txt -o requirements-dev.lock
 	$(LOCK_COMPILE) requirements.txt -c requirements-dev.lock -o requirements.lock
+
+# What Lambda gives a function besides its code, for the local runtime's workers: each Python
+# runtime's own packages (boto3 ...) and the public Powertools layer, pinned from the dev lock with
+# hashes checked, into .local/lambda (local/lambda_/runtimes.py). A function imports nothing else.
+LAMBDA_RUNTIME := .local/lambda
+$(LAMBDA_RUNTIME)/.stamp: requirements-dev.lock local/lambda_/runtimes.py $(VENV)/.stamp
+	$(PY) -m local.lambda_.runtimes install
+	touch $@
 
 node_modules/.stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund

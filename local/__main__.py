@@ -195,6 +195,10 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
             console.print(
                 f"  {name} ({len(ids)}: {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}): {difference}"
             )
+    functions = runtime.functions
+    for name, stats in (functions.stats() if functions is not None else {}).items():
+        if stats.get("not_as_deployed"):
+            console.print(f"[bold red]not as deployed[/]: {name}: {stats['not_as_deployed']}")
     stream = app.streams[0].name if app.streams else "?"
     route = _route_name(app)
     settings = runtime.settings

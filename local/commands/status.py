@@ -334,6 +334,9 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
             f"{stats.get('p99_ms') or 0:.1f}",
         )
     console.print(table)
+    for name, stats in runtime.get("functions", {}).items():
+        if stats.get("not_as_deployed"):
+            console.print(f"[red]not as deployed[/] {name}: {stats['not_as_deployed']}")
     _render_chaos(report, console)
     _render_not_emulated(report, console)
     api = runtime.get("api", {})

@@ -1,7 +1,7 @@
 """What a Lambda Python runtime gives a function, on this machine: its interpreter, the packages the
 runtime ships, and the public layers a template names.
 
-    packaging = packaging_for("python3.12")   # the interpreter and the runtime's packages, or why not
+    packaging = packaging_for(function)        # its interpreter, runtime packages and layers, or why not
     public_layer_dir("/aws/service/powertools/python/arm64/python3.12/3.37.0")  # a Powertools layer
     python -m local.lambda_.runtimes install   # what `make setup` runs: the sites and layers, pinned
 
@@ -20,6 +20,7 @@ so in `note`, which `up` prints and `status` shows.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -29,6 +30,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from local.app.model import Function
 
 __all__ = [
     "RUNTIMES",
@@ -46,8 +49,12 @@ LOCK = REPO / "requirements-dev.lock"
 RUNTIMES = ("python3.12",)
 #: What the Lambda Python runtime ships besides the standard library.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3")
-#: What the public Powertools layer holds that a function may import (the core and its dependencies).
-POWERTOOLS_PACKAGES = ("aws-lambda-powertools", "jmespath", "typing-extensions")
+#: What the public Powertools layer holds besides the runtime's packages: the core, its dependencies,
+#: and the extras the layer ships (the tracer's X-Ray SDK, the parser's pydantic).
+POWERTOOLS_PACKAGES = (
+    "aws-lambda-powertools", "jmespath", "typing-extensions", "aws-xray-sdk", "wrapt",
+    "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+)  # fmt: skip
 _POWERTOOLS_PARAMETER = re.compile(
     r"^/aws/service/powertools/python/[^/]+/(?P<runtime>[^/]+)/(?P<version>[^/]+)$"
 )
@@ -56,12 +63,15 @@ _POWERTOOLS_ARN = re.compile(r":layer:AWSLambdaPowertoolsPythonV\d+[^:]*:\d+$")
 
 @dataclass(frozen=True)
 class Packaging:
-    """How a runtime's functions run here: the interpreter, the runtime's packages, and what differs."""
+    """How one function runs here: the interpreter, the runtime's packages, its public layers, and
+    what differs from its deployed package."""
 
     runtime: str
     interpreter: str
+    version: str  # the interpreter's, e.g. "3.12.1"
     site: Path | None  # the runtime's packages; None: not installed (`make setup`)
-    note: str | None = None  # why this is not as deployed, for `up` and `status`
+    public_layers: tuple[Path, ...] = ()  # local folders (holding `python/`) for the public layers
+    note: str | None = None  # why this is not as deployed, for `up`, the function's log and `status`
 
     @property
     def as_deployed(self) -> bool:
@@ -93,21 +103,49 @@ def site_dir(runtime: str) -> Path:
     return ROOT / runtime / "site"
 
 
-def packaging_for(runtime: str) -> Packaging:
-    """How functions of `runtime` run here (computed at start-up, once per runtime)."""
-    interpreter = find_interpreter(runtime)
+def packaging_for(function: Function) -> Packaging:
+    """How `function` runs here, from its runtime and public layers."""
+    runtime = function.runtime
+    interpreter = _interpreter(runtime)
     site = site_dir(runtime) if _installed(site_dir(runtime)) else None
     notes = []
     if interpreter is None:
         interpreter = sys.executable
         notes.append(
             f"no {runtime} interpreter on this machine (PATH, pyenv, SHARDLINE_PYTHON_"
-            f"{runtime.removeprefix('python').replace('.', '_')}): functions run on Python "
-            f"{sys.version_info[0]}.{sys.version_info[1]}, so code for {runtime} may behave differently"
+            f"{runtime.removeprefix('python').replace('.', '_')}): it runs on Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]}, where code for {runtime} may behave differently"
         )
     if site is None:
-        notes.append(f"the {runtime} runtime's packages are not installed (make setup): boto3 is missing")
-    return Packaging(runtime, interpreter, site, "; ".join(notes) or None)
+        notes.append(
+            f"the {runtime} runtime's packages are not installed (make setup): its imports are unchecked"
+        )
+    layers = []
+    for layer in function.public_layers:
+        folder = public_layer_dir(layer)
+        if folder is None:
+            notes.append(f"layer {layer} has no local copy: what the function imports from it is missing")
+        else:
+            layers.append(folder)
+    return Packaging(
+        runtime, interpreter, _version(interpreter), site, tuple(layers), "; ".join(notes) or None
+    )
+
+
+@functools.cache
+def _interpreter(runtime: str) -> str | None:
+    return find_interpreter(runtime)
+
+
+@functools.cache
+def _version(interpreter: str) -> str:
+    return subprocess.run(
+        [interpreter, "-I", "-S", "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
 
 
 def public_layer_dir(layer: str) -> Path | None:
@@ -128,7 +166,9 @@ def install(runtimes: tuple[str, ...] = RUNTIMES) -> list[Path]:
     """Install each runtime's packages and the pinned Powertools layer (skipped when the lock has not
     changed since); the folders installed."""
     powertools = ROOT / "layers" / f"powertools-{_pinned_version('aws-lambda-powertools')}" / "python"
-    targets = [(site_dir(runtime), runtime, RUNTIME_PACKAGES) for runtime in runtimes]
+    targets: list[tuple[Path, str, tuple[str, ...]]] = [
+        (site_dir(runtime), runtime, RUNTIME_PACKAGES) for runtime in runtimes
+    ]
     targets.append((powertools, RUNTIMES[0], POWERTOOLS_PACKAGES))
     done = []
     for folder, runtime, packages in targets:

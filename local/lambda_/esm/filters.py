@@ -29,7 +29,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from moto.events.models import EventPattern
@@ -71,7 +71,7 @@ class RecordFilter:
         """Whether Lambda delivers this event record (the shape `batches.event_record` builds)."""
         view = filter_view(event_record)
         # Every Kinesis pattern is on `data`: data that is not JSON matches none (even `exists: false`).
-        return bool(view) and any(pattern.matches_event(view) for pattern in self.patterns)
+        return bool(view) and any(pattern.matches_event(cast(Any, view)) for pattern in self.patterns)
 
 
 def filter_view(event_record: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ class Stream:
     name: str
     shard_count: int
     retention_hours: int = 24
+    max_record_size_kib: int = 1024  # MaxRecordSizeInKiB: the largest record it takes (up to 10 MiB)
 
     @property
     def arn(self) -> str:

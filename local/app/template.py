@@ -290,6 +290,7 @@ class _Reader(ApiReader):
             self.name(logical_id),
             int(properties.get("ShardCount", 1)),
             int(properties.get("RetentionPeriodHours", 24)),
+            int(properties.get("MaxRecordSizeInKiB", 1024)),
         )
 
     def asset_dir(self, logical_id: str) -> Path:

@@ -131,3 +131,28 @@ def test_a_public_layer_without_a_local_copy_is_said_not_as_deployed(make_functi
     note = functions.stats()["probe"]["not_as_deployed"]
     assert note is not None and unknown in note
     assert f"layer {unknown} has no local copy" in log_of(functions)
+
+
+SLOW_START = """
+    import time
+    time.sleep(1.0)  # an init longer than the phase's limit (shortened to 0.3 s for the test)
+
+    def handler(event, context):
+        return "ready"
+"""
+
+
+def test_an_init_over_the_phases_limit_is_retried_under_the_function_timeout(make_functions, tmp_path):
+    """Lambda: an on-demand init that outlasts its 10 s runs again in the first invocation, bounded by
+    the function's timeout; the invocation succeeds, slowly."""
+    functions = make_functions(handler_function(tmp_path, SLOW_START, timeout_seconds=5), init_timeout=0.3)
+    result = functions.invoke("probe", {})
+    assert (result.function_error, result.payload) == (None, "ready")
+    assert "Phase: init\tStatus: timeout" in log_of(functions)
+
+
+def test_an_init_over_the_function_timeout_too_is_a_timeout(make_functions, tmp_path):
+    slower = SLOW_START.replace("time.sleep(1.0)", "time.sleep(4.0)")
+    functions = make_functions(handler_function(tmp_path, slower, timeout_seconds=1), init_timeout=0.3)
+    result = functions.invoke("probe", {})
+    assert (result.function_error, result.payload["errorType"]) == ("Unhandled", "Sandbox.Timedout")

@@ -136,6 +136,7 @@ def test_a_group_the_command_cannot_redrive_is_refused_with_its_reason(local_end
         handler="app.handler",
         code_dir=REPO / "tests" / "local" / "functions" / "echo",
         layer_dirs=(REPO / "layers" / "shardline",),
+        public_layers=(POWERTOOLS_LAYER,),
         environment={"SHARDLINE_GROUP": GROUP, "LEASE_TABLE": "leases", "SINK_TABLE": "sink"},
     )
     app.app = model.LocalApp("redrive-test", functions=(echo,), mappings=app.app.mappings)

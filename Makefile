@@ -19,7 +19,7 @@ help:
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
 	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench, local), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
-	@echo "make bench   run the benchmarks (python -m bench, python -m bench.consumer_cost)"
+	@echo "make bench   run the benchmarks (python -m bench, bench.consumer_cost, bench.worker_invoke)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
 	@echo "make dashboard  open the running app's dashboard and alarms (http://127.0.0.1:3000/_dashboard)"
@@ -97,6 +97,7 @@ unit: $(VENV)/.stamp
 bench: setup
 	$(PY) -m bench
 	$(PY) -m bench.consumer_cost
+	$(PY) -m bench.worker_invoke
 
 # The synthesized app is rebuilt only when a source it is made of changed.
 APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)

@@ -19,7 +19,7 @@ help:
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
 	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench, local), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
-	@echo "make bench   run the benchmarks (python -m bench, python -m bench.consumer_cost)"
+	@echo "make bench   run the benchmarks (python -m bench, bench.consumer_cost, bench.worker_invoke)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
 	@echo "make dashboard  open the running app's dashboard and alarms (http://127.0.0.1:3000/_dashboard)"
@@ -29,7 +29,7 @@ help:
 	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage)"
 	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
 
-setup: $(VENV)/.stamp node_modules/.stamp
+setup: $(VENV)/.stamp node_modules/.stamp $(LAMBDA_RUNTIME)/.stamp
 
 # Installs exactly the dev lock: every package pinned, every file's hash checked, nothing unlisted
 # (--no-deps: a dependency missing from the lock fails `pip check` instead of being fetched).
@@ -60,6 +60,14 @@ lock: $(LOCKTOOL_STAMP)
 	$(LOCK_COMPILE) requirements-dev.txt -o requirements-dev.lock
 	$(LOCK_COMPILE) requirements.txt -c requirements-dev.lock -o requirements.lock
 
+# What Lambda gives a function besides its code, for the local runtime's workers: each Python
+# runtime's own packages (boto3 ...) and the public Powertools layer, pinned from the dev lock with
+# hashes checked, into .local/lambda (local/lambda_/runtimes.py). A function imports nothing else.
+LAMBDA_RUNTIME := .local/lambda
+$(LAMBDA_RUNTIME)/.stamp: requirements-dev.lock local/lambda_/runtimes.py $(VENV)/.stamp
+	$(PY) -m local.lambda_.runtimes install
+	touch $@
+
 node_modules/.stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
@@ -89,6 +97,7 @@ unit: $(VENV)/.stamp
 bench: setup
 	$(PY) -m bench
 	$(PY) -m bench.consumer_cost
+	$(PY) -m bench.worker_invoke
 
 # The synthesized app is rebuilt only when a source it is made of changed.
 APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)

@@ -6,13 +6,15 @@ ones below it (pyproject's import contract, `make lint`):
 - `__main__`: the command line (`up`, `status`, `send`, `redrive`).
 - `runtime`: the whole app, started and stopped together.
 - `commands`: `status`, `send` and its verdict (`verify`), `redrive`: clients of a running app.
-- `lambda_`: functions in warm worker processes, and the Kinesis event-source mappings (`esm`).
+- `lambda_`: functions in warm worker processes, packaged as Lambda packages them (`runtimes`), and
+  the Kinesis event-source mappings (`esm`).
 - `apigw`: the REST API, as API Gateway serves it (SigV4, resource policy, keys, validator, throttling).
 - `endpoint`: one AWS endpoint (moto in a child process; `kinesis` and `dynamodb` corrected, the
   metrics AWS would publish, the endpoint's part of chaos).
 - `cloudwatch`: metrics, alarms and the dashboard's data, in the runtime's process.
-- `app`: the synthesized app (`model`, `template`), its resources created (`provision`), the
-  functions' environments read through `shardline.aws_lambda`'s contract (`environments`).
+- `app`: the synthesized app (`model`, `template`, and `properties`: what it honours of each
+  resource), its resources created (`provision`), the functions' environments read through
+  `shardline.aws_lambda`'s contract (`environments`).
 - `chaos`: chaos profiles (what goes wrong, how often, when) and a faulty Kinesis client.
 - `_http` (the request and response types shared by the API and the dashboard) and `limits` (the
   per-shard throughput limits every enforcer counts with): below all of them.

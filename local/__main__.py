@@ -186,6 +186,19 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
         console.print("[dim]not run locally:[/]")
         for kind, ids in sorted(by_type.items()):
             console.print(f"[dim]  {kind} ×{len(ids)}: {unsupported_reason(kind)}[/]")
+    by_property: dict[tuple[str, str], list[str]] = {}
+    for entry in app.not_emulated:
+        by_property.setdefault((entry.property, entry.difference), []).append(entry.logical_id)
+    if by_property:
+        console.print("[yellow]not emulated[/] (the app runs without these; `status` lists them):")
+        for (name, difference), ids in sorted(by_property.items()):
+            console.print(
+                f"  {name} ({len(ids)}: {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}): {difference}"
+            )
+    functions = runtime.functions
+    for name, stats in (functions.stats() if functions is not None else {}).items():
+        if stats.get("not_as_deployed"):
+            console.print(f"[bold red]not as deployed[/]: {name}: {stats['not_as_deployed']}")
     stream = app.streams[0].name if app.streams else "?"
     route = _route_name(app)
     settings = runtime.settings

@@ -1,9 +1,11 @@
 """Kinesis's per-shard throughput limits as token buckets: one accounting for every enforcer.
 
 Writes: each shard admits 1,000 records and 1 MiB (data + UTF-8 partition key) a second, as
-one-second token buckets (a whole second of budget at most, refilled continuously). Reads: 5
-GetRecords calls a second (a one-second bucket too) and 2 MiB a second, metered as a debt: a call
-that returns `n` bytes holds the shard's reads back for `n / 2 MiB` seconds, so a 10 MiB answer
+one-second token buckets (a whole second of budget at most, refilled continuously); a record
+larger than 1 MiB (a stream's MaxRecordSizeInKiB allows up to 10 MiB) is admitted when the byte
+budget is whole and leaves the shard in debt for the rest. Reads: 5 GetRecords calls a second (a
+one-second bucket too; GetShardIterator has 5 of its own) and 2 MiB a second, metered as a debt: a
+call that returns `n` bytes holds the shard's reads back for `n / 2 MiB` seconds, so a 10 MiB answer
 refuses the calls of the next 5 seconds, as the service documents.
 
 `local.chaos.faults.ShardLimitedKinesis` (client side) and the local endpoint (server side, for every
@@ -37,6 +39,7 @@ class Rates:
     write_bytes_per_second: int = 1 * MiB
     read_calls_per_second: int = 5
     read_bytes_per_second: int = 2 * MiB
+    iterator_calls_per_second: int = 5  # GetShardIterator, per open shard
 
 
 class _Bucket:
@@ -55,12 +58,13 @@ class _Bucket:
 
 
 class _ShardState:
-    __slots__ = ("bytes", "calls", "read_free_at", "records")
+    __slots__ = ("bytes", "calls", "iterators", "read_free_at", "records")
 
     def __init__(self, rates: Rates, now: float) -> None:
         self.records = _Bucket(rates.write_records_per_second, now)
         self.bytes = _Bucket(rates.write_bytes_per_second, now)
         self.calls = _Bucket(rates.read_calls_per_second, now)
+        self.iterators = _Bucket(rates.iterator_calls_per_second, now)
         self.read_free_at = now  # reads are held back until then (the byte debt)
 
 
@@ -95,7 +99,10 @@ class ShardLimits:
                 state = self._state(key, now)
                 state.records.refill(rates.write_records_per_second, now)
                 state.bytes.refill(rates.write_bytes_per_second, now)
-                fits = state.records.tokens >= 1 and state.bytes.tokens >= size
+                # A record larger than a second's budget (a stream of records up to 10 MiB) goes
+                # when the budget is whole, and the shard owes the rest: never throttled forever.
+                whole = float(rates.write_bytes_per_second)
+                fits = state.records.tokens >= 1 and state.bytes.tokens >= min(size, whole)
                 if fits:
                     state.records.tokens -= 1
                     state.bytes.tokens -= size
@@ -127,6 +134,17 @@ class ShardLimits:
             if state.calls.tokens < 1:
                 return False
             state.calls.tokens -= 1
+            return True
+
+    def admit_iterator(self, key: Hashable) -> bool:
+        """Whether a GetShardIterator call on the shard may go ahead now (and spend one if so)."""
+        with self._lock:
+            now = self._clock()
+            state = self._state(key, now)
+            state.iterators.refill(self.rates.iterator_calls_per_second, now)
+            if state.iterators.tokens < 1:
+                return False
+            state.iterators.tokens -= 1
             return True
 
     def charge_read(self, key: Hashable, size: int) -> None:

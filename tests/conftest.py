@@ -21,6 +21,7 @@ import pytest
 pytest_plugins = [
     "tests.support.apigw",
     "tests.support.consumer_handlers",
+    "tests.support.local_endpoint",
     "tests.support.send",
     "tests.support.workers",
 ]
@@ -171,3 +172,11 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     app, _ = build(json.loads(CDK_JSON.read_text())["context"], outdir=str(outdir))
     app.synth()
     return outdir
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The Lambda runtime's packages and the Powertools layer the local workers import, as `make setup`
+    installs them (skipped when the lock has not changed): a bare `pytest` runs as `make test` does."""
+    from local.lambda_.runtimes import install
+
+    install()

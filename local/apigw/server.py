@@ -58,6 +58,7 @@ from local.apigw.steps import (
     proxy_response,
     resource_tree,
     route,
+    wants_binary,
 )
 from local.app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
 from local.cloudwatch.metrics import Publish, no_metrics
@@ -93,7 +94,7 @@ class ApiServer:
         credentials: Mapping[str, str] | None = None,  # access key -> secret key
         integration_timeout: float = INTEGRATION_TIMEOUT_S,
         clock: Callable[[], float] = time.time,  # the server's wall clock, for SigV4's window
-        api_keys: Collection[str] | None = None,  # for api_key_required methods; None: any key
+        api_keys: Collection[str] | None = None,  # for api_key_required methods; None: the template's
         publish: Publish = no_metrics,  # Count, 4XXError, 5XXError, Latency, as API Gateway's metrics
     ) -> None:
         self.api, self.invoker, self.host, self.port = api, invoker, host, port
@@ -101,9 +102,9 @@ class ApiServer:
         self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
         self._clock = clock
         self._key_plans = KeyPlans(api.keys)
-        if api_keys is None and api.keys:  # the template's keys: only they open keyed methods
-            api_keys = [plan.value for plan in api.keys]
-        self._api_keys = None if api_keys is None else frozenset(api_keys)
+        # Only a key in a usage plan on this stage opens a keyed method, as in API Gateway: with
+        # no usage plan, every keyed request is refused.
+        self._api_keys = frozenset(api_keys if api_keys is not None else (plan.value for plan in api.keys))
         self._publish = publish
         self._tree = resource_tree(api)
         self._bucket = ThrottleBucket(api.throttle_rate or DEFAULT_RATE, api.throttle_burst or DEFAULT_BURST)
@@ -246,11 +247,12 @@ class ApiServer:
             raise Refused(INTERNAL) from None
         if result.function_error:
             raise Refused(MALFORMED)
-        return proxy_response(result.payload)
+        accept = next((value for name, value in request.headers if name.lower() == "accept"), "")
+        return proxy_response(result.payload, binary=wants_binary(self.api.binary_media_types, accept))
 
     def _api_key(self, request: HttpRequest) -> str:
         key = next((v for k, v in request.headers if k.lower() == "x-api-key"), "")
-        if not key or (self._api_keys is not None and key not in self._api_keys):
+        if key not in self._api_keys:
             raise Refused(FORBIDDEN)
         if key in self._key_plans.plans:
             try:

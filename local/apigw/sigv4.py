@@ -34,6 +34,9 @@ MISMATCH = (
 
 
 UNKNOWN_KEY = "The security token included in the request is invalid."
+#: AWS's answer to a signature whose SignedHeaders leave out `host` (it would let the signature be
+#: replayed against another host).
+HOST_NOT_SIGNED = "'Host' or ':authority' must be a 'SignedHeader' in the AWS Authorization."
 
 
 class SignatureRejected(Exception):
@@ -152,29 +155,40 @@ def _check_scope(scope: str, amz_date: str) -> None:
     raise SignatureRejected("InvalidSignatureException", message)
 
 
-def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) -> Caller:
-    """The caller whose signature this is, or `SignatureRejected` with API Gateway's answer."""
-    header_lines = [(name.lower(), value) for name, value in request.headers]
-    lookup = dict(header_lines)
+def _signature_parts(request: SignedRequest, lookup: Mapping[str, str]) -> tuple[str, str, str, str, str]:
+    """(credential, signature, signed header names, X-Amz-Date, canonical query) from the
+    Authorization header or a presigned URL's query; `SignatureRejected` when there is neither."""
     query_pairs = [pair.partition("=") for pair in request.raw_query.split("&") if pair]
     query = {key: value for key, _, value in query_pairs}
     if "authorization" in lookup:
         fields = _parse_authorization(lookup["authorization"])
-        credential, signature = fields["Credential"], fields["Signature"]
-        signed_names = fields["SignedHeaders"]
-        amz_date = lookup.get("x-amz-date", "")
-        canonical_query = request.raw_query
-    elif "X-Amz-Signature" in query:
-        credential = unquote(query.get("X-Amz-Credential", ""))
-        signed_names = unquote(query.get("X-Amz-SignedHeaders", ""))
-        signature = query["X-Amz-Signature"]
-        amz_date = query.get("X-Amz-Date", "")
+        return (
+            fields["Credential"],
+            fields["Signature"],
+            fields["SignedHeaders"],
+            lookup.get("x-amz-date", ""),
+            request.raw_query,
+        )
+    if "X-Amz-Signature" in query:
         # The canonical query covers every parameter but the signature itself.
         canonical_query = "&".join(
             f"{key}{sep}{value}" for key, sep, value in query_pairs if key != "X-Amz-Signature"
         )
-    else:
-        raise SignatureRejected("MissingAuthenticationTokenException", "Missing Authentication Token")
+        return (
+            unquote(query.get("X-Amz-Credential", "")),
+            query["X-Amz-Signature"],
+            unquote(query.get("X-Amz-SignedHeaders", "")),
+            query.get("X-Amz-Date", ""),
+            canonical_query,
+        )
+    raise SignatureRejected("MissingAuthenticationTokenException", "Missing Authentication Token")
+
+
+def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) -> Caller:
+    """The caller whose signature this is, or `SignatureRejected` with API Gateway's answer."""
+    header_lines = [(name.lower(), value) for name, value in request.headers]
+    lookup = dict(header_lines)
+    credential, signature, signed_names, amz_date, canonical_query = _signature_parts(request, lookup)
 
     access_key, _, scope = credential.partition("/")
     if access_key not in secrets:
@@ -186,6 +200,8 @@ def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) ->
         )
     _check_clock(amz_date, now)
     _check_scope(scope, amz_date)
+    if "host" not in signed_names.lower().split(";"):
+        raise SignatureRejected("InvalidSignatureException", HOST_NOT_SIGNED)
 
     signed = HTTPHeaders()
     for name in signed_names.split(";"):

@@ -143,32 +143,72 @@ def _multi(pairs: list[tuple[str, str]]) -> tuple[dict[str, str] | None, dict[st
     return single, multi
 
 
-def proxy_response(payload: Any) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it."""
-    if not isinstance(payload, dict):
+#: The keys of a REST proxy response: AWS answers 502 for any other (tests/conformance/aws_recorded).
+PROXY_RESPONSE_KEYS = frozenset({"statusCode", "headers", "multiValueHeaders", "body", "isBase64Encoded"})
+
+
+def _status(value: Any) -> int:
+    """The answer's status: 200 when absent, and a string of digits is read as the number (as AWS does)."""
+    if value is None:
+        return 200
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if type(value) is not int or not 100 <= value <= 599:
         raise Refused(MALFORMED)
-    status, body = payload.get("statusCode"), payload.get("body")
+    return value
+
+
+def _header_value(value: Any) -> str:
+    """A header's value: a string, or a boolean written as JSON writes it (AWS answers `true`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, str):
+        raise Refused(MALFORMED)
+    return value
+
+
+def wants_binary(binary_media_types: tuple[str, ...], accept: str) -> bool:
+    """Whether API Gateway turns a base64 proxy answer into bytes: the API declares a binary media
+    type that the request's Accept names (`*/*` and `image/*` declared match their kind)."""
+    wanted = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
+    for declared in (kind.lower() for kind in binary_media_types):
+        if declared == "*/*" or any(
+            kind == declared or (declared.endswith("/*") and kind.startswith(declared[:-1]))
+            for kind in wanted
+        ):
+            return True
+    return False
+
+
+def proxy_response(payload: Any, *, binary: bool = False) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The HTTP answer in a Lambda proxy response; `Refused(MALFORMED)` as API Gateway judges it.
+    A base64 body (`isBase64Encoded`) is decoded only when `binary` (see `wants_binary`); otherwise
+    API Gateway passes its text through as it is."""
+    if not isinstance(payload, dict) or not payload.keys() <= PROXY_RESPONSE_KEYS:
+        # A key the REST API does not know (`cookies` is the HTTP API's) makes the whole answer malformed.
+        raise Refused(MALFORMED)
+    status, body = _status(payload.get("statusCode")), payload.get("body")
     headers = payload.get("headers") or {}
     multi = payload.get("multiValueHeaders") or {}
     encoded = payload.get("isBase64Encoded", False)
-    if type(status) is not int or not 100 <= status <= 599 or not isinstance(encoded, bool):
+    if not isinstance(encoded, bool):
         raise Refused(MALFORMED)
     if not (body is None or isinstance(body, str)) or not isinstance(headers, dict):
         raise Refused(MALFORMED)
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        raise Refused(MALFORMED)
+    headers = {k: _header_value(v) for k, v in headers.items()}
     if not isinstance(multi, dict) or not all(
         isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
         for k, v in multi.items()
     ):
         raise Refused(MALFORMED)
     try:
-        data = base64.b64decode(body or "", validate=True) if encoded else (body or "").encode()
+        data = base64.b64decode(body or "", validate=True) if encoded and binary else (body or "").encode()
     except ValueError:
         raise Refused(MALFORMED) from None
-    # Both maps merge; for a name in both, multiValueHeaders' values win.
-    lines = [(k, v) for k, v in headers.items() if k.lower() not in {m.lower() for m in multi}]
-    lines += [(k, v) for k, values in multi.items() for v in values]
+    # Both maps merge, multiValueHeaders' first (as AWS answers); a name and value in both once.
+    lines = [(k, v) for k, values in multi.items() for v in values]
+    seen = {(k.lower(), v) for k, v in lines}
+    lines += [(k, v) for k, v in headers.items() if (k.lower(), v) not in seen]
     lines = [(f"x-amzn-Remapped-{k}" if k.lower() in REMAPPED else k, v) for k, v in lines]
     if not any(k.lower() == "content-type" for k, _ in lines):
         lines.append(("Content-Type", "application/json"))
@@ -260,7 +300,7 @@ def build_event(
     headers, multi_headers = _multi(lines)
     query_single, query_multi = _multi(query)
     lower = {k.lower(): v for k, v in lines}
-    domain = lower.get("host", "localhost").rsplit(":", 1)[0]
+    domain = lower.get("host", "localhost")  # the Host header as sent (AWS recorded the two equal)
     try:
         body, encoded = (request.body.decode() if request.body else None), False
     except UnicodeDecodeError:
@@ -278,9 +318,9 @@ def build_event(
         "userArn": caller and caller.user_arn,
         "userAgent": lower.get("user-agent"),
         "user": caller and caller.account_id,
-        "apiKey": api_key,
-        "apiKeyId": api_key and hashlib.sha1(api_key.encode()).hexdigest()[:10],
     }
+    if api_key is not None:  # AWS's identity has no API key fields for a method without a key
+        identity.update(apiKey=api_key, apiKeyId=hashlib.sha1(api_key.encode()).hexdigest()[:10])
     context = {
         "resourceId": node.resource_id,
         "resourcePath": node.path,
@@ -291,7 +331,7 @@ def build_event(
         "accountId": ACCOUNT,
         "protocol": "HTTP/1.1",
         "stage": api.stage,
-        "domainPrefix": domain.split(".")[0],
+        "domainPrefix": domain.split(":")[0].split(".")[0],
         "requestTimeEpoch": int(now * 1000),
         "requestId": ids[0],
         "identity": identity,

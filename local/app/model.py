@@ -44,6 +44,7 @@ class Stream:
     name: str
     shard_count: int
     retention_hours: int = 24
+    max_record_size_kib: int = 1024  # MaxRecordSizeInKiB: the largest record it takes (up to 10 MiB)
 
     @property
     def arn(self) -> str:
@@ -76,6 +77,9 @@ class Function:
     reserved_concurrency: int | None = None
     log_group: str = ""
     log_format: str = "Text"  # LoggingConfig.LogFormat: "Text" or "JSON" (Lambda's advanced logging)
+    runtime: str = "python3.12"  # the Lambda runtime: its Python, and the packages it ships
+    public_layers: tuple[str, ...] = ()  # layers by ARN or SSM parameter (Powertools), in template order
+    ephemeral_storage_mb: int = 512  # EphemeralStorage: the size of the function's private /tmp
 
     @property
     def arn(self) -> str:
@@ -101,6 +105,7 @@ class EventSourceMapping:
     parallelization_factor: int = 1
     on_failure_arn: str | None = None  # an SQS queue ARN
     enabled: bool = True
+    filter_criteria: str | None = None  # FilterCriteria as JSON (local.lambda_.esm.filters reads it)
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,17 @@ class RestApi:
     throttle_burst: int | None = None
     policy: Mapping[str, Any] | None = None  # the resource policy, resolved
     keys: tuple[KeyPlan, ...] = ()  # the keys of usage plans on this API's stage
+    binary_media_types: tuple[str, ...] = ()  # BinaryMediaTypes: when a base64 answer is decoded
+
+
+@dataclass(frozen=True)
+class NotEmulated:
+    """A property of the template the local runtime does not act on, and what differs because of it."""
+
+    logical_id: str
+    resource_type: str
+    property: str
+    difference: str
 
 
 @dataclass(frozen=True)
@@ -157,6 +173,7 @@ class LocalApp:
     apis: tuple[RestApi, ...] = ()
     monitoring: tuple[Resource, ...] = ()  # the CloudWatch alarms and dashboards, resolved (local.cloudwatch)
     unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
+    not_emulated: tuple[NotEmulated, ...] = ()  # properties of what runs, listed at start-up and in status
 
     def function(self, name: str) -> Function:
         for function in self.functions:

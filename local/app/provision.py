@@ -107,7 +107,11 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
         "AWS::S3::Bucket": bucket,
     }
     for stream in app.streams:
-        kinesis.create_stream(StreamName=stream.name, ShardCount=stream.shard_count)
+        kinesis.create_stream(
+            StreamName=stream.name,
+            ShardCount=stream.shard_count,
+            MaxRecordSizeInKiB=stream.max_record_size_kib,
+        )
     with ThreadPoolExecutor(max_workers=4) as pool:
         for _ in pool.map(lambda resource: create[resource.type](resource), app.resources):
             pass

@@ -21,10 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from local.app import model
+from local.app.properties import not_emulated
 from local.app.template_api import ApiReader, TemplateError
 
 # Types the runtime reads but has nothing to run for: why each is left out.
 __all__ = ["NOT_RUN", "PARTS", "TemplateError", "find_template", "load", "unsupported_reason"]
+
+#: The variables the Lambda runtime sets and a function's configuration may not (AWS docs, "Defined
+#: runtime environment variables"): a deploy naming one fails, so loading such a template fails.
+RESERVED_VARIABLES = frozenset(
+    {
+        "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_EXECUTION_ENV",
+        "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME",
+        "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+        "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT", "LAMBDA_RUNTIME_DIR", "TZ",
+    }
+)  # fmt: skip
 
 NOT_RUN = {
     "AWS::IAM::Role": "IAM is not enforced locally (every local call is allowed)",
@@ -258,6 +271,11 @@ class _Reader(ApiReader):
                 for logical_id in self.of_type(kind)
             ),
             unsupported=unsupported,
+            not_emulated=tuple(
+                entry
+                for logical_id, resource in self.resources.items()
+                for entry in not_emulated(logical_id, resource["Type"], resource.get("Properties", {}))
+            ),
         )
 
     def stream(self, logical_id: str) -> model.Stream:
@@ -272,6 +290,7 @@ class _Reader(ApiReader):
             self.name(logical_id),
             int(properties.get("ShardCount", 1)),
             int(properties.get("RetentionPeriodHours", 24)),
+            int(properties.get("MaxRecordSizeInKiB", 1024)),
         )
 
     def asset_dir(self, logical_id: str) -> Path:
@@ -304,12 +323,22 @@ class _Reader(ApiReader):
         runtime = properties.get("Runtime", "")
         if not runtime.startswith("python"):
             raise TemplateError(f"{logical_id}: Runtime {runtime!r}: only Python functions run locally")
-        layers = []
+        layers, public_layers = [], []
         for layer in self.resources[logical_id]["Properties"].get("Layers", []):
             target = layer.get("Ref") if isinstance(layer, dict) else None
             if target in self.resources:
                 layers.append(self.asset_dir(target))
-            # else a public layer by ARN (Powertools): the local Python environment provides it
+            else:  # a public layer, by ARN or by the SSM parameter naming one (Powertools)
+                public_layers.append(str(self.resolve(layer)))
+        variables = properties.get("Environment", {}).get("Variables", {})
+        reserved = sorted(set(variables) & RESERVED_VARIABLES)
+        if reserved:
+            raise TemplateError(
+                f"{logical_id}: InvalidParameterValueException: Lambda was unable to configure your "
+                "environment variables because the environment variables you have provided contains "
+                "reserved keys that are currently not supported for modification. Reserved keys used "
+                f"in this request: {', '.join(reserved)}"
+            )
         log_group = (
             properties.get("LoggingConfig", {}).get("LogGroup") or f"/aws/lambda/{self.name(logical_id)}"
         )
@@ -321,14 +350,14 @@ class _Reader(ApiReader):
             layer_dirs=tuple(layers),
             timeout_seconds=int(properties.get("Timeout", 3)),
             memory_mb=int(properties.get("MemorySize", 128)),
-            environment={
-                key: str(value)
-                for key, value in properties.get("Environment", {}).get("Variables", {}).items()
-            },
+            environment={key: str(value) for key, value in variables.items()},
             role_arn=properties.get("Role", model.Function.role_arn),
             reserved_concurrency=properties.get("ReservedConcurrentExecutions"),
             log_group=log_group,
             log_format=properties.get("LoggingConfig", {}).get("LogFormat", "Text"),
+            runtime=runtime,
+            public_layers=tuple(public_layers),
+            ephemeral_storage_mb=int(properties.get("EphemeralStorage", {}).get("Size", 512)),
         )
 
     def mapping(self, logical_id: str) -> model.EventSourceMapping:
@@ -356,6 +385,9 @@ class _Reader(ApiReader):
             parallelization_factor=int(properties.get("ParallelizationFactor", 1)),
             on_failure_arn=properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"),
             enabled=bool(properties.get("Enabled", True)),
+            filter_criteria=json.dumps(properties["FilterCriteria"])
+            if "FilterCriteria" in properties
+            else None,
         )
 
 

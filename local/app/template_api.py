@@ -85,6 +85,11 @@ class ApiReader:
             throttle_burst=throttle.get("ThrottlingBurstLimit"),
             policy=self.properties(logical_id).get("Policy"),
             keys=self.key_plans(logical_id),
+            # CloudFormation writes a `/` in a media type as `~1` (a JSON Pointer escape) or as is.
+            binary_media_types=tuple(
+                str(kind).replace("~1", "/")
+                for kind in self.properties(logical_id).get("BinaryMediaTypes", [])
+            ),
         )
 
     def key_plans(self, api_logical_id: str) -> tuple[model.KeyPlan, ...]:

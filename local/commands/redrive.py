@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +25,7 @@ from local.app import model
 from local.app.provision import client
 from local.commands.status import consumer_groups
 from local.lambda_.process import log_stream_name
+from local.lambda_.runtimes import packaging_for
 from local.lambda_.workers import function_environment
 
 WORKER_MAIN = Path(__file__).resolve().parents[1] / "lambda_" / "redrive_worker.py"
@@ -110,12 +110,21 @@ class _Worker:
     def __init__(self, function: model.Function, endpoint_url: str, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(log_dir / f"{function.name}.log", "ab")  # noqa: SIM115 - closed in close()
+        packaging = packaging_for(function)  # as its workers run: the runtime's Python and packages
+        layers = [*function.layer_dirs, *packaging.public_layers]
         config = {
             "code_dir": str(function.code_dir.resolve()),
-            "layer_python_dirs": [str((layer / "python").resolve()) for layer in function.layer_dirs],
+            "layer_python_dirs": [str((layer / "python").resolve()) for layer in layers],
+            "runtime_site": str(packaging.site) if packaging.site else None,
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-I", str(WORKER_MAIN), json.dumps(config)],
+            [
+                packaging.interpreter,
+                "-I",
+                *(["-S"] if packaging.site else []),
+                str(WORKER_MAIN),
+                json.dumps(config),
+            ],
             cwd=function.code_dir,
             env=function_environment(function, endpoint_url, log_stream_name()),
             stdin=subprocess.PIPE,

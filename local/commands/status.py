@@ -81,6 +81,10 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
         "chaos": _get_json(f"{endpoint_url}/_shardline/chaos"),
         "groups": groups,
         "runtime": _get_json(f"{api_base}/_shardline/runtime"),
+        "not_emulated": [
+            {"resource": entry.logical_id, "property": entry.property, "difference": entry.difference}
+            for entry in app.not_emulated
+        ],
     }
 
 
@@ -330,13 +334,30 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
             f"{stats.get('p99_ms') or 0:.1f}",
         )
     console.print(table)
+    for name, stats in runtime.get("functions", {}).items():
+        if stats.get("not_as_deployed"):
+            console.print(f"[red]not as deployed[/] {name}: {stats['not_as_deployed']}")
     _render_chaos(report, console)
+    _render_not_emulated(report, console)
     api = runtime.get("api", {})
     console.print(
         f"REST API: {api.get('requests', 0)} requests, {api.get('status_4xx', 0)} 4XX, "
         f"{api.get('status_5xx', 0)} 5XX, {api.get('throttled', 0)} throttled, "
         f"p99 {api.get('latency_p99_ms', 0):.0f} ms"
     )
+
+
+def _render_not_emulated(report: dict[str, Any], console: Console) -> None:
+    """The template's properties the runtime does not act on: flagged, never silently dropped."""
+    entries = report.get("not_emulated", [])
+    if not entries:
+        return
+    table = Table(title="not emulated (the app runs without these)", title_justify="left")
+    for column in ("resource", "property", "what differs"):
+        table.add_column(column)
+    for entry in entries:
+        table.add_row(entry["resource"], entry["property"], entry["difference"])
+    console.print(table)
 
 
 def _render_chaos(report: dict[str, Any], console: Console) -> None:

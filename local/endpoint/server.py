@@ -10,8 +10,9 @@ few routes of its own under `/_shardline/`:
 - `GET /_shardline/health`: 200 once serving;
 - `GET /_shardline/kinesis`: per stream and shard, open or closed, parents, records and bytes
   written, write and read throttles, GetRecords calls (for `status` and the dashboard);
-- `GET|PUT /_shardline/limits`: whether writes and reads are limited; PUT `{"writes": false}`
-  turns one off (or on) while running;
+- `GET|PUT /_shardline/limits`: whether writes and reads are limited, how long a reshard keeps a
+  stream UPDATING, how long an iterator lives; PUT `{"writes": false}` (or `reshard_seconds`,
+  `iterator_ttl_seconds`) changes one while running;
 - `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
   (`local.endpoint.service_metrics`);
 - `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos.profiles`), every
@@ -70,7 +71,14 @@ class ShardlineRoutes:
                 change = json.loads(environ["wsgi.input"].read(length) or b"{}")
                 STATE.writes_limited = bool(change.get("writes", STATE.writes_limited))
                 STATE.reads_limited = bool(change.get("reads", STATE.reads_limited))
-            return _json(start_response, {"writes": STATE.writes_limited, "reads": STATE.reads_limited})
+                STATE.reshard_seconds = float(change.get("reshard_seconds", STATE.reshard_seconds))
+                STATE.iterator_ttl_seconds = float(
+                    change.get("iterator_ttl_seconds", STATE.iterator_ttl_seconds)
+                )
+            return _json(start_response, {
+                "writes": STATE.writes_limited, "reads": STATE.reads_limited,
+                "reshard_seconds": STATE.reshard_seconds, "iterator_ttl_seconds": STATE.iterator_ttl_seconds,
+            })  # fmt: skip
         return _json(start_response, {"error": f"no route {method} {path}"}, status="404 Not Found")
 
 
@@ -155,7 +163,7 @@ def serve(
     from werkzeug.serving import ThreadedWSGIServer, make_server
 
     from local.endpoint import dynamodb
-    from local.endpoint.kinesis import responses
+    from local.endpoint.kinesis import control, responses
     from local.endpoint.kinesis.fixes import STATE, apply
     from local.limits import ShardLimits
 
@@ -163,6 +171,7 @@ def serve(
     STATE.writes_limited = STATE.reads_limited = limits
     apply(STATE)  # the models first: the responses read their state
     responses.install(kinesis_moto_responses.KinesisResponse)
+    control.install(kinesis_moto_responses.KinesisResponse)
     dynamodb.apply()
     # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
     moto_modules = tuple(moto_backends.list_of_moto_modules())

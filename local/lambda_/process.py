@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from local.app.model import Function, InvokeResult
+from local.lambda_.runtimes import Packaging
 
 WORKER_MAIN = Path(__file__).with_name("worker.py")
 RUNTIME = "python3.12"
@@ -139,6 +140,9 @@ class Worker:
     #: Where an injected kill struck (`local.chaos.profiles.KILL_POINTS`, or "no_commit"), told by the worker
     #: just before it died; None when no kill was injected into the last invocation.
     killed_at: str | None = None
+    #: Why this environment's /tmp is not private and bounded and its code not read-only (the kernel
+    #: refused a mount namespace), or None.
+    not_isolated: str | None = None
     _kill_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -260,6 +264,13 @@ class Worker:
         return error_result(request_id, "Runtime.ExitError", message, elapsed_ms)
 
 
+def _suppressed_init(conn: Connection, log: FunctionLog, started: float, init_timeout: float,
+                     function: Function) -> bool:  # fmt: skip
+    """Whether the worker gets ready within the function's timeout once the init phase ran out."""
+    log.write(f"INIT_REPORT Init Duration: {init_timeout * 1000:.2f} ms\tPhase: init\tStatus: timeout")
+    return conn.poll(function.timeout_seconds)
+
+
 def start_worker(
     function: Function,
     environment: dict[str, str],
@@ -268,20 +279,32 @@ def start_worker(
     lifeline_fd: int,
     init_timeout: float,
     starting: Callable[[subprocess.Popen[bytes]], None],
+    packaging: Packaging | None = None,
 ) -> Worker | InitFailure:
     """A new worker, once its handler is imported; or why it could not start (the process is then
-    gone). `starting` is told of the process as soon as it exists (so that close() can kill it)."""
+    gone). `starting` is told of the process as soon as it exists (so that close() can kill it).
+
+    With `packaging` (the function's runtime here) the worker runs on the runtime's interpreter and
+    imports only what Lambda would let it: its code, its layers (`public` ones included) and the
+    runtime's packages, nothing of this interpreter's site-packages (`-S`). Without, it runs on this
+    interpreter with its site-packages, as before packaging existed (tests of the runtime itself)."""
     ours, theirs = socket.socketpair()
+    layers = [*function.layer_dirs, *(packaging.public_layers if packaging else ())]
     config = {
         "ipc_fd": theirs.fileno(),
         "lifeline_fd": lifeline_fd,
         "code_dir": str(function.code_dir.resolve()),
-        "layer_python_dirs": [str((layer / "python").resolve()) for layer in function.layer_dirs],
+        "layer_python_dirs": [str((layer / "python").resolve()) for layer in layers],
+        "runtime_site": str(packaging.site) if packaging and packaging.site else None,
+        "tmp_mb": function.ephemeral_storage_mb,
     }
-    log.write(f"INIT_START Runtime Version: {RUNTIME} (local, CPython {sys.version.split()[0]})")
+    isolated = packaging is not None and packaging.site is not None
+    interpreter = packaging.interpreter if packaging else sys.executable
+    version = packaging.version if packaging else sys.version.split()[0]
+    log.write(f"INIT_START Runtime Version: {function.runtime} (local, CPython {version})")
     started = time.monotonic()  # Init Duration: the runtime's start-up and the handler's import
     process = subprocess.Popen(
-        [sys.executable, "-I", str(WORKER_MAIN), json.dumps(config)],
+        [interpreter, "-I", *(["-S"] if isolated else []), str(WORKER_MAIN), json.dumps(config)],
         cwd=function.code_dir,
         env=environment,
         stdin=subprocess.DEVNULL,
@@ -293,14 +316,18 @@ def start_worker(
     conn = Connection(ours.detach())
     starting(process)
     try:
-        if not conn.poll(init_timeout):
-            message = f"{timestamp()} Init timed out after {init_timeout:.2f} seconds"
+        # Past the init phase's limit, Lambda gives the init another go inside the first invocation,
+        # under the function's own timeout ("Phase: invoke"): a slow start is slow, not broken.
+        if not conn.poll(init_timeout) and not _suppressed_init(conn, log, started, init_timeout, function):
+            message = f"{timestamp()} Task timed out after {function.timeout_seconds:.2f} seconds"
             log.write(message)
             error = {"errorMessage": message, "errorType": "Sandbox.Timedout"}
         else:
             header_line, _, body = conn.recv_bytes().partition(b"\n")
-            if json.loads(header_line)["ready"]:
-                return Worker(function, process, conn, log, init_ms=(time.monotonic() - started) * 1000)
+            header = json.loads(header_line)
+            if header["ready"]:
+                init_ms = (time.monotonic() - started) * 1000
+                return Worker(function, process, conn, log, init_ms, not_isolated=header.get("not_isolated"))
             error = json.loads(body)
     except (EOFError, OSError):
         process.wait()

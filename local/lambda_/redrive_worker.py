@@ -34,16 +34,19 @@ if TYPE_CHECKING:
 
         code_dir: str
         layer_python_dirs: list[str]
+        runtime_site: str | None  # the runtime's own packages (boto3, ...), as the function's workers have
 
 
 def python_path(config: RedriveConfig) -> list[str]:
-    """Lambda's order: the task root, then the layers (their site-packages when they have one)."""
+    """Lambda's order: the task root, the layers (their site-packages when they have one), then the
+    runtime's own packages."""
     paths = [config["code_dir"]]
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     for layer in config["layer_python_dirs"]:
         site = os.path.join(layer, "lib", version, "site-packages")
         paths += [site, layer] if os.path.isdir(site) else [layer]
-    return paths
+    runtime_site = config.get("runtime_site")
+    return [*paths, *([runtime_site] if runtime_site else [])]
 
 
 def find_consumer(module: ModuleType) -> tuple[KinesisConsumer, Any]:
@@ -76,6 +79,9 @@ def answer(out: IO[str], message: dict[str, object]) -> None:
 
 def main() -> int:
     config: RedriveConfig = json.loads(sys.argv[1])
+    # Run by path, this file's folder heads sys.path: the runtime's own modules are not the function's.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # print() and log lines of the handler's code go to the function's log
     sys.path[:0] = python_path(config)

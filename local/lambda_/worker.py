@@ -51,6 +51,8 @@ if TYPE_CHECKING:
         lifeline_fd: int
         code_dir: str
         layer_python_dirs: list[str]
+        runtime_site: str | None  # the runtime's own packages (boto3, ...); None: not installed
+        tmp_mb: int  # EphemeralStorage: the size of this environment's private /tmp
 
     class FaultDirective(TypedDict):
         """A chaos profile's directive for one invocation: kind "hang", "oom" or "kill" (at `point`,
@@ -380,8 +382,76 @@ def watch_parent(lifeline_fd: int) -> None:
             os._exit(0)
 
 
+# --- the execution environment's filesystem: a private /tmp of its size, code and layers read-only ---
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
+_MS_PRIVATE = 1 << 18
+
+
+def isolate(tmp_mb: int, read_only: list[str]) -> str | None:
+    """Give this process Lambda's filesystem: a /tmp of its own, `tmp_mb` megabytes (a full one
+    answers ENOSPC), and `read_only` folders that refuse writes (EROFS), as /var/task and /opt do.
+    Done in a mount namespace of its own, before any thread starts (the kernel wants one thread);
+    returns why it could not be done (then /tmp is a private folder of the host's, unbounded, and
+    the code is writable), or None."""
+    import ctypes  # only here: a worker that cannot isolate should not pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+    def mount(source: bytes | None, target: str, kind: bytes | None, flags: int, data: bytes | None) -> None:
+        if libc.mount(source, target.encode(), kind, flags, data) != 0:
+            raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+    try:
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
+        mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)  # nothing here reaches the host's mounts
+        # The host's /tmp stays reachable through this descriptor: a folder of the function's that
+        # lives there (a test's) is bound back over the new, empty /tmp.
+        host_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY)
+        mount(b"tmpfs", "/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmp_mb}m,mode=1777".encode())
+        for folder in map(os.path.realpath, read_only):
+            source = folder
+            if folder.startswith("/tmp/"):
+                os.makedirs(folder, exist_ok=True)
+                source = f"/proc/self/fd/{host_tmp}/{os.path.relpath(folder, '/tmp')}"
+            mount(source.encode(), folder, None, _MS_BIND | _MS_REC, None)
+            mount(None, folder, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
+        os.close(host_tmp)
+        os.chdir(os.getcwd())  # the working folder is the code folder: now its read-only mount
+    except OSError as exc:
+        import tempfile
+
+        tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="lambda-tmp-")
+        return str(exc.strerror or exc)
+    return None
+
+
+def import_path(config: WorkerConfig) -> list[str]:
+    """Lambda's order: the task root, the layers (merged under /opt), then the runtime's packages."""
+    layer_paths: list[str] = []
+    for layer in config["layer_python_dirs"]:
+        site = os.path.join(
+            layer, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages"
+        )
+        layer_paths += [site, layer] if os.path.isdir(site) else [layer]
+    runtime_site = config.get("runtime_site")
+    return [config["code_dir"], *layer_paths, *([runtime_site] if runtime_site else [])]
+
+
 def main() -> None:
     config: WorkerConfig = json.loads(sys.argv[1])
+    # Run by path, this file's folder heads sys.path: the runtime's own modules are not the function's.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
+    read_only = [
+        config["code_dir"],
+        *config["layer_python_dirs"],
+        *filter(None, [config.get("runtime_site")]),
+    ]
+    not_isolated = isolate(config["tmp_mb"], read_only)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent; it stops the workers
     ipc_fd, lifeline_fd = config["ipc_fd"], config["lifeline_fd"]
     for fd in (ipc_fd, lifeline_fd):
@@ -391,14 +461,7 @@ def main() -> None:
     conn = _conn = Connection(ipc_fd)
     log_streams()
     setup_logging()
-    # Lambda's order: the task root, the layers (merged under /opt), then the runtime's packages.
-    layer_paths: list[str] = []
-    for layer in config["layer_python_dirs"]:
-        site = os.path.join(
-            layer, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages"
-        )
-        layer_paths += [site, layer] if os.path.isdir(site) else [layer]
-    sys.path[:0] = [config["code_dir"], *layer_paths]
+    sys.path[:0] = import_path(config)
 
     error: LambdaError | None
     try:
@@ -414,7 +477,7 @@ def main() -> None:
         sys.stdout.flush()
         send(conn, {"ready": False}, json.dumps(error).encode())
         sys.exit(1)
-    send(conn, {"ready": True})
+    send(conn, {"ready": True, "not_isolated": not_isolated})
 
     encoder = _Encoder()
     while True:

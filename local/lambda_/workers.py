@@ -38,7 +38,6 @@ from local.chaos.profiles import WorkerFaults
 from local.cloudwatch.metrics import Publish, no_metrics
 from local.lambda_.chaos import WorkerChaos
 from local.lambda_.process import (
-    RUNTIME,
     FunctionLog,
     InitFailure,
     Outcome,
@@ -46,6 +45,7 @@ from local.lambda_.process import (
     log_stream_name,
     start_worker,
 )
+from local.lambda_.runtimes import packaging_for
 
 INIT_TIMEOUT_SECONDS = 10.0  # Lambda's limit on the init phase (imports and module-level code)
 MAX_PAYLOAD_BYTES = 6_291_456  # synchronous Invoke: 6 MB each way
@@ -74,6 +74,9 @@ class PoolStats:
     durations: deque[float] = field(default_factory=lambda: deque(maxlen=DURATIONS_KEPT))
 
 
+UNPACKAGED = "not packaged: imports from the local runtime's own site-packages"
+
+
 class FunctionPool:
     """The workers of one function, up to its concurrency; see the module's description."""
 
@@ -87,6 +90,9 @@ class FunctionPool:
             functions.max_workers if self.reserved is None else min(self.reserved, functions.max_workers)
         )
         self.log = FunctionLog(functions.log_dir / f"{function.name}.log")
+        self.packaging = packaging_for(function) if functions.packaged else None
+        if self.packaging is not None and self.packaging.note:
+            self.log.write(f"local runtime: not as deployed: {self.packaging.note}")
         self._cond = threading.Condition()
         self._idle: list[Worker] = []  # most recently used last: reused first, as Lambda does
         self._count = 0  # workers alive or starting, busy or idle
@@ -95,6 +101,7 @@ class FunctionPool:
         self._closed = False
         self._stats = PoolStats()
         self._replacers: list[threading.Thread] = []
+        self._not_isolated: str | None = None
 
     # -- starting workers ---------------------------------------------------------------------
 
@@ -116,6 +123,7 @@ class FunctionPool:
                 lifeline_fd=owner.lifeline_read,
                 init_timeout=owner.init_timeout,
                 starting=self._starting_process,
+                packaging=self.packaging,
             )
         except Exception as exc:  # e.g. a code folder that does not exist: the slot is given back
             worker = InitFailure(
@@ -126,6 +134,12 @@ class FunctionPool:
             if isinstance(worker, Worker):
                 self._starting.discard(worker.process)
                 self._alive.add(worker)
+                if worker.not_isolated and not self._not_isolated:
+                    self._not_isolated = worker.not_isolated
+                    self.log.write(
+                        f"local runtime: /tmp is not private or bounded and the code is writable "
+                        f"({worker.not_isolated})"
+                    )
             else:
                 self._stats.init_errors += 1
         return worker
@@ -247,6 +261,18 @@ class FunctionPool:
             "concurrency": self.limit,
             "p50_ms": percentile(0.50),
             "p99_ms": percentile(0.99),
+            "not_as_deployed": "; ".join(
+                filter(
+                    None,
+                    [
+                        self.packaging.note
+                        if self.packaging
+                        else "not packaged: imports from the runtime's own site-packages",
+                        self._not_isolated and f"not isolated: {self._not_isolated}",
+                    ],
+                )
+            )
+            or None,
         }
 
     def close(self) -> None:
@@ -275,7 +301,7 @@ def function_environment(function: Function, endpoint_url: str, log_stream: str)
         "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
         **function.environment,
         "_HANDLER": function.handler,
-        "AWS_EXECUTION_ENV": f"AWS_Lambda_{RUNTIME}",
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
         "AWS_LAMBDA_FUNCTION_NAME": function.name,
         "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mb),
@@ -309,10 +335,14 @@ class Functions:
         chaos: WorkerFaults | None = None,
         consumers: Iterable[str] = (),
         publish: Publish = no_metrics,
+        packaged: bool = True,
     ) -> None:
         """`chaos`: a profile's worker faults, for the functions it chooses (`consumers`: the names
         its `@consumers` stands for, the event-source mappings' targets). `publish`: Lambda's
-        Invocations, Errors, Throttles and Duration per function, as CloudWatch would have them."""
+        Invocations, Errors, Throttles and Duration per function, as CloudWatch would have them.
+        `packaged`: each function runs as Lambda packages it (`local.lambda_.runtimes`); False runs
+        it on this interpreter with its site-packages (tests of the runtime's own machinery)."""
+        self.packaged = packaged
         self.endpoint_url = endpoint_url
         self.publish = publish
         self.chaos = WorkerChaos(chaos, consumers) if chaos is not None and chaos.active else None

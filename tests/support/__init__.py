@@ -8,6 +8,9 @@ pytest plugins that define the shared fixtures (named once, in the root `tests/c
 - `consumer_handlers`: the example handlers on moto (fixture `stream`; `drain`).
 - `apigw`, `workers`, `send`, `endpoint`: the local runtime's parts under test (fixtures `start`,
   `make_functions`, `stub_api`, `pipeline`).
+- `local_endpoint`: the local AWS endpoint as a child process (fixtures `local_endpoint`,
+  `local_endpoint_no_limits`).
+- `recorded`: the conformance suite's field-by-field comparison with what AWS recorded (`shape_of`).
 - `cdk`: the default context and template lookups (infra tests).
 - `runtime`: the local runtime on free ports (`start_runtime`, `free_port`).
 """

@@ -102,7 +102,9 @@ def start() -> Iterator[Callable[..., tuple[ApiServer, FunctionInvoker]]]:
         **options: Any,
     ) -> tuple[ApiServer, FunctionInvoker]:
         throttle = {
-            k: options.pop(k) for k in ("throttle_rate", "throttle_burst", "policy", "keys") if k in options
+            k: options.pop(k)
+            for k in ("throttle_rate", "throttle_burst", "policy", "keys", "binary_media_types")
+            if k in options
         }
         api = RestApi("Api", "shardline-producer", "a1b2c3d4e5", "v1", methods, **throttle)
         invoker = FunctionInvoker(functions or {"producer": accepted, "echo": echo})

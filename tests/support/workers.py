@@ -16,6 +16,8 @@ from local.lambda_.workers import Functions
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_FUNCTIONS = Path(__file__).resolve().parents[1] / "local" / "functions"  # test functions, as folders
+#: The public Powertools layer as the app's template names it (the pinned version's SSM parameter).
+POWERTOOLS_LAYER = "/aws/service/powertools/python/arm64/python3.12/3.37.0"
 UNUSED_ENDPOINT = "http://127.0.0.1:9"  # functions that make no AWS call
 LOG_STREAM = re.compile(r"^\d{4}/\d{2}/\d{2}/\[\$LATEST\][0-9a-f]{32}$")
 REPORT = re.compile(
@@ -27,6 +29,8 @@ GONE_DEADLINE_S = 15.0
 
 
 def function(name: str, handler: str = "app.handler", **settings: Any) -> Function:
+    """A test function from tests/local/functions, with the public Powertools layer as the app's have."""
+    settings.setdefault("public_layers", (POWERTOOLS_LAYER,))
     return Function(
         logical_id=name.title(),
         name=f"test-{name}",

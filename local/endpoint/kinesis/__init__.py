@@ -1,3 +1,4 @@
 """Kinesis on the local endpoint: `fixes` corrects moto's models and enforces the shard limits;
-`responses` answers the actions moto's responses get wrong (installed after `fixes.apply`).
+`responses` answers the actions moto's responses get wrong (installed after `fixes.apply`);
+`control` answers the control plane as Kinesis does (reshards UPDATING, record sizes, limits).
 """

@@ -22,6 +22,7 @@ it after `apply`).
 
 from __future__ import annotations
 
+import base64
 import bisect
 import threading
 import time
@@ -62,6 +63,12 @@ class State:
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: A chaos profile's per-entry faults (`local.endpoint.chaos`): a code to refuse an entry with, or None.
     entry_fault: Callable[[], str | None] | None = None
+    #: How long a reshard keeps its stream UPDATING before it takes effect (`control`).
+    reshard_seconds: float = 1.0
+    #: (account, stream name) -> when each UpdateShardCount of the last day was made (`control`).
+    scalings: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: A shard iterator's life: GetRecords refuses an older one ExpiredIteratorException.
+    iterator_ttl_seconds: float = 300.0
 
     def count(self, account: str, stream: str, shard: str, slot: int, amount: int = 1) -> None:
         key = (account, stream, shard)
@@ -73,12 +80,30 @@ class State:
 
 STATE = State()
 
+DEFAULT_MAX_RECORD_KIB = 1024
+
+
+def max_record_size(stream: models.Stream) -> int:
+    """The largest record (data plus partition key, bytes) the stream takes: its MaxRecordSizeInKiB."""
+    return int(getattr(stream, "max_record_size_kib", DEFAULT_MAX_RECORD_KIB)) * 1024
+
 
 class ThroughputExceeded(JsonRESTError):
     code = 400
 
     def __init__(self, message: str) -> None:
         super().__init__(THROTTLED, message)
+
+
+class RecordTooLarge(JsonRESTError):
+    """Kinesis's refusal of a record over the stream's MaxRecordSizeInKiB (the request is refused)."""
+
+    def __init__(self, where: str, limit: int) -> None:
+        super().__init__(
+            "ValidationException",
+            f"1 validation error detected: Value at '{where}' failed to satisfy constraint: Member must "
+            f"have length less than or equal to {limit}",
+        )
 
 
 class InternalFailure(JsonRESTError):
@@ -321,6 +346,9 @@ def _backend_put_record(self: models.KinesisBackend, stream_arn: str, stream_nam
     with STATE.lock:
         stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
         entry = {"PartitionKey": partition_key, "ExplicitHashKey": explicit_hash_key, "Data": data}
+        if _entry_size(entry) > max_record_size(stream):
+            # A validation error, never a throttle: a record over the stream's size can never fit.
+            raise RecordTooLarge("data", max_record_size(stream))
         (answer,) = _write(self, stream, [entry])
     throttled = int(isinstance(answer, Refused) and answer.code == THROTTLED)
     _put_metrics(stream.stream_name, "PutRecord", [entry], [_entry_size(entry)], [answer], throttled)
@@ -336,13 +364,15 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
     if len(records) > 500:
         raise kinesis_errors.TooManyRecords
     sizes = [_entry_size(entry) for entry in records]
-    if sum(sizes) > 5 * MiB:
-        raise kinesis_errors.TotalRecordsSizeExceedsLimit
-    too_big = next((index for index, size in enumerate(sizes) if size > MiB), None)
-    if too_big is not None:
-        raise kinesis_errors.RecordSizeExceedsLimit(position=too_big + 1)
     with STATE.lock:
         stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
+        largest = max_record_size(stream)
+        too_big = next((index for index, size in enumerate(sizes) if size > largest), None)
+        if too_big is not None:
+            raise RecordTooLarge(f"records.{too_big + 1}.member.data", largest)
+        # 5 MiB a request, or one record of the stream's largest size when that is more.
+        if sum(sizes) > max(5 * MiB, largest):
+            raise kinesis_errors.TotalRecordsSizeExceedsLimit
         answers = _write(self, stream, records)
     results: list[dict[str, str]] = []
     for answer in answers:
@@ -383,6 +413,9 @@ def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | N
                 f"Shard {shard_id} in stream {stream.stream_name} under account {self.account_id} "
                 "does not exist"
             )
+        limits = STATE.limits if STATE.reads_limited else None
+        if limits is not None and not limits.admit_iterator((stream.arn, shard_id)):
+            raise ThroughputExceeded(rate_exceeded_message(shard_id, stream.stream_name, self.account_id))
         # moto writes "None" for the stream when it was named by ARN, and GetRecords cannot find it then.
         return utils.compose_new_shard_iterator(
             stream.stream_name, stream.shards[shard_id], shard_iterator_type, starting_sequence_number,
@@ -404,6 +437,14 @@ _original_shard_init = models.Shard.__init__
 _original_delete_stream = models.KinesisBackend.delete_stream
 
 
+def _compose_shard_iterator(stream_name: str | None, shard: Any, last_sequence_id: int) -> str:
+    """moto's iterator, with the time it was issued: GetRecords refuses it once it has expired."""
+    issued_ms = int(time.time() * 1000)
+    return base64.b64encode(
+        f"{stream_name}:{shard.shard_id}:{last_sequence_id}:{issued_ms}".encode()
+    ).decode()
+
+
 def apply(state: State = STATE) -> State:
     """Patch moto's Kinesis models in this process (idempotent); `state` decides the limits. The
     actions answered by us rather than moto's responses are `responses.install`'s."""
@@ -421,4 +462,5 @@ def apply(state: State = STATE) -> State:
     models.KinesisBackend.put_records = _backend_put_records  # type: ignore[method-assign]
     models.KinesisBackend.get_shard_iterator = _backend_get_shard_iterator  # type: ignore[method-assign]
     models.KinesisBackend.delete_stream = _delete_stream  # type: ignore[method-assign]
+    utils.compose_shard_iterator = _compose_shard_iterator
     return state

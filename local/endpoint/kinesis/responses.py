@@ -23,6 +23,7 @@ import json
 import time
 from typing import Any
 
+from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses, utils
@@ -76,7 +77,8 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
     limit = self._get_param("Limit")
     if limit is not None and not 1 <= int(limit) <= MAX_GET_RECORDS:
         raise kinesis_errors.InvalidArgumentError(f"Limit {limit} is not within 1..{MAX_GET_RECORDS}.")
-    stream_name, shard_id, last = utils.decompose_shard_iterator(self._get_param("ShardIterator"))
+    stream_name, shard_id, last, *issued = utils.decompose_shard_iterator(self._get_param("ShardIterator"))
+    _check_age(int(issued[0]) if issued else None)
     backend = self.kinesis_backend
     account = backend.account_id
     with STATE.lock:
@@ -106,6 +108,27 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
         else:
             answer["NextShardIterator"] = utils.compose_shard_iterator(stream.stream_name, shard, position)
     return _json(answer)
+
+
+class ExpiredIterator(JsonRESTError):
+    def __init__(self, message: str) -> None:
+        super().__init__("ExpiredIteratorException", message)
+
+
+def _check_age(issued_ms: int | None) -> None:
+    """Kinesis refuses an iterator older than five minutes (`State.iterator_ttl_seconds`)."""
+    now_ms = int(time.time() * 1000)
+    tolerated_ms = int(STATE.iterator_ttl_seconds * 1000)
+    if issued_ms is not None and now_ms - issued_ms > tolerated_ms:
+        raise ExpiredIterator(
+            f"Iterator expired. The iterator was created at time {_clock_text(issued_ms)} while right now "
+            f"it is {_clock_text(now_ms)} which is further in the future than the tolerated delay of "
+            f"{tolerated_ms} milliseconds."
+        )
+
+
+def _clock_text(epoch_ms: int) -> str:
+    return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(epoch_ms / 1000))
 
 
 def _get_metrics(stream: str, records: list[models.Record], total: int) -> None:

@@ -159,10 +159,14 @@ def on_failure_message(
 ) -> dict[str, Any]:
     """The invocation record Lambda sends to an SQS or SNS on-failure destination (no record data).
 
-    `responseContext` describes the last invocation of these records; records discarded before any
-    invocation (too old on their first read) have none, and `approximateInvokeCount` 0. A partial
-    batch response is no function error, so its `responseContext` has no `functionError`.
+    As AWS recorded it (tests/conformance/aws_recorded/kinesis_esm.json): after retries run out,
+    `responseContext` describes the last invocation, its `functionError` null when the batch failed
+    by its partial batch response rather than by an error; a `RecordAgeExceeded` message has no
+    `responseContext` at all, and counts at least one invocation even for records that aged out
+    before their first (`approximateInvokeCount` 1).
     """
+    if condition == RECORD_AGE_EXCEEDED:
+        invoke_count = max(invoke_count, 1)
     message: dict[str, Any] = {
         "requestContext": {
             "requestId": request_id,
@@ -171,11 +175,12 @@ def on_failure_message(
             "approximateInvokeCount": invoke_count,
         }
     }
-    if invoked:
-        response: dict[str, Any] = {"statusCode": 200, "executedVersion": "$LATEST"}
-        if function_error:
-            response["functionError"] = function_error
-        message["responseContext"] = response
+    if invoked and condition == RETRY_ATTEMPTS_EXHAUSTED:
+        message["responseContext"] = {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            "functionError": function_error or None,
+        }
     message["version"] = "1.0"
     message["timestamp"] = iso_ms(now)
     message["KinesisBatchInfo"] = {

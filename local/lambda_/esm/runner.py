@@ -18,6 +18,7 @@ The rules that need no I/O are in `local.lambda_.esm.batches`; a shard's poller 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from local.app import model
 from local.cloudwatch.metrics import Publish, no_metrics
+from local.lambda_.esm.filters import FilterError, RecordFilter
 from local.lambda_.esm.shard import (
     DONE,
     POLLING,
@@ -43,6 +45,18 @@ from local.lambda_.esm.shard import (
 __all__ = ["DONE", "POLLING", "WAITING_FOR_PARENT", "MappingRunner", "ShardStats"]
 
 log = logging.getLogger(__name__)
+
+
+def _record_filter(mapping: model.EventSourceMapping) -> RecordFilter | None:
+    """The mapping's filter, or the reason Lambda would refuse the mapping (at start-up, as at deploy)."""
+    if mapping.filter_criteria is None:
+        return None
+    try:
+        return RecordFilter.from_criteria(json.loads(mapping.filter_criteria))
+    except FilterError as exc:
+        raise FilterError(
+            f"{mapping.logical_id}: FilterCriteria refused as Lambda refuses it: {exc}"
+        ) from exc
 
 
 class MappingRunner:
@@ -77,6 +91,7 @@ class MappingRunner:
             function_arn=model.function_arn(mapping.function_name),
             role_arn=function_role_arn,
             publish=publish,
+            record_filter=_record_filter(mapping),
         )
         config = botocore.config.Config(
             retries={"total_max_attempts": 1},  # throttles are ours to answer, as Lambda's poller does

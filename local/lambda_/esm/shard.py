@@ -30,6 +30,7 @@ from local.lambda_.esm.batches import (
     make_event,
     on_failure_message,
 )
+from local.lambda_.esm.filters import RecordFilter
 
 log = logging.getLogger("local.lambda_.esm.runner")
 
@@ -58,6 +59,7 @@ class ShardStats:
     retries: int = 0
     bisects: int = 0
     records_discarded: int = 0
+    records_filtered_out: int = 0  # matched none of the mapping's filters: never delivered
     records_sent_to_on_failure: int = 0
     last_error: str | None = None
 
@@ -88,6 +90,7 @@ class MappingSettings:
     region: str = model.REGION
     stop: threading.Event = field(default_factory=threading.Event)
     publish: Publish = no_metrics  # Lambda's IteratorAge, per invocation
+    record_filter: RecordFilter | None = None  # FilterCriteria: records matching none are dropped
 
 
 class Runner(Protocol):
@@ -120,6 +123,7 @@ class ShardPoller(threading.Thread):
         self.stats = ShardStats(shard_id, parents, WAITING_FOR_PARENT if parents else POLLING)
         self._iterator: str | None = None
         self._read_position: str | None = None  # the last sequence number read into the buffer
+        self._passed_over: dict[str, str] = {}  # a buffered record -> the last filtered-out one after it
         self._buffer: list[StreamRecord] = []
         self._window_started = 0.0
         self._ended = False  # GetRecords gave no NextShardIterator: a closed shard, read to its end
@@ -230,10 +234,12 @@ class ShardPoller(threading.Thread):
             for record in response.get("Records", [])
         ]
         if records:
+            self._read_position = records[-1].sequence_number
+            records = self._filtered(records)
+        if records:
             if not self._buffer:
                 self._window_started = time.monotonic()
             self._buffer += records
-            self._read_position = records[-1].sequence_number
         behind_ms = response.get("MillisBehindLatest", 0)
         self.stats.millis_behind_latest = behind_ms
         self._iterator = response.get("NextShardIterator")
@@ -244,6 +250,25 @@ class ShardPoller(threading.Thread):
         if behind_ms > 0 or len(records) >= limit:
             return 0.0  # behind: back to back
         return max(0.0, started + self.cfg.poll_interval - time.monotonic())
+
+    def _filtered(self, records: list[StreamRecord]) -> list[StreamRecord]:
+        """The records the mapping's filters let through. Lambda moves past the others unseen: the
+        position passes a dropped record once what was read before it is done."""
+        record_filter = self.cfg.record_filter
+        if record_filter is None:
+            return records
+        kept: list[StreamRecord] = []
+        for record in records:
+            if record_filter.matches(record.event_record):
+                kept.append(record)
+                continue
+            self.stats.records_filtered_out += 1
+            before = kept[-1] if kept else (self._buffer[-1] if self._buffer else None)
+            if before is None:
+                self._checkpoint(record)  # nothing pending before it
+            else:
+                self._passed_over[before.sequence_number] = record.sequence_number
+        return kept
 
     # -- invoking --------------------------------------------------------------------------------
 
@@ -339,7 +364,8 @@ class ShardPoller(threading.Thread):
         return count
 
     def _checkpoint(self, record: StreamRecord) -> None:
-        self.stats.position = record.sequence_number
+        # Records the filters dropped right after this one are behind the position too.
+        self.stats.position = self._passed_over.pop(record.sequence_number, record.sequence_number)
 
     def _succeeded(self, records: list[StreamRecord]) -> None:
         if not records:

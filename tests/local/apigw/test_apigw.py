@@ -8,7 +8,7 @@ import time
 
 import pytest
 from botocore.auth import SigV4Auth, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
+from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
 
 from local.app.model import Method
@@ -131,3 +131,36 @@ def test_skewed_date_gets_signature_expired(start):
         message(body),
     )
     assert headers["x-amzn-errortype"] == "InvalidSignatureException"
+
+
+def test_a_keyed_method_without_a_usage_plan_refuses_every_key(start):
+    """API Gateway checks a key against the usage plans on the stage: with none, no key opens the method."""
+    keyed = (Method(path="/keyed", http_method="GET", function_name="echo", api_key_required=True),)
+    server, invoker = start(methods=keyed)
+    for key in ("any", "key-1"):
+        status, headers, body = request(server, "GET", "/v1/keyed", headers={"x-api-key": key})
+        assert (status, message(body), headers["x-amzn-errortype"]) == (
+            403,
+            "Forbidden",
+            "ForbiddenException",
+        )
+    assert invoker.events == []
+
+
+def test_a_signature_that_leaves_host_unsigned_is_refused(start):
+    """AWS refuses SigV4 whose SignedHeaders omit `host` (the signature would hold for any host)."""
+    server, invoker = start()
+    aws = AWSRequest(method="POST", url=server.url + "/v1/streams/events/records", data=GOOD_BODY)
+    aws.headers["X-Amz-Date"] = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    signer = SigV4Auth(Credentials("test", "test"), "execute-api", "us-east-1")
+    only_date = HTTPHeaders()
+    only_date["x-amz-date"] = aws.headers["X-Amz-Date"]
+    signer.headers_to_sign = lambda request: only_date  # type: ignore[method-assign]
+    signer.add_auth(aws)
+    assert "SignedHeaders=x-amz-date," in aws.headers["Authorization"]
+    status, headers, body = request(
+        server, "POST", "/v1/streams/events/records", GOOD_BODY, headers=dict(aws.headers)
+    )
+    assert (status, headers["x-amzn-errortype"]) == (403, "InvalidSignatureException")
+    assert message(body) == "'Host' or ':authority' must be a 'SignedHeader' in the AWS Authorization."
+    assert invoker.events == []

@@ -60,13 +60,17 @@ def test_event_over_lambdas_6_mb_gets_413(start):
     "answer",
     [
         pytest.param("just a string", id="not-a-dict"),
-        pytest.param({"body": "{}"}, id="no-status-code"),
-        pytest.param({"statusCode": "200", "body": "{}"}, id="status-code-a-string"),
+        pytest.param({"statusCode": 200, "wrongValue": "value"}, id="a-key-of-no-proxy-response"),
+        pytest.param({"statusCode": "test", "body": "{}"}, id="status-code-not-a-number"),
         pytest.param({"statusCode": 200, "body": {"a": 1}}, id="body-not-a-string"),
         pytest.param({"statusCode": 200, "headers": {"X-Count": 5}}, id="header-value-not-a-string"),
         pytest.param({"statusCode": 200, "headers": ["X-A"]}, id="headers-not-a-map"),
         pytest.param({"statusCode": 200, "multiValueHeaders": {"X-A": "one"}}, id="multi-value-not-a-list"),
-        pytest.param({"statusCode": 200, "body": "%%%", "isBase64Encoded": True}, id="bad-base64"),
+        # The HTTP API's payload 2.0 keys are not the REST API's: the whole answer is malformed.
+        pytest.param(
+            {"statusCode": 200, "body": "{}", "cookies": ["a=b"]}, id="cookies-a-key-rest-does-not-know"
+        ),
+        pytest.param({"statusCode": 200, "body": "{}", "statusDescription": "OK"}, id="an-alb-key"),
     ],
 )
 def test_malformed_answer_gets_502(start, answer):
@@ -114,7 +118,7 @@ def test_answer_becomes_the_response(start):
     response = conn.getresponse()
     assert (response.status, response.read()) == (201, b"created")
     assert response.getheader("X-One") == "1"
-    assert response.msg.get_all("X-Both") == ["a", "b"]  # multiValueHeaders win for a name in both
+    assert response.msg.get_all("X-Both") == ["a", "b", "from-headers"]  # both maps, multi first (as AWS)
     assert response.msg.get_all("Set-Cookie") == ["c=1", "d=2"]
     assert response.getheader("Content-Type") == "application/json"  # API Gateway's default
     assert re.fullmatch(r"[0-9a-f-]{36}", response.getheader("x-amzn-RequestId"))
@@ -122,17 +126,51 @@ def test_answer_becomes_the_response(start):
     conn.close()
 
 
-def test_base64_answer_is_decoded(start):
-    payload = bytes(range(256))
-    answer = {
-        "statusCode": 200,
-        "headers": {"Content-Type": "application/octet-stream"},
-        "body": base64.b64encode(payload).decode(),
-        "isBase64Encoded": True,
-    }
-    server, _ = start(functions={"answer": lambda event: answer})
-    status, headers, body = request(server, "POST", "/v1/answer")
-    assert (status, body, headers["content-type"]) == (200, payload, "application/octet-stream")
+BINARY = {
+    "statusCode": 200,
+    "headers": {"Content-Type": "application/octet-stream"},
+    "body": base64.b64encode(bytes(range(256))).decode(),
+    "isBase64Encoded": True,
+}
+
+
+def test_a_base64_answer_is_decoded_when_the_api_declares_the_accepted_type_binary(start):
+    server, _ = start(
+        functions={"answer": lambda event: BINARY}, binary_media_types=("application/octet-stream",)
+    )
+    status, headers, body = request(
+        server, "POST", "/v1/answer", headers={"Accept": "application/octet-stream"}
+    )
+    assert (status, body, headers["content-type"]) == (200, bytes(range(256)), "application/octet-stream")
+
+
+@pytest.mark.parametrize(
+    ("declared", "accept"),
+    [
+        ((), "application/octet-stream"),
+        (("image/png",), "application/octet-stream"),
+        (("image/*",), "text/html"),
+    ],
+)
+def test_otherwise_a_base64_answer_passes_through_as_text(start, declared, accept):
+    """API Gateway decodes only for a binary media type the request accepts (AWS-recorded, conformance)."""
+    server, _ = start(functions={"answer": lambda event: BINARY}, binary_media_types=declared)
+    status, _, body = request(server, "POST", "/v1/answer", headers={"Accept": accept})
+    assert (status, body) == (200, BINARY["body"].encode())
+
+
+def test_a_body_that_is_not_base64_where_it_must_be_decoded_gets_502(start):
+    bad = {**BINARY, "body": "%%%"}
+    server, _ = start(functions={"answer": lambda event: bad}, binary_media_types=("*/*",))
+    status, _, body = request(server, "POST", "/v1/answer", headers={"Accept": "application/octet-stream"})
+    assert (status, message(body)) == (502, "Internal server error")
+
+
+def test_a_wildcard_binary_type_matches_its_kind(start):
+    server, _ = start(functions={"answer": lambda event: BINARY}, binary_media_types=("application/*",))
+    assert request(server, "POST", "/v1/answer", headers={"Accept": "application/octet-stream"})[2] == bytes(
+        range(256)
+    )
 
 
 # --- the server ------------------------------------------------------------------------------

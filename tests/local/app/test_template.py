@@ -137,6 +137,46 @@ def test_an_intrinsic_the_runtime_cannot_resolve_names_the_resource(tmp_path, cd
         load(tmp_path, endpoint_url=ENDPOINT)
 
 
+def _edited_copy(cdk_out: Path, tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    """The synthesized app with `edit` applied to a copy of its template (the assets linked)."""
+    for entry in cdk_out.iterdir():
+        if entry != find_template(cdk_out):
+            (tmp_path / entry.name).symlink_to(entry.resolve())
+    template = json.loads(find_template(cdk_out).read_text())
+    edit(template["Resources"])
+    (tmp_path / find_template(cdk_out).name).write_text(json.dumps(template))
+    return tmp_path
+
+
+def test_a_reserved_variable_in_a_functions_environment_is_refused_as_at_deploy(tmp_path, cdk_out):
+    def set_region(resources: dict) -> None:
+        function = next(r for r in resources.values() if r["Type"] == "AWS::Lambda::Function")
+        function["Properties"]["Environment"]["Variables"]["AWS_REGION"] = "eu-west-1"
+
+    with pytest.raises(
+        TemplateError, match=r"reserved keys .* Reserved keys used in this request: AWS_REGION$"
+    ):
+        load(_edited_copy(cdk_out, tmp_path, set_region), endpoint_url=ENDPOINT)
+
+
+def test_a_property_the_runtime_does_not_honour_is_listed_with_what_differs(tmp_path, cdk_out):
+    def tumbling(resources: dict) -> None:
+        mapping = next(r for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping")
+        mapping["Properties"]["TumblingWindowInSeconds"] = 60
+
+    app = load(_edited_copy(cdk_out, tmp_path, tumbling), endpoint_url=ENDPOINT)
+    [window] = [entry for entry in app.not_emulated if entry.property == "TumblingWindowInSeconds"]
+    assert "isFinalInvokeForWindow" in window.difference
+
+
+def test_the_apps_own_unhonoured_properties_are_each_listed(app, template):
+    """What the repository's own app declares and the runtime does not act on is all on the list."""
+    listed = {(entry.logical_id, entry.property) for entry in app.not_emulated}
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function" and "TracingConfig" in resource["Properties"]:
+            assert (logical_id, "TracingConfig") in listed
+
+
 @pytest.mark.integration
 def test_provision_creates_every_stream_table_queue_and_bucket(cdk_out, tmp_path):
     with Endpoint(port=0, log_path=tmp_path / "endpoint.log") as endpoint:  # its own: names are the app's

@@ -21,6 +21,7 @@ from shardline.consumer import LeaseTable
 from tests.support.esm import CallableInvoker
 from tests.support.esm.aws import client, create_stream, new_queue, put, seqs, wait_until
 from tests.support.esm.harness import FUNCTION, mapping, running
+from tests.support.workers import POWERTOOLS_LAYER
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,7 @@ class App:
             handler="app.handler",
             code_dir=REPO / "functions" / "event_sink",
             layer_dirs=(REPO / "layers" / "shardline",),
+            public_layers=(POWERTOOLS_LAYER,),
             timeout_seconds=30,
             environment={"SHARDLINE_GROUP": GROUP, "LEASE_TABLE": leases, "SINK_TABLE": self.sink},
         )
@@ -134,6 +136,7 @@ def test_a_group_the_command_cannot_redrive_is_refused_with_its_reason(local_end
         handler="app.handler",
         code_dir=REPO / "tests" / "local" / "functions" / "echo",
         layer_dirs=(REPO / "layers" / "shardline",),
+        public_layers=(POWERTOOLS_LAYER,),
         environment={"SHARDLINE_GROUP": GROUP, "LEASE_TABLE": "leases", "SINK_TABLE": "sink"},
     )
     app.app = model.LocalApp("redrive-test", functions=(echo,), mappings=app.app.mappings)

@@ -35,7 +35,7 @@ from tests.support.endpoint import (
     shard_ids,
     sized,
 )
-from tests.support.integration import aws_client
+from tests.support.integration import aws_client, wait_active
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +47,8 @@ def reads_limited_endpoint(tmp_path_factory) -> Iterator[str]:
         assert get_json(f"{endpoint.url}/_shardline/limits", "PUT", {"writes": False}) == {
             "writes": False,
             "reads": True,
+            "reshard_seconds": 1.0,
+            "iterator_ttl_seconds": 300.0,
         }
         yield endpoint.url
 
@@ -170,7 +172,8 @@ def test_no_limits_endpoint_enforces_none(local_endpoint_no_limits):
     iterator = iterator["ShardIterator"]
     for _ in range(15):  # 3 MiB, then calls far beyond 5 a second
         iterator = client.get_records(ShardIterator=iterator)["NextShardIterator"]
-    assert get_json(f"{local_endpoint_no_limits}/_shardline/limits") == {"writes": False, "reads": False}
+    limits = get_json(f"{local_endpoint_no_limits}/_shardline/limits")
+    assert (limits["writes"], limits["reads"]) == (False, False)
 
 
 def test_shardline_producer_lands_everything_through_the_throttling_endpoint(local_endpoint):
@@ -248,6 +251,7 @@ def test_counters_endpoint_reports_each_shard(local_endpoint):
                 ]
             }
     client.split_shard(StreamName=name, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
 
     report = get_json(f"{local_endpoint}/_shardline/kinesis")
 

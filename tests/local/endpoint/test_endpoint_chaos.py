@@ -26,7 +26,7 @@ from local.app.model import ACCESS_KEY, REGION, SECRET_KEY
 from local.app.provision import client as observer
 from local.chaos.profiles import REQUEST_ERROR_CODES, ProfileError, load_profile, profile_from_dict
 from local.endpoint.handle import Endpoint
-from tests.support.integration import create_stream, unique_stream_name
+from tests.support.integration import create_stream, unique_stream_name, wait_active
 
 pytestmark = pytest.mark.integration
 THROTTLED = "ProvisionedThroughputExceededException"
@@ -218,6 +218,7 @@ def test_a_split_and_a_merge_happen_at_their_times_after_the_first_record():
             time.sleep(0.2)
         split, merge = chaos_report(url)["reshards"]
         assert split["done_at"] - first >= 1.0 and merge["done_at"] - first >= 2.5
+        wait_active(kinesis, name)  # the merge takes effect once the stream is ACTIVE again
         shards = kinesis.list_shards(StreamName=name)["Shards"]
         open_shards = kinesis.list_shards(StreamName=name, ShardFilter={"Type": "AT_LATEST"})["Shards"]
         assert len(shards) == 2 + 2 + 1 and len(open_shards) == 2  # split in two, then two merged in one

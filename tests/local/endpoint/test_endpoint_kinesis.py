@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.support.endpoint import TOP, data_of, new_stream, read_shard, shard_ids
+from tests.support.integration import wait_active
 
 pytestmark = pytest.mark.integration
 
@@ -21,6 +22,7 @@ def test_writes_after_a_split_go_to_the_open_children_only(local_endpoint):
     (parent,) = shard_ids(client, name)
     client.put_record(StreamName=name, Data=b"before", PartitionKey="p")
     client.split_shard(StreamName=name, ShardToSplit=parent, NewStartingHashKey=str(2**127))
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     low, high = shard_ids(client, name, ShardFilter={"Type": "AT_LATEST"})
 
     keys = ["0", str(2**127 - 1), str(2**127), str(TOP)]
@@ -44,6 +46,7 @@ def test_writes_after_a_merge_go_to_the_merged_child_only(local_endpoint):
     )
     # The adjacent shard named first: moto only accepts the lower one as ShardToMerge.
     client.merge_shards(StreamName=name, ShardToMerge=second, AdjacentShardToMerge=first)
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     (child,) = shard_ids(client, name, ShardFilter={"Type": "AT_LATEST"})
 
     answer = client.put_records(
@@ -66,6 +69,7 @@ def test_a_closed_parent_read_to_its_end_ends_with_child_shards(local_endpoint):
         StreamName=name, Records=[{"Data": b"1", "PartitionKey": "a"}, {"Data": b"2", "PartitionKey": "b"}]
     )
     client.split_shard(StreamName=name, ShardToSplit=parent, NewStartingHashKey=str(2**127))
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     low, high = shard_ids(client, name, ShardFilter={"Type": "AT_LATEST"})
 
     iterator = client.get_shard_iterator(StreamName=name, ShardId=parent, ShardIteratorType="TRIM_HORIZON")
@@ -119,12 +123,14 @@ def test_sequence_numbers_are_kinesis_shaped_and_increase_per_shard(local_endpoi
 def test_list_shards_honours_shard_filter(local_endpoint):
     client, name = new_stream(local_endpoint)
     client.split_shard(StreamName=name, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     time.sleep(0.3)
     between = time.time()
     time.sleep(0.3)
     client.merge_shards(
         StreamName=name, ShardToMerge="shardId-000000000001", AdjacentShardToMerge="shardId-000000000002"
     )
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     ids = [f"shardId-00000000000{i}" for i in range(4)]
 
     assert shard_ids(client, name) == ids
@@ -148,6 +154,7 @@ def test_list_shards_honours_shard_filter(local_endpoint):
 def test_describe_stream_summary_counts_the_open_shards_after_resharding(local_endpoint):
     client, name = new_stream(local_endpoint)
     client.split_shard(StreamName=name, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(client, name)  # a reshard takes effect once ACTIVE again
     summary = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]
     assert (summary["StreamStatus"], summary["OpenShardCount"]) == ("ACTIVE", 2)
 

@@ -2,14 +2,22 @@
 
 import base64
 import json
-import sys
 import uuid
 
 import pytest
 
 from local.app.model import ACCOUNT, REGION, Function
+from local.lambda_.runtimes import site_dir
 from local.lambda_.workers import RequestTooLargeError
-from tests.support.workers import LOG_STREAM, REPO, TEST_FUNCTIONS, function, rest_event, wait_until
+from tests.support.workers import (
+    LOG_STREAM,
+    POWERTOOLS_LAYER,
+    REPO,
+    TEST_FUNCTIONS,
+    function,
+    rest_event,
+    wait_until,
+)
 
 # -- warm workers ----------------------------------------------------------------------------------
 
@@ -153,15 +161,15 @@ def test_sys_path_is_code_dir_then_layers_then_runtime_packages(make_functions, 
     layer = tmp_path / "layer"
     (layer / "python").mkdir(parents=True)
     (layer / "python" / "layer_probe.py").write_text("")
-    functions = make_functions(function("introspect", "app.paths", layer_dirs=(layer,)))
+    functions = make_functions(function("introspect", "app.paths", layer_dirs=(layer,), public_layers=()))
 
     answer = functions.invoke("test-introspect", {}).payload
 
     code_dir = str((TEST_FUNCTIONS / "introspect").resolve())
     sys_path = answer["sys_path"]
-    assert sys_path[:2] == [code_dir, str((layer / "python").resolve())]
-    site_packages = next(path for path in sys.path if path.endswith("site-packages"))
-    assert site_packages in sys_path[2:]
+    runtime_site = str(site_dir("python3.12"))
+    assert sys_path[:3] == [code_dir, str((layer / "python").resolve()), runtime_site]
+    assert all(not path.endswith("site-packages") for path in sys_path), "no interpreter's site-packages"
     assert str(REPO) not in sys_path and str(REPO / "layers" / "shardline" / "python") not in sys_path
     assert answer["cwd"] == code_dir
     assert answer["layer_probe"] == str(layer / "python" / "layer_probe.py")
@@ -189,6 +197,7 @@ def test_producer_handler_answers_200_and_lands_records_in_kinesis(make_function
         handler="app.handler",
         code_dir=REPO / "functions" / "producer",
         layer_dirs=(REPO / "layers" / "shardline",),
+        public_layers=(POWERTOOLS_LAYER,),
         timeout_seconds=29,
         memory_mb=512,
         environment={

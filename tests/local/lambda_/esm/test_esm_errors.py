@@ -125,8 +125,9 @@ def test_records_older_than_the_maximum_age_are_not_invoked_and_go_to_the_on_fai
         stats = runner.stats()[ONLY_SHARD]
     assert invoker.invocations == []
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
-    assert message["requestContext"]["approximateInvokeCount"] == 0
-    assert "responseContext" not in message  # never invoked: no response to describe
+    # As AWS recorded it (tests/conformance/aws_recorded/kinesis_esm.json): 1, never invoked or not.
+    assert message["requestContext"]["approximateInvokeCount"] == 1
+    assert "responseContext" not in message  # no RecordAgeExceeded message has one
     info = message["KinesisBatchInfo"]
     assert (info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == (
         sent[0],
@@ -152,7 +153,7 @@ def test_records_ageing_out_during_retries_go_to_the_on_failure_queue_as_age_exc
     tries = len(invoker.invocations)
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
     assert message["requestContext"]["approximateInvokeCount"] == tries
-    assert message["responseContext"]["functionError"] == "Unhandled"
+    assert "responseContext" not in message  # as AWS recorded it, though the function was invoked
     assert message["KinesisBatchInfo"]["startSequenceNumber"] == sent[0]
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the local runtime's tests: the local AWS endpoint, as a child process on a free port."""
+"""Fixtures of the local runtime's and the conformance tests: the local AWS endpoint, as a child process
+on a free port (a plugin, named in tests/conftest.py)."""
 
 from __future__ import annotations
 

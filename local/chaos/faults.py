@@ -242,7 +242,7 @@ class ShardLimitedKinesis:
         shards = self._open_shards(stream)
         charges: list[_Charge] = []
         for entry in entries:
-            shard = _find(shards, key := _hash_key(entry))
+            shard = _find(shards, key := record_hash_key(entry))
             if shard is None and self._may_reread(stream):  # the cache may predate a reshard elsewhere
                 shards = self._open_shards(stream, reload=True)
                 shard = _find(shards, key)
@@ -317,7 +317,7 @@ def _stream_name(kwargs: Mapping[str, Any]) -> str:
     return kwargs.get("StreamName") or str(kwargs["StreamARN"]).split("stream/", 1)[1]
 
 
-def _hash_key(entry: Mapping[str, Any]) -> int:
+def record_hash_key(entry: Mapping[str, Any]) -> int:
     if entry.get("ExplicitHashKey") is not None:
         return int(entry["ExplicitHashKey"])
     digest = hashlib.md5(entry["PartitionKey"].encode("utf-8"), usedforsecurity=False).digest()

@@ -163,7 +163,7 @@ def serve(
     from werkzeug.serving import ThreadedWSGIServer, make_server
 
     from local.endpoint import dynamodb
-    from local.endpoint.kinesis import control, responses
+    from local.endpoint.kinesis import control, responses, writes
     from local.endpoint.kinesis.fixes import STATE, apply
     from local.limits import ShardLimits
 
@@ -172,6 +172,7 @@ def serve(
     apply(STATE)  # the models first: the responses read their state
     responses.install(kinesis_moto_responses.KinesisResponse)
     control.install(kinesis_moto_responses.KinesisResponse)
+    writes.install()
     dynamodb.apply()
     # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
     moto_modules = tuple(moto_backends.list_of_moto_modules())

@@ -6,6 +6,9 @@ the repository may be importable here, as in Lambda). It does what Lambda's Pyth
 packages), imports the handler once, then loops: take one invocation, call the handler with a
 context, answer with the JSON result or Lambda's error object. The invocations come over a socket
 the parent passed (stdout and stderr are the function's log, already pointing at its log file).
+Before any of that it gives itself Lambda's filesystem (`isolate`: a private, bounded /tmp; code
+and layers read-only). It is one file, longer than the house's modules, because it is a program
+run by path whose own folder must not be importable by the function.
 
 Messages are framed by `multiprocessing.connection` (4-byte length); each is a JSON header line,
 then the body bytes: in, `{"id", "deadline_ms", "arn", "trace"}` + the event's JSON; out,

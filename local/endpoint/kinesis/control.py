@@ -25,7 +25,7 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses
 
-from local.endpoint.kinesis.fixes import DEFAULT_MAX_RECORD_KIB, STATE, max_record_size
+from local.endpoint.kinesis.fixes import DEFAULT_MAX_RECORD_KIB, STATE, check_split, max_record_size
 
 __all__ = ["MAX_RECORD_KIB", "install"]
 
@@ -94,26 +94,9 @@ def _split_shard(self: models.KinesisBackend, stream_arn: str, stream_name: str,
     def check() -> None:
         if shard_to_split not in stream.shards:
             raise kinesis_errors.ShardNotFoundError(shard_to_split, stream.stream_name, self.account_id)
-        _check_split(stream, shard_to_split, new_starting_hash_key)
+        check_split(stream, shard_to_split, new_starting_hash_key)
 
     _reshard(stream, check, lambda: stream.split_shard(shard_to_split, new_starting_hash_key))
-
-
-def _check_split(stream: models.Stream, shard_id: str, new_starting_hash_key: str) -> None:
-    shard = stream.shards[shard_id]
-    key = int(new_starting_hash_key)
-    if not shard.is_open:
-        raise kinesis_errors.InvalidArgumentError(
-            f"Shard {shard.shard_id} in stream {stream.stream_name} under account {stream.account_id} has "
-            "already been merged or split, and thus is not eligible for merging or splitting."
-        )
-    if not shard.starting_hash < key < shard.ending_hash:
-        raise kinesis_errors.InvalidArgumentError(
-            f"NewStartingHashKey {key} used in SplitShard() on shard {shard.shard_id} in stream "
-            f"{stream.stream_name} under account {stream.account_id} is not both greater than one plus "
-            f"the shard's StartingHashKey {shard.starting_hash} and less than the shard's EndingHashKey "
-            f"{shard.ending_hash - 1}."
-        )
 
 
 def _merge_shards(self: models.KinesisBackend, stream_arn: str, stream_name: str, shard_to_merge: str,

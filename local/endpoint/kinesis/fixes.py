@@ -26,16 +26,15 @@ import base64
 import bisect
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, utils
 from moto.utilities.utils import md5_hash
 
-from local.endpoint.service_metrics import SERVICE_METRICS
 from local.limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
 
 #: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then microseconds.
@@ -93,17 +92,6 @@ class ThroughputExceeded(JsonRESTError):
 
     def __init__(self, message: str) -> None:
         super().__init__(THROTTLED, message)
-
-
-class RecordTooLarge(JsonRESTError):
-    """Kinesis's refusal of a record over the stream's MaxRecordSizeInKiB (the request is refused)."""
-
-    def __init__(self, where: str, limit: int) -> None:
-        super().__init__(
-            "ValidationException",
-            f"1 validation error detected: Value at '{where}' failed to satisfy constraint: Member must "
-            f"have length less than or equal to {limit}",
-        )
 
 
 class InternalFailure(JsonRESTError):
@@ -173,7 +161,7 @@ def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.
     total = 0
     for sequence in sequences[start:stop]:
         record = shard.records[sequence]
-        size = _data_size(record.data) + len(record.partition_key.encode())
+        size = data_size(record.data) + len(record.partition_key.encode())
         if records and total + size > MAX_GET_RECORDS_BYTES:
             break
         records.append(record)
@@ -181,7 +169,7 @@ def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.
     return records, total, start + len(records) < len(sequences)
 
 
-def _data_size(data_b64: str) -> int:
+def data_size(data_b64: str) -> int:
     return len(data_b64) * 3 // 4 - data_b64.count("=", -2)
 
 
@@ -199,21 +187,28 @@ def _close(stream: models.Stream, *shards: models.Shard) -> None:
     stream.shard_count = sum(1 for shard in stream.shards.values() if shard.is_open)
 
 
-def _split_shard(self: models.Stream, shard_to_split: str, new_starting_hash_key: str) -> None:
-    shard = self.shards[shard_to_split]
+def check_split(stream: models.Stream, shard_id: str, new_starting_hash_key: str) -> None:
+    """Kinesis's refusals of a SplitShard: a shard already split or merged, a key outside it."""
+    shard = stream.shards[shard_id]
     key = int(new_starting_hash_key)
     if not shard.is_open:
         raise kinesis_errors.InvalidArgumentError(
-            f"Shard {shard.shard_id} in stream {self.stream_name} under account {self.account_id} has "
+            f"Shard {shard.shard_id} in stream {stream.stream_name} under account {stream.account_id} has "
             "already been merged or split, and thus is not eligible for merging or splitting."
         )
     if not shard.starting_hash < key < shard.ending_hash:
         raise kinesis_errors.InvalidArgumentError(
             f"NewStartingHashKey {key} used in SplitShard() on shard {shard.shard_id} in stream "
-            f"{self.stream_name} under account {self.account_id} is not both greater than one plus the "
+            f"{stream.stream_name} under account {stream.account_id} is not both greater than one plus the "
             f"shard's StartingHashKey {shard.starting_hash} and less than the shard's EndingHashKey "
             f"{shard.ending_hash - 1}."
         )
+
+
+def _split_shard(self: models.Stream, shard_to_split: str, new_starting_hash_key: str) -> None:
+    check_split(self, shard_to_split, new_starting_hash_key)
+    shard = self.shards[shard_to_split]
+    key = int(new_starting_hash_key)
     index = _next_index(self)
     for offset, (low, high) in enumerate([(shard.starting_hash, key - 1), (key, shard.ending_hash)]):
         child = models.Shard(index + offset, low, high, parent=shard.shard_id)
@@ -240,7 +235,7 @@ def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_me
     _close(self, first, second)
 
 
-def _hash_key(partition_key: object, explicit_hash_key: str | None) -> int:
+def record_hash_key(partition_key: object, explicit_hash_key: str | None) -> int:
     # Kinesis (a JVM) counts UTF-16 code units: an emoji counts 2; moto counts characters.
     if not isinstance(partition_key, str) or not 1 <= len(partition_key.encode("utf-16-le")) // 2 <= 256:
         raise kinesis_errors.InvalidArgumentError(
@@ -254,7 +249,7 @@ def _hash_key(partition_key: object, explicit_hash_key: str | None) -> int:
     return int(md5_hash(partition_key.encode("utf-8")).hexdigest(), 16)
 
 
-def _open_shard_for(stream: models.Stream, key: int) -> models.Shard | None:
+def open_shard_for(stream: models.Stream, key: int) -> models.Shard | None:
     for shard in stream.shards.values():
         if shard.is_open and shard.starting_hash <= key <= shard.ending_hash:
             return shard
@@ -265,142 +260,10 @@ def _stream_put_record(
     self: models.Stream, partition_key: str, explicit_hash_key: str, data: str
 ) -> tuple[str, str]:
     # moto also feeds its own Lambda here; the local runtime polls with its own mappings instead.
-    shard = _open_shard_for(self, _hash_key(partition_key, explicit_hash_key))
+    shard = open_shard_for(self, record_hash_key(partition_key, explicit_hash_key))
     if shard is None:  # cannot happen while the open shards cover the key space
         raise kinesis_errors.InvalidArgumentError("no open shard holds the hash key")
     return shard.put_record(partition_key, data, explicit_hash_key), shard.shard_id
-
-
-# --- the backend: writes and reads, under the limits -------------------------------------------------
-
-
-def _entry_size(entry: dict[str, Any]) -> int:
-    return _data_size(entry.get("Data", "")) + len(str(entry.get("PartitionKey", "")).encode("utf-8"))
-
-
-def _admit(stream: models.Stream, entries: list[dict[str, Any]]) -> list[tuple[models.Shard | None, bool]]:
-    """Each entry's shard and whether the shard's write budget admits it (spending it)."""
-    shards = [
-        _open_shard_for(stream, _hash_key(entry.get("PartitionKey"), entry.get("ExplicitHashKey")))
-        for entry in entries
-    ]
-    limits = STATE.limits
-    if limits is None or not STATE.writes_limited:
-        return [(shard, True) for shard in shards]
-    charges: list[tuple[Hashable | None, int]] = [
-        ((stream.arn, shard.shard_id) if shard is not None else None, _entry_size(entry))
-        for shard, entry in zip(shards, entries, strict=True)
-    ]
-    return list(zip(shards, limits.admit_writes(charges), strict=True))
-
-
-def _write(
-    backend: models.KinesisBackend, stream: models.Stream, entries: list[dict[str, Any]]
-) -> list[tuple[str, str] | Refused]:
-    """Write the admitted entries; each answer is (shard id, sequence number) or a `Refused`.
-
-    A chaos profile's refusals come first and are not charged to the shard's budget."""
-    answers: list[tuple[str, str] | Refused] = []
-    account = backend.account_id
-    faults = [STATE.entry_fault() if STATE.entry_fault else None for _ in entries]
-    candidates = [entry for entry, fault in zip(entries, faults, strict=True) if fault is None]
-    admissions = iter(_admit(stream, candidates))
-    for entry, fault in zip(entries, faults, strict=True):
-        if fault is None:
-            shard, admitted = next(admissions)
-            fault = None if shard is None or admitted else THROTTLED
-        else:
-            shard = _open_shard_for(
-                stream, _hash_key(entry.get("PartitionKey"), entry.get("ExplicitHashKey"))
-            )
-        if fault is not None:
-            answers.append(_refusal(account, stream, shard, fault))
-            continue
-        # None when the entry has none: moto declares a str, and its own put_records passes None so too
-        explicit_hash_key: str = entry.get("ExplicitHashKey")  # type: ignore[assignment]
-        sequence, shard_id = stream.put_record(entry["PartitionKey"], explicit_hash_key, entry["Data"])
-        STATE.count(account, stream.stream_name, shard_id, 0)
-        STATE.count(account, stream.stream_name, shard_id, 1, _entry_size(entry))
-        answers.append((shard_id, sequence))
-    return answers
-
-
-def _refusal(account: str, stream: models.Stream, shard: models.Shard | None, code: str) -> Refused:
-    if code != THROTTLED:
-        return Refused(code, "Internal service failure.")
-    shard_id = shard.shard_id if shard is not None else None
-    if shard_id is not None:
-        STATE.count(account, stream.stream_name, shard_id, 2)
-    return Refused(THROTTLED, rate_exceeded_message(shard_id, stream.stream_name, account))
-
-
-class Refused(NamedTuple):
-    """A PutRecords entry refused (nothing written), with Kinesis's code and message."""
-
-    code: str
-    message: str
-
-
-def _backend_put_record(self: models.KinesisBackend, stream_arn: str, stream_name: str, partition_key: str,
-                        explicit_hash_key: str, data: str) -> tuple[str, str]:  # fmt: skip
-    with STATE.lock:
-        stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
-        entry = {"PartitionKey": partition_key, "ExplicitHashKey": explicit_hash_key, "Data": data}
-        if _entry_size(entry) > max_record_size(stream):
-            # A validation error, never a throttle: a record over the stream's size can never fit.
-            raise RecordTooLarge("data", max_record_size(stream))
-        (answer,) = _write(self, stream, [entry])
-    throttled = int(isinstance(answer, Refused) and answer.code == THROTTLED)
-    _put_metrics(stream.stream_name, "PutRecord", [entry], [_entry_size(entry)], [answer], throttled)
-    if isinstance(answer, Refused):
-        if answer.code == THROTTLED:
-            raise ThroughputExceeded(answer.message)
-        raise InternalFailure(answer.message)
-    return answer[1], answer[0]
-
-
-def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_name: str,
-                         records: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    if len(records) > 500:
-        raise kinesis_errors.TooManyRecords
-    sizes = [_entry_size(entry) for entry in records]
-    with STATE.lock:
-        stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
-        largest = max_record_size(stream)
-        too_big = next((index for index, size in enumerate(sizes) if size > largest), None)
-        if too_big is not None:
-            raise RecordTooLarge(f"records.{too_big + 1}.member.data", largest)
-        # 5 MiB a request, or one record of the stream's largest size when that is more.
-        if sum(sizes) > max(5 * MiB, largest):
-            raise kinesis_errors.TotalRecordsSizeExceedsLimit
-        answers = _write(self, stream, records)
-    results: list[dict[str, str]] = []
-    for answer in answers:
-        if isinstance(answer, Refused):
-            results.append({"ErrorCode": answer.code, "ErrorMessage": answer.message})
-        else:
-            results.append({"SequenceNumber": answer[1], "ShardId": answer[0]})
-    failed = sum(1 for result in results if "ErrorCode" in result)
-    throttled = sum(1 for answer in answers if isinstance(answer, Refused) and answer.code == THROTTLED)
-    _put_metrics(stream.stream_name, "PutRecords", records, sizes, answers, throttled)
-    return {"FailedRecordCount": failed, "Records": results}
-
-
-def _put_metrics(stream: str, action: str, entries: list[dict[str, Any]], sizes: list[int],
-                 answers: list[tuple[str, str] | Refused], throttled: int) -> None:  # fmt: skip
-    """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given)."""
-    add, dims = SERVICE_METRICS.add, {"StreamName": stream}
-    written = [size for size, answer in zip(sizes, answers, strict=True) if not isinstance(answer, Refused)]
-    add(NAMESPACE, "IncomingRecords", dims, len(written))
-    add(NAMESPACE, "IncomingBytes", dims, sum(written))
-    add(NAMESPACE, "WriteProvisionedThroughputExceeded", dims, throttled)
-    add(NAMESPACE, f"{action}.Bytes", dims, sum(written))
-    add(NAMESPACE, f"{action}.Success", dims, 1)
-    if action == "PutRecords":
-        add(NAMESPACE, "PutRecords.TotalRecords", dims, len(entries))
-        add(NAMESPACE, "PutRecords.SuccessfulRecords", dims, len(written))
-        add(NAMESPACE, "PutRecords.ThrottledRecords", dims, throttled)
-        add(NAMESPACE, "PutRecords.FailedRecords", dims, len(entries) - len(written) - throttled)
 
 
 def _backend_get_shard_iterator(self: models.KinesisBackend, stream_arn: str | None, stream_name: str | None,
@@ -458,8 +321,6 @@ def apply(state: State = STATE) -> State:
     models.Stream.split_shard = _split_shard  # type: ignore[method-assign]
     models.Stream.merge_shards = _merge_shards  # type: ignore[method-assign]
     models.Stream.put_record = _stream_put_record  # type: ignore[method-assign]
-    models.KinesisBackend.put_record = _backend_put_record  # type: ignore[method-assign]
-    models.KinesisBackend.put_records = _backend_put_records  # type: ignore[method-assign]
     models.KinesisBackend.get_shard_iterator = _backend_get_shard_iterator  # type: ignore[method-assign]
     models.KinesisBackend.delete_stream = _delete_stream  # type: ignore[method-assign]
     utils.compose_shard_iterator = _compose_shard_iterator

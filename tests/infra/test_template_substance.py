@@ -1,0 +1,42 @@
+"""This app's template, in substance, against the one committed before the constructs moved into the
+library (issue 28): the same resources under the same logical ids, with the same properties and
+policies. A difference that is meant is listed in EXPLAINED with its reason; anything else fails.
+
+To accept a change on purpose: `python -m tests.support.template_substance_baseline` rewrites the
+baseline, and the diff of tests/infra/baselines/ goes into the commit for review."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.template_substance import differences, load_template, substance
+
+BASELINE = Path(__file__).with_name("baselines") / "shardline-dev.substance.json"
+
+#: Differences from the baseline that are meant, each with why.
+EXPLAINED: dict[str, str] = {}
+
+
+def test_the_apps_template_is_unchanged_in_substance(cdk_out):
+    before = json.loads(BASELINE.read_text())
+    after = substance(load_template(cdk_out))
+    unexplained = [line for line in differences(before, after) if line not in EXPLAINED]
+    assert unexplained == [], "\n".join(unexplained)
+    assert len(after["Resources"]) > 50, "the check compares the whole app"
+
+
+def test_the_comparison_names_what_a_move_would_change():
+    before = json.loads(BASELINE.read_text())
+    after = json.loads(json.dumps(before))
+    lid, resource = next(
+        (lid, r) for lid, r in after["Resources"].items() if r["Type"] == "AWS::Lambda::Function"
+    )
+    resource["Properties"]["MemorySize"] = 4096
+    renamed = after["Resources"].pop(next(iter(after["Resources"])))
+    after["Resources"]["RenamedByAMove"] = renamed
+    found = differences(before, after)
+    assert f"changed {lid} (AWS::Lambda::Function): MemorySize" in found
+    assert any(line.startswith("removed ") for line in found) and any(
+        line.startswith("added RenamedByAMove") for line in found
+    )

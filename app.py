@@ -11,16 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The infra renders the functions' environment with shardline's own contract; the library's source
-# is the layer folder (no install needed to synthesize).
+# The constructs are shardline's own (`shardline.cdk`); in this repository the library's source is
+# the layer folder (no install needed to synthesize).
 sys.path.insert(0, str(Path(__file__).resolve().parent / "layers" / "shardline" / "python"))
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import load
-from infra.nag import acknowledge
-from infra.stack import PipelineStack
+from shardline.cdk import PipelineStack, acknowledge, load_config
 
 CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
 
@@ -31,7 +29,11 @@ def build(context: dict[str, Any] | None = None, outdir: str | None = None) -> t
     app = cdk.App(context=context, outdir=outdir)
     if context is None and app.node.try_get_context("shardline") is None:
         app = cdk.App(context=json.loads(CDK_JSON.read_text())["context"], outdir=outdir)
-    config = load(app.node.try_get_context("shardline"), stage=app.node.try_get_context("stage"))
+    config = load_config(
+        app.node.try_get_context("shardline"),
+        stage=app.node.try_get_context("stage"),
+        code_root=Path(__file__).resolve().parent,
+    )
     stack = PipelineStack(
         app,
         config.prefix,

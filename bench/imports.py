@@ -14,7 +14,7 @@ Two ways the library can be loaded:
 Both run from private copies of the package in a temporary folder, so the source tree gets no
 `__pycache__` and a stray one there cannot skew the result. Peers load from site-packages (cached).
 
-The deployed layer is also timed as Lambda loads it: the folder `infra.layers.build_layer` makes
+The deployed layer is also timed as Lambda loads it: the folder `shardline.cdk._layers.build_layer` makes
 (unchecked-hash `.pyc` for the runtime's Python), imported by an interpreter of that version, with
 and without its bytecode. boto3 and botocore come from this environment's site-packages (pure
 Python, as the runtime's own copies are). Skipped when no interpreter of that version is found.
@@ -158,7 +158,7 @@ def importtime_breakdown(
 
 def _deployed_layer_cases(tmp: Path) -> list[Case]:
     """The layer as deployed (and the same without its bytecode), for the runtime's interpreter."""
-    from infra.layers import RUNTIME, build_layer, runtime_python
+    from shardline.cdk._layers import RUNTIME, build_layer, runtime_python
 
     python = runtime_python()
     if python is None:

@@ -9,13 +9,13 @@ import math
 
 import pytest
 
-from infra.config import (
+from shardline.aws_lambda import ProducerEnvironment
+from shardline.cdk._config import (
     DEFAULT_CONCURRENCY_BUDGET,
     ON_DEMAND_SHARDS_RESERVED,
     ConfigError,
     load,
 )
-from shardline.aws_lambda import ProducerEnvironment
 from tests.support.cdk import default_context, resources
 
 

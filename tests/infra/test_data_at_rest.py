@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from app import build
-from infra.config import ConfigError, load
+from shardline.cdk._config import ConfigError, load
 from tests.support.cdk import default_context, resources
 
 

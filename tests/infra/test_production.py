@@ -15,7 +15,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from app import build
-from infra.config import ConfigError, load
+from shardline.cdk._config import ConfigError, load
 from tests.support.cdk import default_context, resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_the_stream_takes_the_configured_maximum_record_size():
 
 
 def test_the_body_bound_leaves_room_for_the_proxy_event_in_lambdas_6_mb_payload(template):
-    from infra.config import LAMBDA_SYNC_PAYLOAD, MAX_BODY_BYTES
+    from shardline.cdk._config import LAMBDA_SYNC_PAYLOAD, MAX_BODY_BYTES
 
     producer = next(
         f["Properties"]["Environment"]["Variables"]
@@ -282,7 +282,7 @@ def test_cdk_json_sets_every_recommended_feature_flag():
 
 
 def test_the_layer_ships_unchecked_hash_bytecode_for_the_runtimes_python(synthesized):
-    from infra.layers import RUNTIME, runtime_python
+    from shardline.cdk._layers import RUNTIME, runtime_python
 
     if runtime_python() is None:
         pytest.skip(f"no {RUNTIME.name} interpreter here: the layer ships sources (synth warns)")
@@ -321,7 +321,7 @@ def test_7_the_same_commit_builds_the_same_layer_asset_in_any_process(synthesize
     """Two synths in two processes (two build folders) give one layer asset: the layer holds only
     the package's files, and its bytecode names its source where Lambda unpacks it, not the
     build folder (which held the process id: one commit gave a new layer hash per synth)."""
-    from infra.layers import LAYER_MOUNT, RUNTIME, runtime_python
+    from shardline.cdk._layers import LAYER_MOUNT, RUNTIME, runtime_python
 
     env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     command = [sys.executable, "-c", _LAYER_ASSET]

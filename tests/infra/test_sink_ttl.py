@@ -8,8 +8,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from app import build
-from infra.config import ConfigError, load
 from shardline.aws_lambda import ConsumerEnvironment
+from shardline.cdk._config import ConfigError, load
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 from tests.support.cdk import default_context, resources
 

@@ -16,8 +16,8 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from app import build
-from infra.config import ConfigError, load
 from shardline.aws_lambda import POWERTOOLS_VARIABLES, ConsumerEnvironment, ProducerEnvironment
+from shardline.cdk._config import ConfigError, load
 from tests.support.cdk import default_context, resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,7 +337,7 @@ def test_a_batch_the_mapping_skipped_pages_and_points_at_the_redrive(template):
 
 
 def test_the_stall_window_follows_the_function_timeout_and_descriptions_fit_cloudwatch():
-    from infra.monitoring import STALL_BACKOFF_CAP_S, stall_window_minutes
+    from shardline.cdk._monitoring import STALL_BACKOFF_CAP_S, stall_window_minutes
     from shardline.consumer import _stalls
 
     assert STALL_BACKOFF_CAP_S >= _stalls.MAX_BACKOFF_S, "the window must outlast the library's longest wait"

@@ -10,8 +10,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from app import build
-from infra.config import ConfigError, load
-from infra.producer_api import ACCESS_LOG_FIELDS
+from shardline.cdk._config import ConfigError, load
+from shardline.cdk._producer_api import ACCESS_LOG_FIELDS
 from tests.support.cdk import default_context, resources
 
 ROLE = "arn:aws:iam::111122223333:role/orders-service"

@@ -37,7 +37,7 @@ def _type_checking_names(package: str) -> dict[str, str]:
 
 
 def test_the_architecture_packages_exist() -> None:
-    expected = {"aws_lambda", "consumer", "kinesis", "kpl", "producer", "testing"}
+    expected = {"aws_lambda", "cdk", "consumer", "kinesis", "kpl", "producer", "testing"}
     assert {name.split(".")[1] for name in PACKAGES} == expected
 
 

@@ -180,7 +180,7 @@ def test_sys_path_is_code_dir_then_layers_then_runtime_packages(make_functions, 
 
 @pytest.mark.integration
 def test_producer_handler_answers_200_and_lands_records_in_kinesis(make_functions, moto_server):
-    from infra.config import load
+    from shardline.cdk._config import load
     from tests.support.integration import kinesis_client, read_stream, wait_active
 
     config = load(json.loads((REPO / "cdk.json").read_text())["context"]["shardline"])

@@ -7,8 +7,8 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from infra.config import StreamConfig
-from infra.keys import retained_key
+from shardline.cdk._config import StreamConfig
+from shardline.cdk._keys import retained_key
 
 
 class Stream(Construct):

@@ -14,10 +14,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.config import AlarmsConfig, logical_id
-from infra.consumer_group import ConsumerGroup
-from infra.producer_api import ProducerApi
-from infra.stream import Stream
+from shardline.cdk._config import AlarmsConfig, logical_id
+from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._producer_api import ProducerApi
+from shardline.cdk._stream import Stream
 
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 FIVE_MINUTES = Duration.minutes(5)

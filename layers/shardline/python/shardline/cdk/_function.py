@@ -9,8 +9,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.config import PipelineConfig
-from infra.layers import ARCHITECTURE, ROOT, RUNTIME, Layers
+from shardline.cdk._config import PipelineConfig
+from shardline.cdk._layers import ARCHITECTURE, RUNTIME, Layers
 
 _R = logs.RetentionDays
 _RETENTION = {
@@ -38,7 +38,7 @@ def python_function(
     Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
     (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'.
     `reserved_concurrency` is both its share and its ceiling: it cannot starve the account's other
-    functions, nor be starved by them (`infra.config.producer_reservation`, `group_reservation`).
+    functions, nor be starved by them (`shardline.cdk._config.producer_reservation`, `group_reservation`).
     The log group is encrypted with `log_key`; the role may write its own log group only."""
     log_group = logs.LogGroup(
         scope,
@@ -53,7 +53,7 @@ def python_function(
         runtime=RUNTIME,
         architecture=ARCHITECTURE,
         handler="app.handler",
-        code=lambda_.Code.from_asset(str(ROOT / folder), exclude=["**/__pycache__"]),
+        code=lambda_.Code.from_asset(str(pipeline.code_root / folder), exclude=["**/__pycache__"]),
         layers=[layers.shardline, layers.powertools],
         memory_size=memory_mb,
         timeout=Duration.seconds(timeout_seconds),

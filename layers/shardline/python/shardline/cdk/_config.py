@@ -7,11 +7,11 @@ Every error names the key it is about, e.g. `shardline.consumerGroups[1].stream:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from infra._config_reader import NAME, ConfigError, Reader, principal_arns
-from infra.config_api import (
+from shardline.cdk._config_api import (
     DEFAULT_MAX_BODY_BYTES,
     LAMBDA_SYNC_PAYLOAD,
     MAX_BODY_BYTES,
@@ -20,6 +20,7 @@ from infra.config_api import (
     producer_reservation,
     read_api,
 )
+from shardline.cdk._config_reader import NAME, ConfigError, Reader, principal_arns
 
 __all__ = [
     "DEFAULT_CONCURRENCY_BUDGET",
@@ -124,6 +125,9 @@ class PipelineConfig:
     consumer_groups: tuple[ConsumerGroupConfig, ...]
     alarms: AlarmsConfig = AlarmsConfig()
     concurrency_budget: int = DEFAULT_CONCURRENCY_BUDGET  # what this stage may reserve in its account
+    #: The folder the handlers' folders (`functions/producer`, a group's `handler`) are relative to:
+    #: the CDK app's own folder (where cdk.json is), whoever's app it is.
+    code_root: Path = field(default_factory=Path.cwd)
 
     @property
     def prefix(self) -> str:
@@ -242,9 +246,10 @@ def _alarms(data: Any) -> AlarmsConfig:
     return AlarmsConfig(emails=tuple(emails), topic_arns=tuple(arns))
 
 
-def load(context: Any, stage: str | None = None) -> PipelineConfig:
+def load(context: Any, stage: str | None = None, *, code_root: Path | None = None) -> PipelineConfig:
     """Validate the `shardline` context value and return the pipeline configuration; `stage` (from
-    `cdk deploy -c stage=...`) overrides the configured one."""
+    `cdk deploy -c stage=...`) overrides the configured one; `code_root` is the folder the handlers'
+    folders are relative to (default: the working folder, where `cdk` runs the app)."""
     read = Reader(context, "shardline")
     stage = read.str("stage", "dev") if stage is None else stage
     if not STAGE.match(stage):
@@ -269,7 +274,8 @@ def load(context: Any, stage: str | None = None) -> PipelineConfig:
     if "powertoolsLayerVersion" in read.data:
         raise ConfigError(
             "shardline.powertoolsLayerVersion: no longer read: the Powertools layer deployed is the version "
-            "pinned in requirements-dev.txt, resolved from its public SSM parameter; remove the key"
+            "shardline was tested with (POWERTOOLS_VERSION), resolved from its public SSM parameter; "
+            "remove the key"
         )
     config = PipelineConfig(
         stack_name=read.name("stackName") if "stackName" in read.data else "shardline",
@@ -281,6 +287,7 @@ def load(context: Any, stage: str | None = None) -> PipelineConfig:
         consumer_groups=tuple(groups),
         alarms=_alarms(read.data.get("alarms", {})),
         concurrency_budget=read.int("concurrencyBudget", DEFAULT_CONCURRENCY_BUDGET, low=1, high=1_000_000),
+        code_root=Path.cwd() if code_root is None else code_root,
     )
     _check_reservations(config)
     return config
@@ -302,3 +309,7 @@ def _check_reservations(config: PipelineConfig) -> None:
             "throttleRate or throttledGiveUpSeconds, set reservedConcurrency, or raise the budget "
             "after raising the account's quota"
         )
+
+
+#: The public name (`shardline.cdk.load_config`).
+load_config = load

@@ -15,12 +15,12 @@ from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
 if TYPE_CHECKING:
-    from infra.stack import PipelineStack
+    from shardline.cdk._stack import PipelineStack
 
 _MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
 
 #: Every function's role. (No managed policy: each role writes its own log group only,
-#: `infra.function.execution_role`.)
+#: `shardline.cdk._function.execution_role`.)
 FUNCTION_ROLE = {
     "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray's PutTraceSegments/PutTelemetryRecords, which "
     "support no resource-level permissions (tracing is on for every function).",
@@ -29,7 +29,8 @@ FUNCTION_ROLE = {
 FUNCTION = {
     "AwsSolutions::AwsSolutions-L1": "python3.12, not the newest (3.14): it is the newest Python the "
     "build compiles the layer's bytecode for (a layer without .pyc compiles the library on every cold "
-    "start from read-only /opt). Move RUNTIME in infra/layers.py with an interpreter of the new version "
+    "start from read-only /opt). Move RUNTIME in shardline.cdk._layers with an interpreter of the new "
+    "version "
     "at hand; the Powertools layer follows it through its SSM parameter.",
 }
 #: The REST API, its stage, methods and the account-level logging role it creates.

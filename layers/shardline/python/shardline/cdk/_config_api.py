@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra._config_reader import ConfigError, Reader
 from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
+from shardline.cdk._config_reader import ConfigError, Reader
 
 #: Lambda takes at most 6 MB (6,291,456 bytes) in a synchronous invocation, and the REST proxy event
 #: holds the body JSON-escaped (a quote or a newline grows to 2 bytes: a 5.8 MB body of JSON records

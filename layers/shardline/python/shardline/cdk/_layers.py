@@ -2,7 +2,8 @@
 
 shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
 without `.pyc` files compiles every module on every cold start. The package's own files (`*.py`
-and `py.typed`, nothing else the folder may hold) are copied to build/layer/<pid> and compiled
+and `py.typed`, nothing else the folder may hold; `shardline.cdk` left out) are copied to a
+folder of this process under the system's temporary folder and compiled
 there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`, `python3.12` on the
 PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses without comparing
 timestamps that the zip does not keep, naming their source where Lambda unpacks it
@@ -10,8 +11,8 @@ timestamps that the zip does not keep, naming their source where Lambda unpacks 
 builds the same bytes, so the same asset hash. Without such an interpreter the layer ships sources
 only, and synth says so.
 
-The Powertools layer is the version the tests ran against: its version is read from the pin in
-requirements-dev.txt, and its ARN from the SSM parameter AWS publishes for that version, runtime
+The Powertools layer is the version the tests ran against (`POWERTOOLS_VERSION`, checked against
+the repository's pin), and its ARN the SSM parameter AWS publishes for that version, runtime
 and architecture (`/aws/service/powertools/python/<arch>/<runtime>/<version>`), resolved by
 CloudFormation at deploy time — synth stays offline and no region or partition is spelled here.
 """
@@ -19,9 +20,9 @@ CloudFormation at deploy time — synth stays offline and no region or partition
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from aws_cdk import Annotations
@@ -31,10 +32,13 @@ from constructs import Construct
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
-ROOT = Path(__file__).resolve().parent.parent
-PINS = ROOT / "requirements-dev.txt"
-LAYER_SOURCE = ROOT / "layers" / "shardline"
-LAYER_BUILD = ROOT / "build" / "layer"
+#: The shardline package the layer ships: this one, wherever it is installed (its `cdk` subpackage
+#: stays out: it is for synthesizing, never for a function).
+PACKAGE = Path(__file__).resolve().parents[1]
+LAYER_BUILD = Path(tempfile.gettempdir()) / f"shardline-layer-{os.getuid()}"
+#: The aws-lambda-powertools version shardline is tested with, whose public layer its functions get
+#: (tests/package checks it against the repository's pin).
+POWERTOOLS_VERSION = "3.37.0"
 #: Where Lambda unpacks a layer's `python/` folder: the path compiled into the layer's bytecode.
 LAYER_MOUNT = "/opt/python"
 #: The files of the package the layer ships (sources and its typing marker).
@@ -64,8 +68,8 @@ def runtime_python() -> str | None:
 def build_layer() -> tuple[Path, bool]:
     """The layer folder to upload, compiled for the runtime if possible; and whether it was.
 
-    Each process builds its own folder (`build/layer/<pid>`): two synths at once (a test session
-    beside `make local`) must not delete each other's files while CDK copies them. Folders of
+    Each process builds its own folder (`<tmp>/shardline-layer-<uid>/<pid>`): two synths at once (a test
+    session beside `make local`) must not delete each other's files while CDK copies them. Folders of
     processes that are gone are removed.
     """
     LAYER_BUILD.mkdir(parents=True, exist_ok=True)
@@ -75,15 +79,17 @@ def build_layer() -> tuple[Path, bool]:
             shutil.rmtree(stale, ignore_errors=True)
     folder = LAYER_BUILD / str(os.getpid())
     shutil.rmtree(folder, ignore_errors=True)
-    for source in sorted(LAYER_SOURCE.rglob("*")):
-        relative = source.relative_to(LAYER_SOURCE)
+    for source in sorted(PACKAGE.rglob("*")):
+        relative = source.relative_to(PACKAGE)
         if (
             source.is_file()
+            and relative.parts[0] != "cdk"
             and "__pycache__" not in relative.parts
             and any(source.match(pattern) for pattern in LAYER_FILES)
         ):
-            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, folder / relative)
+            target = folder / "python" / "shardline" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
     python = runtime_python()
     if python is None:
         return folder, False
@@ -94,16 +100,6 @@ def build_layer() -> tuple[Path, bool]:
         env={**os.environ, "PYTHONHASHSEED": "0"},  # no set or frozenset constant in hash order
     )
     return folder, True
-
-
-def pinned_powertools_version(pins: Path = PINS) -> str:
-    """The aws-lambda-powertools version the tests run (`==` in requirements-dev.txt)."""
-    found = re.search(
-        r"^aws-lambda-powertools(?:\[[^\]]*\])?==([0-9][0-9A-Za-z.]*)\s*$", pins.read_text(), re.M
-    )
-    if found is None:
-        raise ValueError(f"{pins.name}: no 'aws-lambda-powertools==<version>' pin to deploy the same layer")
-    return found.group(1)
 
 
 def powertools_parameter(version: str) -> str:
@@ -131,7 +127,7 @@ class Layers(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="shardline: KPL aggregation, producer and consumer groups",
         )
-        self.powertools_version = pinned_powertools_version()
+        self.powertools_version = POWERTOOLS_VERSION
         arn = ssm.StringParameter.value_for_string_parameter(
             self, powertools_parameter(self.powertools_version)
         )

@@ -12,11 +12,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.config import ApiClient, ApiConfig, PipelineConfig, logical_id
-from infra.function import log_removal, log_retention, python_function
-from infra.layers import Layers
-from infra.stream import Stream
 from shardline.aws_lambda import ProducerEnvironment
+from shardline.cdk._config import ApiClient, ApiConfig, PipelineConfig, logical_id
+from shardline.cdk._function import log_removal, log_retention, python_function
+from shardline.cdk._layers import Layers
+from shardline.cdk._stream import Stream
 
 RECORDS_MODEL: dict[str, Any] = {
     "type": apigw.JsonSchemaType.OBJECT,

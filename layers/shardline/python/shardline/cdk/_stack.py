@@ -10,13 +10,13 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.config import PipelineConfig, logical_id
-from infra.consumer_group import ConsumerGroup
-from infra.keys import retained_key
-from infra.layers import Layers
-from infra.monitoring import Monitoring
-from infra.producer_api import ProducerApi
-from infra.stream import Stream
+from shardline.cdk._config import PipelineConfig, logical_id
+from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._keys import retained_key
+from shardline.cdk._layers import Layers
+from shardline.cdk._monitoring import Monitoring
+from shardline.cdk._producer_api import ProducerApi
+from shardline.cdk._stream import Stream
 
 
 class PipelineStack(Stack):

@@ -11,13 +11,13 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.config import ConsumerGroupConfig, PipelineConfig
-from infra.function import python_function
-from infra.keys import retained_key
-from infra.layers import Layers
-from infra.stream import Stream
-from infra.tables import lease_table, sink_table
 from shardline.aws_lambda import ConsumerEnvironment
+from shardline.cdk._config import ConsumerGroupConfig, PipelineConfig
+from shardline.cdk._function import python_function
+from shardline.cdk._keys import retained_key
+from shardline.cdk._layers import Layers
+from shardline.cdk._stream import Stream
+from shardline.cdk._tables import lease_table, sink_table
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 # DescribeTable: the consumer reads the sink's key schema once, to tell a Put and an Update of one item.

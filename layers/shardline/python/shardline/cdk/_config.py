@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ __all__ = [
 STAGE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 #: Stages whose data outlives the stack unless `retainData` says otherwise.
 PRODUCTION_STAGES = ("prod", "production")
-STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
+STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 SINKS = ("events", "counter")
 #: Lambda keeps 100 concurrent executions of an account's quota unreserved; the default quota is 1,000.
 UNRESERVED_MINIMUM = 100
@@ -102,6 +103,9 @@ class ConsumerGroupConfig:
     memory_mb: int
     timeout_seconds: int
     reserved_concurrency: int = 4  # the group function's (see `group_reservation`)
+    #: `startingPositionTimestamp` (AT_TIMESTAMP): where a new group begins, epoch seconds, instead of
+    #: replaying the stream's whole retention (TRIM_HORIZON) or skipping all of it (LATEST).
+    starting_position_timestamp: float | None = None
     #: `sinkTtlDays`: days an example sink keeps an item after its record's arrival (`expiresAt`;
     #: the counter: after its key's last record). Default 30: the sinks hold payloads and keys,
     #: which should not outlive their use by default; a month covers reconciling a billing
@@ -197,6 +201,7 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
             f"{path}.maxRecordAgeSeconds: {max_record_age} must be below the stream's retention "
             f"({retention_seconds} s): a batch given up at that age points at records already trimmed"
         )
+    starting_position = read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS)
     shards = streams[stream].shards
     reservation = read.int(
         "reservedConcurrency", group_reservation(shards, parallelization), low=1, high=10000
@@ -208,7 +213,8 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         sink=read.str("sink", "events", choices=SINKS),
         batch_size=read.int("batchSize", 100, low=1, high=10000),
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
-        starting_position=read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS),
+        starting_position=starting_position,
+        starting_position_timestamp=_starting_timestamp(read, path, starting_position),
         parallelization=parallelization,
         retry_attempts=retry_attempts,
         max_record_age_seconds=max_record_age,
@@ -220,6 +226,32 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
         dead_letter_readers=principal_arns(read, "deadLetterReaders"),
     )
+
+
+def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:
+    """`startingPositionTimestamp`: an ISO 8601 time with its offset (`2026-11-01T00:00:00Z`), given
+    exactly when the position is AT_TIMESTAMP (the mapping refuses it otherwise)."""
+    given = read.data.get("startingPositionTimestamp")
+    if position != "AT_TIMESTAMP":
+        if given is not None:
+            raise ConfigError(
+                f"{path}.startingPositionTimestamp: only with AT_TIMESTAMP as the startingPosition"
+            )
+        return None
+    if not isinstance(given, str):
+        raise ConfigError(
+            f"{path}.startingPositionTimestamp: required with AT_TIMESTAMP, an ISO 8601 time with its "
+            f"offset such as 2026-11-01T00:00:00Z, got {given!r}"
+        )
+    try:
+        moment = datetime.fromisoformat(given.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ConfigError(
+            f"{path}.startingPositionTimestamp: not an ISO 8601 time with its offset (Z or +hh:mm): {given!r}"
+        )
+    return moment.timestamp()
 
 
 def group_reservation(shards: int | None, parallelization: int) -> int:

@@ -126,6 +126,7 @@ class ConsumerGroup(Construct):
             f"KinesisEventSource:{Names.node_unique_id(stream.stream.node)}",
             event_source_arn=stream.stream.stream_arn,
             starting_position=lambda_.StartingPosition[config.starting_position],
+            starting_position_timestamp=config.starting_position_timestamp,
             batch_size=config.batch_size,
             max_batching_window=Duration.seconds(config.batching_window_seconds),
             parallelization_factor=config.parallelization,

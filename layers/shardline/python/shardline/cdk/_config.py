@@ -84,6 +84,8 @@ class StreamConfig:
 class AlarmsConfig:
     emails: tuple[str, ...] = ()  # subscribed to the alarm topic (each confirms by email)
     topic_arns: tuple[str, ...] = ()  # existing topics (a pager, chat) that get every alarm and OK
+    #: `enabled: false`: no alarms and no alarm topic (a team that alarms its own way); the dashboard stays.
+    enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,13 @@ SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-
 
 def _alarms(data: Any) -> AlarmsConfig:
     read = Reader(data, "shardline.alarms")
+    enabled = read.data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"shardline.alarms.enabled: must be true or false, got {enabled!r}")
+    if not enabled and (read.data.get("emails") or read.data.get("topicArns")):
+        raise ConfigError(
+            "shardline.alarms.enabled: false, yet emails or topicArns are given: nobody would be told"
+        )
     emails = read.list("emails")
     for index, email in enumerate(emails):
         if not isinstance(email, str) or not EMAIL.match(email):
@@ -275,7 +284,7 @@ def _alarms(data: Any) -> AlarmsConfig:
     for index, arn in enumerate(arns):
         if not isinstance(arn, str) or not SNS_TOPIC_ARN.match(arn):
             raise ConfigError(f"shardline.alarms.topicArns[{index}]: not an SNS topic ARN: {arn!r}")
-    return AlarmsConfig(emails=tuple(emails), topic_arns=tuple(arns))
+    return AlarmsConfig(emails=tuple(emails), topic_arns=tuple(arns), enabled=enabled)
 
 
 def load(context: Any, stage: str | None = None, *, code_root: Path | None = None) -> PipelineConfig:

@@ -109,6 +109,17 @@ class Monitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = namespace  # the functions' EMF namespace: one per stage
+        self.alarms: list[cw.Alarm] = []
+        self._enabled = alarms.enabled
+        self.topic: sns.Topic | None = None
+        self._targets: list[actions.SnsAction] = []
+        if alarms.enabled:
+            self._alarm_topic(key, alarms)
+        api_dimensions = self._alarms_on(streams, api, groups)
+        self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
+
+    def _alarm_topic(self, key: kms.IKey, alarms: AlarmsConfig) -> None:
+        """One encrypted topic every alarm and OK goes to, and the team's own topics beside it."""
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
         # enforce_ssl writes a topic policy holding only a Deny, which replaces SNS's default one:
         # without this statement CloudWatch may not publish and no alarm reaches anyone.
@@ -130,7 +141,11 @@ class Monitoring(Construct):
             actions.SnsAction(sns.Topic.from_topic_arn(self, f"Existing{index}", arn))
             for index, arn in enumerate(alarms.topic_arns)
         ]
-        self.alarms: list[cw.Alarm] = []
+
+    def _alarms_on(
+        self, streams: list[Stream], api: ProducerApi, groups: list[ConsumerGroup]
+    ) -> dict[str, str]:
+        """The alarms (none when they are off); the API's metric dimensions, which the dashboard uses."""
         # Alarms only on what loses or delays data, each over several periods and with its runbook
         # line. Throttling that shardline retries anyway is on the dashboard, not a page.
         for stream in streams:
@@ -281,7 +296,7 @@ class Monitoring(Construct):
                 f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
                 "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
             )
-        self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
+        return api_dimensions
 
     def _alarm(
         self,
@@ -295,7 +310,9 @@ class Monitoring(Construct):
     ) -> None:
         """Two bad periods of three above `threshold` (one burst shardline absorbs by retrying pages
         nobody); with `within_minutes` (a metric of one-minute periods), `datapoints` at or above it
-        in the last `within_minutes` periods."""
+        in the last `within_minutes` periods. None at all when the configuration turned alarms off."""
+        if not self._enabled:
+            return
         fast = within_minutes is not None
         alarm = metric.create_alarm(
             self,

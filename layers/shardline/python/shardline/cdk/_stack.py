@@ -144,9 +144,10 @@ class PipelineStack(Stack):
             value=self.api.api.url_for_path("/streams"),
             description="POST {url}/{stream}/records",
         )
-        CfnOutput(
-            self, "AlarmTopic", value=self.monitoring.topic.topic_arn, description="subscribe to be paged"
-        )
+        if self.monitoring.topic is not None:
+            CfnOutput(
+                self, "AlarmTopic", value=self.monitoring.topic.topic_arn, description="subscribe to be paged"
+            )
         for name, stream in self.streams.items():
             CfnOutput(
                 self,

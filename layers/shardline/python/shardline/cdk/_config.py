@@ -93,7 +93,7 @@ class ConsumerGroupConfig:
     name: str
     stream: str
     handler: str  # folder under functions/
-    sink: str  # "events" or "counter": the example sink table's key schema
+    sink: str  # "events" or "counter" (the examples' key schemas), or "custom" (`sink_keys`)
     batch_size: int
     batching_window_seconds: int
     starting_position: str
@@ -108,6 +108,8 @@ class ConsumerGroupConfig:
     #: `startingPositionTimestamp` (AT_TIMESTAMP): where a new group begins, epoch seconds, instead of
     #: replaying the stream's whole retention (TRIM_HORIZON) or skipping all of it (LATEST).
     starting_position_timestamp: float | None = None
+    #: A custom sink's key schema: (partition (name, type), sort (name, type) or None); types S, N or B.
+    sink_keys: tuple[tuple[str, str], tuple[str, str] | None] | None = None
     #: `sinkTtlDays`: days an example sink keeps an item after its record's arrival (`expiresAt`;
     #: the counter: after its key's last record). Default 30: the sinks hold payloads and keys,
     #: which should not outlive their use by default; a month covers reconciling a billing
@@ -212,7 +214,10 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         name=read.name("name"),
         stream=stream,
         handler=read.str("handler"),
-        sink=read.str("sink", "events", choices=SINKS),
+        sink="custom"
+        if isinstance(read.data.get("sink"), dict)
+        else read.str("sink", "events", choices=SINKS),
+        sink_keys=_sink_keys(read.data.get("sink"), f"{path}.sink"),
         batch_size=read.int("batchSize", 100, low=1, high=10000),
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
         starting_position=starting_position,
@@ -228,6 +233,27 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
         dead_letter_readers=principal_arns(read, "deadLetterReaders"),
     )
+
+
+def _sink_keys(data: Any, path: str) -> tuple[tuple[str, str], tuple[str, str] | None] | None:
+    """A custom sink's key schema, `{"partitionKey": {"name": "tenant", "type": "S"}, "sortKey": {...}}`
+    (the sort key optional), or None for the examples' ("events", "counter")."""
+    if not isinstance(data, dict):
+        return None
+    read = Reader(data, path)
+    unknown = sorted(set(data) - {"partitionKey", "sortKey"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {unknown} (partitionKey, sortKey)")
+
+    def attribute(name: str) -> tuple[str, str]:
+        part = Reader(read.data.get(name), f"{path}.{name}")
+        return part.str("name"), part.str("type", "S", choices=("S", "N", "B"))
+
+    partition = attribute("partitionKey")
+    sort = attribute("sortKey") if "sortKey" in data else None
+    if sort is not None and sort[0] == partition[0]:
+        raise ConfigError(f"{path}.sortKey.name: {sort[0]!r} is the partition key's name too")
+    return partition, sort
 
 
 def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:

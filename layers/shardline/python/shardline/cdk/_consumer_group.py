@@ -78,7 +78,9 @@ class ConsumerGroup(Construct):
             alias=f"alias/{pipeline.prefix}/{config.name}",
         )
         self.leases = lease_table(self, "Leases", retain=pipeline.retain_data, key=self.key)
-        self.sink = sink_table(self, "Sink", config.sink, retain=pipeline.retain_data, key=self.key)
+        self.sink = sink_table(
+            self, "Sink", config.sink, retain=pipeline.retain_data, key=self.key, keys=config.sink_keys
+        )
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
         self.dead_letters = self._queue("DeadLetters")
         self.failures = self._queue("MappingFailures")

@@ -1,4 +1,4 @@
-"""DynamoDB tables: a consumer group's lease/checkpoint table and its example sink table."""
+"""DynamoDB tables: a consumer group's lease/checkpoint table and its sink table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ _Key = tuple[str, dynamodb.AttributeType]  # an attribute's name and type
 _SINK_KEYS: dict[str, tuple[_Key, _Key | None]] = {
     "events": (("pk", dynamodb.AttributeType.STRING), ("sk", dynamodb.AttributeType.STRING)),
     "counter": (("partitionKey", dynamodb.AttributeType.STRING), None),
+}
+
+
+_TYPES = {
+    "S": dynamodb.AttributeType.STRING,
+    "N": dynamodb.AttributeType.NUMBER,
+    "B": dynamodb.AttributeType.BINARY,
 }
 
 
@@ -54,9 +61,20 @@ def lease_table(scope: Construct, construct_id: str, *, retain: bool, key: kms.I
 
 
 def sink_table(
-    scope: Construct, construct_id: str, sink: str, *, retain: bool, key: kms.IKey
+    scope: Construct,
+    construct_id: str,
+    sink: str,
+    *,
+    retain: bool,
+    key: kms.IKey,
+    keys: tuple[tuple[str, str], tuple[str, str] | None] | None = None,
 ) -> dynamodb.Table:
-    """`events`: one item per user record (pk, sk); `counter`: one item per partition key. Both also
-    hold a guard item per client id (`shardline.consumer.once`), which expires with its `expiresAt`."""
-    partition, sort = _SINK_KEYS[sink]
+    """`events`: one item per user record (pk, sk); `counter`: one item per partition key; or the
+    group's own key schema (`keys`: partition (name, type), sort (name, type) or None). Each also
+    holds a guard item per client id (`shardline.consumer.once`), which expires with its `expiresAt`."""
+    if keys is None:
+        partition, sort = _SINK_KEYS[sink]
+    else:
+        partition = (keys[0][0], _TYPES[keys[0][1]])
+        sort = (keys[1][0], _TYPES[keys[1][1]]) if keys[1] else None
     return _table(scope, construct_id, partition, sort, retain=retain, key=key, ttl=EXPIRES_AT_ATTRIBUTE)

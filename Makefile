@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+LAMBDA_RUNTIME := .local/lambda
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
@@ -63,7 +64,6 @@ lock: $(LOCKTOOL_STAMP)
 # What Lambda gives a function besides its code, for the local runtime's workers: each Python
 # runtime's own packages (boto3 ...) and the public Powertools layer, pinned from the dev lock with
 # hashes checked, into .local/lambda (local/lambda_/runtimes.py). A function imports nothing else.
-LAMBDA_RUNTIME := .local/lambda
 $(LAMBDA_RUNTIME)/.stamp: requirements-dev.lock local/lambda_/runtimes.py $(VENV)/.stamp
 	$(PY) -m local.lambda_.runtimes install
 	touch $@

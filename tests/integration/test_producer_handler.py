@@ -1,4 +1,5 @@
-"""The producer Lambda (functions/producer/app.py) end to end: API Gateway REST events in, moto server behind.
+"""The producer Lambda (shardline.cdk's `_producer_handler/app.py`) end to end: API Gateway REST events
+in, moto server behind.
 
 Each test invokes the real handler with the event API Gateway sends for a REST proxy integration
 and a Lambda-like context, then reads the stream back to see what landed (and that nothing did
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+import shardline.cdk
 from local.chaos.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
 from shardline.errors import InvalidRecord
 from shardline.kinesis import UserRecord, md5_hash_key, validate
@@ -35,12 +37,13 @@ from tests.support.integration import (
 )
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+PRODUCER_HANDLER = Path(shardline.cdk.__file__).resolve().parent / "_producer_handler"
 NAMESPACE = "shardline-test"
 ROUTE = "orders"
 
 
 def load_app() -> ModuleType:
-    """Import functions/producer/app.py once (it is not a package), as Lambda would."""
+    """Import shardline/cdk/_producer_handler/app.py once (it is not a package), as Lambda would."""
     return function_module("producer")
 
 
@@ -619,11 +622,13 @@ EVENTS, COUNTS = "events", "counts"
 
 
 def function_module(name: str) -> ModuleType:
-    """functions/<name>/app.py, imported once (it is not a package), as Lambda would."""
+    """functions/<name>/app.py (the producer: shardline's own), imported once (it is not a package), as
+    Lambda would."""
     module_name = f"shardline_producer_test_{name}"
     module = sys.modules.get(module_name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, FUNCTIONS / name / "app.py")
+        folder = PRODUCER_HANDLER if name == "producer" else FUNCTIONS / name
+        spec = importlib.util.spec_from_file_location(module_name, folder / "app.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module

@@ -9,6 +9,7 @@ import pytest
 from local.app.model import ACCOUNT, REGION, Function
 from local.lambda_.runtimes import site_dir
 from local.lambda_.workers import RequestTooLargeError
+from shardline.cdk._producer_api import PRODUCER_HANDLER
 from tests.support.workers import (
     LOG_STREAM,
     POWERTOOLS_LAYER,
@@ -195,7 +196,7 @@ def test_producer_handler_answers_200_and_lands_records_in_kinesis(make_function
         logical_id="ProducerFunction",
         name=f"{config.prefix}-producer",
         handler="app.handler",
-        code_dir=REPO / "functions" / "producer",
+        code_dir=PRODUCER_HANDLER,
         layer_dirs=(REPO / "layers" / "shardline",),
         public_layers=(POWERTOOLS_LAYER,),
         timeout_seconds=29,

@@ -3,7 +3,7 @@ environment contract, and metrics as CloudWatch EMF.
 
     from shardline.aws_lambda import ConsumerFunction, ProducerFunction
 
-    handler = ProducerFunction().handler                                    # functions/producer
+    handler = ProducerFunction().handler                                    # the producer function's app.py
     handler = ConsumerFunction(lambda sink_table: my_record_handler).handler  # a consumer group
 
 The HTTP contract is pure Python: `_http_request` (parse and check a request: 404, 415, 413, 400;

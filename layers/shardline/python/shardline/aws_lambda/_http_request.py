@@ -1,8 +1,8 @@
 """The producer's HTTP contract: `POST /streams/{stream}/records`, parsed, validated and answered.
 
-Pure Python (no Powertools, no AWS client): the Lambda handler in `functions/producer` reads the
-event, calls `handle` with a `put` callable that runs shardline's Producer, and returns the
-`ApiResponse` it gets back. Everything about a request to that route is decided here:
+Pure Python (no Powertools, no AWS client): the Lambda handler (`shardline.cdk`'s producer
+function) reads the event, calls `handle` with a `put` callable that runs shardline's Producer, and
+returns the `ApiResponse` it gets back. Everything about a request to that route is decided here:
 
 - the body is `{"records": [{"data": <base64>, "partitionKey": ..., "explicitHashKey": ...,
   "id": ...}]}` (`application/json`) or one such record object per line (`application/x-ndjson`);

@@ -133,7 +133,7 @@ class PipelineConfig:
     consumer_groups: tuple[ConsumerGroupConfig, ...]
     alarms: AlarmsConfig = AlarmsConfig()
     concurrency_budget: int = DEFAULT_CONCURRENCY_BUDGET  # what this stage may reserve in its account
-    #: The folder the handlers' folders (`functions/producer`, a group's `handler`) are relative to:
+    #: The folder the consumer groups' handler folders (`handler`) are relative to:
     #: the CDK app's own folder (where cdk.json is), whoever's app it is.
     code_root: Path = field(default_factory=Path.cwd)
 

@@ -53,6 +53,7 @@ def python_function(
         runtime=RUNTIME,
         architecture=ARCHITECTURE,
         handler="app.handler",
+        # A relative folder is the app's (code_root); an absolute one, shardline's own (the producer).
         code=lambda_.Code.from_asset(str(pipeline.code_root / folder), exclude=["**/__pycache__"]),
         layers=[layers.shardline, layers.powertools],
         memory_size=memory_mb,

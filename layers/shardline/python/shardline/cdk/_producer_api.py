@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
@@ -78,6 +79,11 @@ PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
 
 
+#: The producer function's code: one line of wiring around `shardline.aws_lambda.ProducerFunction`,
+#: shipped with shardline (package data), so a team's app deploys it without holding a copy.
+PRODUCER_HANDLER = Path(__file__).resolve().parent / "_producer_handler"
+
+
 class ProducerApi(Construct):
     """The producer function, its least-privilege grants, and the REST API with its stage."""
 
@@ -96,7 +102,7 @@ class ProducerApi(Construct):
         self.function = python_function(
             self,
             "Function",
-            folder="functions/producer",
+            folder=str(PRODUCER_HANDLER),  # shardline's own: absolute, so no app needs a copy
             layers=layers,
             memory_mb=512,
             timeout_seconds=29,  # API Gateway's integration limit

@@ -12,6 +12,7 @@ from constructs import Construct
 
 from shardline.cdk._config import PipelineConfig, logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._feature_flags import FEATURE_FLAGS
 from shardline.cdk._keys import retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._monitoring import Monitoring
@@ -24,6 +25,10 @@ class PipelineStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: PipelineConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        # The flags the constructs were built and tested with, whatever the app's own cdk.json says
+        # (set before any child exists, as CDK requires).
+        for flag, value in FEATURE_FLAGS.items():
+            self.node.set_context(flag, value)
         # The alarm topic's key, and only its: CloudWatch and SNS may use it to deliver alarms. Each
         # consumer group has its own key for its data (`ConsumerGroup.key`), logs have `logs_key`.
         self.key = retained_key(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from local.app.model import Function
+from shardline.cdk._interpreters import find_python
 
 __all__ = [
     "RUNTIMES",
@@ -81,22 +81,7 @@ class Packaging:
 def find_interpreter(runtime: str) -> str | None:
     """An interpreter of `runtime`'s Python version (`python3.12`) on this machine, or None."""
     version = runtime.removeprefix("python")
-    override = os.environ.get(f"SHARDLINE_PYTHON_{version.replace('.', '_')}")
-    candidates = [override, shutil.which(f"python{version}")]
-    candidates += sorted(str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
-    for candidate in filter(None, candidates):
-        try:
-            found = subprocess.run(
-                [candidate, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if found == version:
-            return candidate
-    return None
+    return find_python(version, f"SHARDLINE_PYTHON_{version.replace('.', '_')}")
 
 
 def site_dir(runtime: str) -> Path:

@@ -30,6 +30,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from shardline.cdk._interpreters import find_python
+
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 #: The shardline package the layer ships: this one, wherever it is installed (its `cdk` subpackage
@@ -46,23 +48,9 @@ LAYER_FILES = ("*.py", "py.typed")
 
 
 def runtime_python() -> str | None:
-    """An interpreter of the runtime's Python version on this machine, or None."""
-    version = RUNTIME.name.removeprefix("python")
-    candidates = [os.environ.get("SHARDLINE_LAYER_PYTHON"), shutil.which(f"python{version}")]
-    candidates += sorted(str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
-    for candidate in filter(None, candidates):
-        try:
-            found = subprocess.run(
-                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if found == version:
-            return candidate
-    return None
+    """An interpreter of the runtime's Python version on this machine (`SHARDLINE_LAYER_PYTHON`
+    first), or None."""
+    return find_python(RUNTIME.name.removeprefix("python"), "SHARDLINE_LAYER_PYTHON")
 
 
 def build_layer() -> tuple[Path, bool]:

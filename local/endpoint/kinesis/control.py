@@ -25,7 +25,13 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses
 
-from local.endpoint.kinesis.fixes import DEFAULT_MAX_RECORD_KIB, STATE, check_split, max_record_size
+from local.endpoint.kinesis.fixes import (
+    DEFAULT_MAX_RECORD_KIB,
+    STATE,
+    check_merge,
+    check_split,
+    max_record_size,
+)
 
 __all__ = ["MAX_RECORD_KIB", "install"]
 
@@ -107,18 +113,7 @@ def _merge_shards(self: models.KinesisBackend, stream_arn: str, stream_name: str
         for shard_id in (shard_to_merge, adjacent_shard_to_merge):
             if shard_id not in stream.shards:
                 raise kinesis_errors.ShardNotFoundError(shard_id, stream.stream_name, self.account_id)
-        first, second = stream.shards[shard_to_merge], stream.shards[adjacent_shard_to_merge]
-        if not (first.is_open and second.is_open):
-            raise kinesis_errors.InvalidArgumentError(
-                f"Shard {(first if not first.is_open else second).shard_id} in stream {stream.stream_name} "
-                f"under account {self.account_id} has already been merged or split, and thus is not "
-                "eligible for merging or splitting."
-            )
-        if first.ending_hash + 1 != second.starting_hash and second.ending_hash + 1 != first.starting_hash:
-            raise kinesis_errors.InvalidArgumentError(
-                f"Shards {shard_to_merge} and {adjacent_shard_to_merge} in stream {stream.stream_name} under "
-                f"account {self.account_id} are not an adjacent pair of shards eligible for merging"
-            )
+        check_merge(stream, shard_to_merge, adjacent_shard_to_merge)
 
     _reshard(stream, check, lambda: stream.merge_shards(shard_to_merge, adjacent_shard_to_merge))
 

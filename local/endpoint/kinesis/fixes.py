@@ -216,19 +216,25 @@ def _split_shard(self: models.Stream, shard_to_split: str, new_starting_hash_key
     _close(self, shard)
 
 
-def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
-    first, second = self.shards[shard_to_merge], self.shards[adjacent_shard_to_merge]
+def check_merge(stream: models.Stream, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
+    """Kinesis's refusals of a MergeShards: a shard already split or merged, shards not adjacent."""
+    first, second = stream.shards[shard_to_merge], stream.shards[adjacent_shard_to_merge]
     if not (first.is_open and second.is_open):
         closed = first if not first.is_open else second
         raise kinesis_errors.InvalidArgumentError(
-            f"Shard {closed.shard_id} in stream {self.stream_name} under account {self.account_id} has "
+            f"Shard {closed.shard_id} in stream {stream.stream_name} under account {stream.account_id} has "
             "already been merged or split, and thus is not eligible for merging or splitting."
         )
     if first.ending_hash + 1 != second.starting_hash and second.ending_hash + 1 != first.starting_hash:
         raise kinesis_errors.InvalidArgumentError(
-            f"Shards {first.shard_id} and {second.shard_id} in stream {self.stream_name} under account "
-            f"{self.account_id} are not an adjacent pair of shards eligible for merging"
+            f"Shards {first.shard_id} and {second.shard_id} in stream {stream.stream_name} under account "
+            f"{stream.account_id} are not an adjacent pair of shards eligible for merging"
         )
+
+
+def _merge_shards(self: models.Stream, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
+    check_merge(self, shard_to_merge, adjacent_shard_to_merge)
+    first, second = self.shards[shard_to_merge], self.shards[adjacent_shard_to_merge]
     low, high = min(first.starting_hash, second.starting_hash), max(first.ending_hash, second.ending_hash)
     child = models.Shard(_next_index(self), low, high, parent=first.shard_id, adjacent_parent=second.shard_id)
     self.shards[child.shard_id] = child

@@ -131,13 +131,23 @@ def test_the_code_folder_is_read_only_to_the_handler(make_functions, tmp_path):
 def test_tmp_is_private_to_each_environment_and_bounded_by_ephemeral_storage(make_functions, tmp_path):
     host_only = Path("/tmp") / f"host-only-{tmp_path.name}"
     host_only.write_text("the host's")
-    functions = make_functions(handler_function(tmp_path, WRITES, ephemeral_storage_mb=2))
+    function = handler_function(tmp_path, WRITES, ephemeral_storage_mb=2)
+    functions = make_functions(function)
     functions.invoke("probe", {"where": "code"})
     if not isolated_or_said_not(functions):
         pytest.skip("this machine refuses mount namespaces: the function is reported not as deployed")
-    # Empty, but for the way to the code folder when a test keeps it under the host's /tmp.
-    code = (tmp_path / "code").resolve()
-    way_to_code = [code.relative_to("/tmp").parts[0]] if code.is_relative_to("/tmp") else []
+    # Empty, but for the way to the folders bound read-only into it when they live under the host's
+    # /tmp (a test's code folder; a clone of the repository there, with its runtime site).
+    packaging = packaging_for(function)
+    bound = [tmp_path / "code", *filter(None, [packaging.site]), *packaging.public_layers]
+    way_to_code = sorted(
+        {
+            path.resolve().relative_to("/tmp").parts[0]
+            for path in bound
+            if path.resolve().is_relative_to("/tmp")
+        }
+    )
+    assert host_only.name not in way_to_code
     assert functions.invoke("probe", {"where": "list"}).payload == way_to_code
     assert functions.invoke("probe", {"where": "tmp"}).payload == "written"
     assert functions.invoke("probe", {"where": "list"}).payload == sorted([*way_to_code, "scratch"])

@@ -189,6 +189,7 @@ def _installed(folder: Path) -> bool:
     return (folder / ".stamp").exists()
 
 
+@functools.cache  # the lock does not change while a process runs: read it once
 def _lock_entries() -> dict[str, str]:
     """Package name -> its entry in the lock: `name==version` and its `--hash` lines."""
     entries: dict[str, list[str]] = {}

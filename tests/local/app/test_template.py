@@ -172,9 +172,13 @@ def test_a_property_the_runtime_does_not_honour_is_listed_with_what_differs(tmp_
 def test_the_apps_own_unhonoured_properties_are_each_listed(app, template):
     """What the repository's own app declares and the runtime does not act on is all on the list."""
     listed = {(entry.logical_id, entry.property) for entry in app.not_emulated}
-    for logical_id, resource in template["Resources"].items():
-        if resource["Type"] == "AWS::Lambda::Function" and "TracingConfig" in resource["Properties"]:
-            assert (logical_id, "TracingConfig") in listed
+    traced = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function" and "TracingConfig" in resource["Properties"]
+    ]
+    assert traced, "the app's functions are traced: the check has something to check"
+    assert {(logical_id, "TracingConfig") for logical_id in traced} <= listed
 
 
 @pytest.mark.integration

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from bench.identity import function_module
 from shardline.consumer import ConsumedRecord, DeadLetterQueue, DependencyUnavailable, KinesisConsumer
@@ -339,6 +339,33 @@ def test_good_a_death_in_the_write_counting_a_pinned_crash_is_not_pinned_again()
     replay.drain(consumer.process)
     assert sqs.bodies() == [] and applied(table) == {"r0": 1, "r1": 1, "r2": 1}
     assert metric(consumer, "CrashesIsolated") == 1
+
+
+def test_good_a_lost_reply_to_the_mark_that_a_careful_record_starts_is_not_pinned_on_it() -> None:
+    """r0 dies twice, the second time alone: pinned, counted once. The next delivery writes that
+    r0 starts alone; the write lands, its reply is lost (the client times out): the shard stalls,
+    noting it on the row as it stands (its counter moved past the lease held). The delivery after
+    finds no crash to pin: with max_attempts 2, r0 is not dead-lettered, and applies."""
+    consumer, table, sqs = setup(max_attempts=2)
+    deaths = {"r0": 2}
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        if deaths.get(record_id(record), 0) > 0:
+            deaths[record_id(record)] -= 1
+            raise ProcessDied("out of memory")
+        return [effect(record)]
+
+    consumer.handler(handle)
+    replay = MappingReplay(kinesis_event(records(3))["Records"], 10)
+    replay.invoke(consumer.process)  # r0 dies among others: nothing pinned
+    replay.invoke(consumer.process)  # careful: r0 alone, dies
+    table.fail_next("mark_careful", ReadTimeoutError(endpoint_url="https://dynamodb"), landed=True)
+    replay.invoke(consumer.process)  # pinned and counted; r0's start mark lands, its reply is lost
+    row = table.row(SHARD)
+    assert row is not None and row.failed_attempts == 1 and row.inflight is None and row.stalls == 1
+    replay.drain(consumer.process)
+    assert sqs.bodies() == [] and applied(table) == {"r0": 1, "r1": 1, "r2": 1}
+    assert metric(consumer, "CrashesIsolated") == 1 and metric(consumer, "ShardStalls") == 1
 
 
 # -- cost -------------------------------------------------------------------------------------

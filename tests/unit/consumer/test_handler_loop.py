@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._checkpoint import RetryFrom
 from shardline.consumer._failure_policy import FailurePolicy
 from shardline.consumer._handler_deadline import HandlerDeadline
 from shardline.consumer._handler_loop import HandlerLoop, writes_by_record
+from shardline.consumer._settings import call_bound
+from shardline.errors import ConfigurationError
 from shardline.kinesis import Position
 from shardline.testing import LeaseWrite
 from tests.support.shard_parts import KEY, FakeDeadLetters, checkpoint, kinesis_record, put, record, sink_ids
@@ -134,3 +137,47 @@ def test_a_batch_answer_by_record_must_name_only_records_of_the_batch():
     by_record, one_list = writes_by_record({RECORDS[1]: [put("x")]}, RECORDS[:2], lambda table: None)
     assert (by_record, one_list) == ([[], [put("x")]], [])
     assert writes_by_record([put("y")], RECORDS[:2], lambda table: None) == (None, [put("y")])
+
+
+# -- a careful record alone, and the room its start mark needs ---------------------------------
+
+
+def careful_loop(rooms: list[float]) -> HandlerLoop:
+    """A loop whose lease runs carefully (a span of one, after a crash); the invocation's room
+    beyond the time margin is each of `rooms` in turn, then the last one."""
+    part = checkpoint()
+    part.lease = part.table.mark_careful(part.lease, 1)
+    part.careful = CarefulSpans([r.position for r in RECORDS])
+    left = iter(rooms)
+    last = [rooms[0]]
+
+    def room() -> float:
+        last[0] = next(left, last[0])
+        return last[0]
+
+    return HandlerLoop(part, FailurePolicy(part, None, room), HandlerDeadline(None), lambda: False, LAST)
+
+
+def test_a_careful_record_starts_alone_only_with_room_for_its_start_mark_slowest_answer():
+    """Default margin 2 s: the mark's slowest answer is 6 s (2 tries of 1 s connect + 2 s read)."""
+    assert call_bound(2.0) == 6.0
+    run, seen = careful_loop([10.0, 5.9]), []  # room at the start, then at the lone record
+    assert run.records(lambda r: seen.append(number(r)), RECORDS) == RECORDS[0].sequence_number
+    assert seen == [] and not run.checkpoint.table.row(KEY).span_started  # nothing started, nothing counted
+    assert run.checkpoint.table.row(KEY).failed_attempts == 0
+    assert run.metrics.snapshot()["RetriesDeferred"] == 1
+    run = careful_loop([10.0, 6.0])
+    assert run.records(lambda r: seen.append(number(r)), RECORDS) is None and seen[0] == 1
+
+
+def test_an_invocation_that_never_had_room_to_start_a_careful_record_stalls_saying_why():
+    run = careful_loop([3.0])
+    with pytest.raises(ConfigurationError, match=r"needs 6 s beyond the time margin .* raise the function's"):
+        run.records(lambda r: None, RECORDS)
+    assert not run.checkpoint.table.row(KEY).span_started
+
+
+def test_the_batch_path_keeps_the_same_room_for_a_careful_record_alone():
+    run = careful_loop([10.0, 1.0])
+    assert run.batch(lambda chunk: None, RECORDS) == RECORDS[0].sequence_number
+    assert not run.checkpoint.table.row(KEY).span_started

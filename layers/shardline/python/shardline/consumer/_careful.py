@@ -10,8 +10,12 @@ inside a span of one is pinned on that record only if its handler had started an
 `spanStarted` is written right before the lone record's handler runs and `spanReturned` right
 after it returns, and a failure counted for it clears `spanStarted` — so a death in shardline's
 own calls before the handler (taking the lease, counting an earlier crash, a parent's probe) or
-after it (the commit) is never the record's. It is then counted against the record as a failure;
-a crash inside a larger span starts the spans again at one, from that span's first record.
+after it (the commit) is never the record's. The `spanStarted` write itself is the one a death
+after would be pinned for, so it goes out only with room for its slowest answer beyond the time
+margin (`HandlerLoop.may_start`): a timeout cannot land in it; a lost reply to it stalls the shard,
+noted on the row it left (`ShardRun._stall`), and pins nothing. A pinned crash is counted
+against the record as a failure; a crash inside a larger span starts the spans again at one,
+from that span's first record.
 
 Cost, per careful delivery of n records: one write to start (`mark_careful`), a `spanStarted` and
 a `spanReturned` write, and ⌈log2(n + 1)⌉ checkpoints (100 records: 7, instead of 100 one per

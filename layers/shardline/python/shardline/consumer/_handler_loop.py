@@ -21,9 +21,9 @@ from shardline.consumer._chunks import Chunk, around, first_chunks, halves, inde
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord
 from shardline.consumer._failure_policy import FailurePolicy
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
-from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler
+from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler, call_bound
 from shardline.consumer._transaction import KeyLookup, checked_writes
-from shardline.errors import DependencyUnavailable
+from shardline.errors import ConfigurationError, DependencyUnavailable
 from shardline.kinesis._positions import Position
 
 logger = logging.getLogger("shardline.consumer._shard_run")  # the name operators filter on
@@ -56,6 +56,7 @@ class HandlerLoop:
         self.applied_copies: set[Position] = set()  # records a refused guard showed as applied
         self._condemned: Position | None = None
         self._processed = 0
+        self._room_at_start = failures.room()
 
     # -- a record handler ----------------------------------------------------------------------
 
@@ -74,7 +75,7 @@ class HandlerLoop:
                 if condemned is not None and record.position == condemned:
                     failures.dead_letter(record, *failures.last_failure())
                     continue
-                if not failures.backed_off(record):
+                if not failures.backed_off(record) or not self.may_start(record):
                     return record.sequence_number
                 checkpoint.starting(record)
                 try:
@@ -106,6 +107,28 @@ class HandlerLoop:
             return None
         finally:
             self.metrics.count("RecordsProcessed", processed)
+
+    def may_start(self, record: ConsumedRecord) -> bool:
+        """May `record` start now? A careful record run alone after a crash first writes that its
+        handler starts (`Checkpoint.starting`), and a death after that write landed is pinned on
+        the record: the row cannot tell a death in the write from a death in the handler. So the
+        write goes out only with room for its slowest answer beyond the time margin
+        (`call_bound`): a timeout cannot land inside it. Without that room the mapping retries
+        from the record, nothing counted; an invocation that never had it stalls the shard."""
+        if not self.checkpoint.alone(record):
+            return True
+        needed = call_bound(self.settings.time_margin)
+        if self.failures.room() >= needed:
+            return True
+        if self._room_at_start < needed:
+            raise ConfigurationError(
+                f"a record run alone after a crash needs {needed:g} s beyond the time margin "
+                f"({self.settings.time_margin:g} s) for the write that its handler starts; this "
+                f"invocation had {self._room_at_start:.1f} s: raise the function's timeout"
+            )
+        self.metrics.count("RetriesDeferred")
+        self.checkpoint.commit()
+        return False
 
     # -- a batch handler -----------------------------------------------------------------------
 
@@ -161,6 +184,8 @@ class HandlerLoop:
         if not failures.backed_off(chunk[0]):
             return chunk[0].sequence_number
         if len(chunk) == 1:
+            if not self.may_start(chunk[0]):
+                return chunk[0].sequence_number
             checkpoint.starting(chunk[0])
         try:
             deadline.in_handler = True

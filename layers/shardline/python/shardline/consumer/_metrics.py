@@ -36,7 +36,7 @@ class ConsumerMetrics:
         "ShardStalls",  # deliveries stalled on the environment (a missing table, a refusing DLQ, ...)
         "BatchesSkippedByMapping",  # stalled batches the mapping discarded: redrive them
         "CrashesIsolated",  # crashes pinned on a record that ran alone (counted against it)
-        "RetriesDeferred",  # waits for a failing record's backoff
+        "RetriesDeferred",  # waits for a failing record's backoff, or for room to run a careful record alone
         "TimeBudgetDisarmed",  # a handler replaced shardline's SIGALRM timer (re-armed)
     )
 

@@ -73,6 +73,18 @@ class ConsumerSettings:
         return f"{stream}:{shard_id}" if self.multi_stream else shard_id
 
 
+#: Tries per call of the consumer's own clients (`client_config`).
+CLIENT_TRIES = 2
+
+
+def _connect_timeout(time_margin: float) -> float:
+    return min(1.0, max(0.2, time_margin / 2))
+
+
+def _read_timeout(time_margin: float) -> float:
+    return max(0.2, time_margin)
+
+
 def client_config(time_margin: float) -> Config:
     """botocore settings for the clients a consumer makes its own calls with (DynamoDB, SQS, S3,
     Kinesis): each try reads for at most `time_margin` seconds — the time the consumer keeps for
@@ -80,12 +92,20 @@ def client_config(time_margin: float) -> Config:
     boto3's 60 s reads that outlast the function. A DynamoDB transaction of 100 items answers in
     well under a second, so a try that takes the whole margin is an outage: the call fails, the
     shard stalls (`_stalls`), and no record is blamed. Keep `time_margin` above the slowest commit
-    you expect; a call that hangs through both tries may still outlive the margin, never a record.
+    you expect; a call that hangs through both tries (`call_bound`) may still outlive the margin,
+    never a record: the one write a record could be blamed for dying in — the mark that its
+    handler starts alone, after a crash — is written only with room for `call_bound` beyond it.
 
         dynamodb = boto3.client("dynamodb", config=client_config(2.0))
     """
     return Config(
-        connect_timeout=min(1.0, max(0.2, time_margin / 2)),
-        read_timeout=max(0.2, time_margin),
-        retries={"mode": "standard", "total_max_attempts": 2},
+        connect_timeout=_connect_timeout(time_margin),
+        read_timeout=_read_timeout(time_margin),
+        retries={"mode": "standard", "total_max_attempts": CLIENT_TRIES},
     )
+
+
+def call_bound(time_margin: float) -> float:
+    """The longest one call of a `client_config(time_margin)` client can take before it fails:
+    every try connecting and reading for as long as it is allowed (default margin 2 s: 6 s)."""
+    return CLIENT_TRIES * (_connect_timeout(time_margin) + _read_timeout(time_margin))

@@ -274,7 +274,16 @@ class ShardRun:
         stalls = group.stalls[self.key] = group.stalls.get(self.key, 0) + 1
         if checkpoint.lease is not None:
             try:
-                checkpoint.lease = table.stall(checkpoint.lease, cause, retry_from, release=checkpoint.marked)
+                try:
+                    lease = table.stall(checkpoint.lease, cause, retry_from, release=checkpoint.marked)
+                except LeaseLost:
+                    # The failure may be a write whose reply was lost after it landed: the row's
+                    # counter moved past the lease held. Still this invocation's: note it there.
+                    stored = table.get(self.key)
+                    if stored is None or stored.owner != self.owner:
+                        raise
+                    lease = table.stall(stored, cause, retry_from, release=checkpoint.marked)
+                checkpoint.lease = lease
                 checkpoint.marked = False
                 stalls = max(stalls, checkpoint.lease.stalls)
             except LeaseLost:

@@ -49,7 +49,7 @@ def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
                 "group": env.group,
                 "function": function.name,
                 "lease_table": env.lease_table,
-                "sink_table": env.sink_table,
+                "sink_table": env.sink_table or "",
                 "dlq_url": env.dlq_url or "",
                 "on_failure_arn": (mapping.on_failure_arn or "") if mapping else "",
             }

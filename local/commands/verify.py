@@ -93,7 +93,7 @@ def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
     for function in app.functions:
         env = environments.consumer(function)
         mapped = {m.stream_name for m in app.mappings if m.function_name == function.name}
-        if env is not None and stream_name in mapped:
+        if env is not None and env.sink_table is not None and stream_name in mapped:
             kind = _sink_kind(tables.get(env.sink_table))
             groups.append(
                 Group(env.group, function.name, kind, env.sink_table, stream_name, env.dlq_url or "")

@@ -592,7 +592,7 @@ def test_good_a_death_in_the_failure_count_of_a_careful_record_is_not_pinned_on_
     assert metric(consumer, "CrashesIsolated") == 0
 
 
-def test_consumer_function_takes_a_record_handler_or_a_batch_handler_never_both_or_neither() -> None:
+def test_consumer_function_takes_one_handler_and_a_handler_for_a_sink_needs_the_sink_table() -> None:
     from shardline.aws_lambda import ConsumerFunction
 
     def record_handler_for(table: str) -> Any:
@@ -601,10 +601,12 @@ def test_consumer_function_takes_a_record_handler_or_a_batch_handler_never_both_
     def batch_handler_for(table: str) -> Any:
         return lambda records: []
 
-    with pytest.raises(ConfigurationError, match="not both"):
+    with pytest.raises(ConfigurationError, match="exactly one of"):
         ConsumerFunction(record_handler_for, batch_handler_for=batch_handler_for)
-    with pytest.raises(ConfigurationError, match="handler_for or batch_handler_for"):
+    with pytest.raises(ConfigurationError, match="exactly one of"):
         ConsumerFunction()
+    with pytest.raises(ConfigurationError, match="exactly one of"):
+        ConsumerFunction(handler=lambda record: [], batch_handler=lambda records: [])
     function = ConsumerFunction(batch_handler_for=batch_handler_for)
     environment = {"SHARDLINE_GROUP": "g", "LEASE_TABLE": "leases", "SINK_TABLE": "sink"}
     with pytest.MonkeyPatch.context() as patch:
@@ -617,3 +619,10 @@ def test_consumer_function_takes_a_record_handler_or_a_batch_handler_never_both_
         function.reset()
         with pytest.raises(ConfigurationError, match="MAX_ATTEMPTS must be at least 2"):
             function.get()
+        patch.delenv("MAX_ATTEMPTS")
+        patch.delenv("SINK_TABLE")  # a group without a sink: its handler is given itself
+        function.reset()
+        with pytest.raises(ConfigurationError, match="consumer group g: SINK_TABLE is not set"):
+            function.get()
+        plain = ConsumerFunction(handler=lambda record: [])
+        assert plain.get()._record_handler is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardline.aws_lambda import ConsumerEnvironment, ProducerEnvironment
+from shardline.aws_lambda import ConsumerEnvironment, ProducerEnvironment, SinkDeclaration
 from shardline.errors import ConfigurationError
 
 CONSUMER = {"SHARDLINE_GROUP": "orders", "LEASE_TABLE": "orders-leases", "SINK_TABLE": "orders"}
@@ -16,7 +16,7 @@ def test_a_consumer_environment_has_defaults_for_everything_but_its_names() -> N
     assert env == ConsumerEnvironment("orders", "orders-leases", "orders", None, 3, 5.0, 2.0)
 
 
-@pytest.mark.parametrize("name", ["SHARDLINE_GROUP", "LEASE_TABLE", "SINK_TABLE"])
+@pytest.mark.parametrize("name", ["SHARDLINE_GROUP", "LEASE_TABLE"])
 def test_a_missing_required_variable_is_named(name: str) -> None:
     environ = {key: value for key, value in CONSUMER.items() if key != name}
     with pytest.raises(ConfigurationError, match=name):
@@ -42,6 +42,25 @@ def test_a_malformed_consumer_variable_is_named_with_its_value(name: str, value:
         ConsumerEnvironment.from_environ({**CONSUMER, name: value})
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("{not json", "must be a JSON list, got '{not json'"),
+        ('{"table": "t"}', "must be a JSON list"),
+        ('["t"]', "each entry is an object with a table, got 't'"),
+        ('[{"table": "t", "holds": "rows"}]', "sink 't': holds must be records or counts, got 'rows'"),
+        ('[{"table": "t", "holds": "records", "idAttr": "id"}]', r"sink 't' has unknown keys \['idAttr'\]"),
+        (
+            '[{"table": "t", "holds": "counts", "keyAttribute": ""}]',
+            "sink 't': key_attribute must be a non-empty",
+        ),
+    ],
+)
+def test_a_malformed_sink_declaration_is_named_with_its_sink_and_field(value: str, named: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^SHARDLINE_SINKS:? .*{named}"):
+        ConsumerEnvironment.from_environ({**CONSUMER, "SHARDLINE_SINKS": value})
+
+
 @pytest.mark.parametrize(("name", "value"), [("MAX_RECORDS_PER_REQUEST", "1.5"), ("MAX_BODY_BYTES", "-3")])
 def test_a_malformed_producer_variable_is_named_with_its_value(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=rf"{name}.*{value.lstrip('-')}"):
@@ -49,8 +68,12 @@ def test_a_malformed_producer_variable_is_named_with_its_value(name: str, value:
 
 
 def test_both_contracts_round_trip_through_the_environment() -> None:
+    sinks = (
+        SinkDeclaration("orders", "records", id_attribute="eventId"),
+        SinkDeclaration("per-tenant", "counts", key_attribute="tenant", count_attribute="n"),
+    )
     consumer = ConsumerEnvironment(
-        "g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters", "message", 30
+        "g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters", "message", 30, sinks
     )
     assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
     assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
@@ -58,3 +81,9 @@ def test_both_contracts_round_trip_through_the_environment() -> None:
     assert ProducerEnvironment.from_environ(producer.to_environ()) == producer
     assert set(producer.to_environ()) == set(ProducerEnvironment.VARIABLES)
     assert ProducerEnvironment.from_environ({}) == ProducerEnvironment("{}", 500, 6_000_000)
+
+
+def test_a_group_without_a_sink_table_leaves_it_out_of_its_environment() -> None:
+    env = ConsumerEnvironment.from_environ({"SHARDLINE_GROUP": "forward", "LEASE_TABLE": "forward-leases"})
+    assert env.sink_table is None and env.sinks == ()
+    assert "SINK_TABLE" not in env.to_environ() and "SHARDLINE_SINKS" not in env.to_environ()

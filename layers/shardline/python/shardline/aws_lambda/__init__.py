@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from shardline.aws_lambda._environment import POWERTOOLS_VARIABLES as POWERTOOLS_VARIABLES
     from shardline.aws_lambda._environment import ConsumerEnvironment as ConsumerEnvironment
     from shardline.aws_lambda._environment import ProducerEnvironment as ProducerEnvironment
+    from shardline.aws_lambda._environment import SinkDeclaration as SinkDeclaration
     from shardline.aws_lambda._http_records import to_user_records as to_user_records
     from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER as IDEMPOTENCY_KEY_HEADER
     from shardline.aws_lambda._http_request import JSON_MEDIA_TYPE as JSON_MEDIA_TYPE
@@ -62,6 +63,7 @@ _EXPORTS = {
     "publish_metrics": "_emf",
     "ProducerEnvironment": "_environment",
     "ConsumerEnvironment": "_environment",
+    "SinkDeclaration": "_environment",
     "POWERTOOLS_VARIABLES": "_environment",
     "handle": "_http_request",
     "event_body_bytes": "_http_request",

@@ -4,7 +4,10 @@ reused while the container is warm, its metrics published as EMF after every inv
     function = ConsumerFunction(lambda sink_table: partial(my_handler, sink_table))
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
+    handler = ConsumerFunction(handler=forward_to_queue).handler   # a group without a sink table
+
 Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, DLQ_BUCKET,
+SHARDLINE_SINKS,
 MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN, FAILURE_DETAIL; SINK_TTL_DAYS is the handler's to
 read), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
 Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does, and time out within TIME_MARGIN
@@ -35,15 +38,24 @@ class ConsumerFunction:
         handler_for: Callable[[str], RecordHandler] | None = None,
         *,
         batch_handler_for: Callable[[str], BatchHandler] | None = None,
+        handler: RecordHandler | None = None,
+        batch_handler: BatchHandler | None = None,
     ) -> None:
-        """`handler_for(sink table name)` gives the record handler, or `batch_handler_for(...)`
-        the batch handler (`KinesisConsumer.batch_handler`): exactly one of them."""
+        """Exactly one of: `handler_for(sink table name)` giving the record handler, or
+        `batch_handler_for(...)` the batch handler (`KinesisConsumer.batch_handler`) — for a group
+        whose environment names its sink table (SINK_TABLE) — or the `handler` or `batch_handler`
+        itself, which needs no sink table."""
         from aws_lambda_powertools import Logger, Metrics, Tracer  # an adapter: the core never imports it
 
-        if (handler_for is None) == (batch_handler_for is None):
-            raise ConfigurationError("ConsumerFunction: give handler_for or batch_handler_for, not both")
+        given = [h for h in (handler_for, batch_handler_for, handler, batch_handler) if h is not None]
+        if len(given) != 1:
+            raise ConfigurationError(
+                "ConsumerFunction: give exactly one of handler_for, batch_handler_for, handler, batch_handler"
+            )
         self._handler_for = handler_for  # sink table name -> record handler
         self._batch_handler_for = batch_handler_for
+        self._handler = handler
+        self._batch_handler = batch_handler
         self.logger = Logger()
         self.tracer = Tracer()
         self.metrics = Metrics()
@@ -52,12 +64,12 @@ class ConsumerFunction:
         @self.logger.inject_lambda_context
         @self.tracer.capture_lambda_handler
         @self.metrics.log_metrics(capture_cold_start_metric=True)
-        def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+        def entry(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
             """Kinesis event -> {"batchItemFailures": [...]}; this invocation's metrics as EMF."""
             self.logger.append_keys(consumer_group=os.environ.get("SHARDLINE_GROUP"))
             return self.handle(event, context, self.metrics)
 
-        self.handler = handler
+        self.handler = entry
 
     def reset(self) -> None:
         """Forget the warm state (tests do this between cases)."""
@@ -87,11 +99,15 @@ class ConsumerFunction:
                 time_margin=env.time_margin,
                 failure_detail=env.failure_detail,
             )
-            if self._handler_for is not None:
-                consumer.handler(self._handler_for(env.sink_table))
+            if self._handler is not None:
+                consumer.handler(self._handler)
+            elif self._batch_handler is not None:
+                consumer.batch_handler(self._batch_handler)
+            elif self._handler_for is not None:
+                consumer.handler(self._handler_for(_sink_table(env)))
             else:
                 assert self._batch_handler_for is not None
-                consumer.batch_handler(self._batch_handler_for(env.sink_table))
+                consumer.batch_handler(self._batch_handler_for(_sink_table(env)))
             self.consumer = consumer
         return self.consumer
 
@@ -113,3 +129,13 @@ class ConsumerFunction:
             snapshot = consumer.metrics.snapshot()
             publish_metrics(metrics, snapshot, since=self.published)
             self.published = snapshot
+
+
+def _sink_table(env: ConsumerEnvironment) -> str:
+    """The sink table a `handler_for` is given: SINK_TABLE must name it."""
+    if env.sink_table is None:
+        raise ConfigurationError(
+            f"consumer group {env.group}: SINK_TABLE is not set (the group has no sink table): "
+            "give ConsumerFunction the handler itself (handler= or batch_handler=), not handler_for"
+        )
+    return env.sink_table

@@ -10,7 +10,9 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
 | producer | `MAX_BODY_BYTES` | int >= 1 (the body as the Lambda event holds it, escaped) | 6000000 |
 | producer | `THROTTLED_GIVE_UP_SECONDS` | float >= 0: a shard throttling this long answers 503 | 3 |
-| consumer | `SHARDLINE_GROUP`, `LEASE_TABLE`, `SINK_TABLE` | non-empty str | required |
+| consumer | `SHARDLINE_GROUP`, `LEASE_TABLE` | non-empty str | required |
+| consumer | `SINK_TABLE` | str: the table its checkpoint transaction writes | none (a group without a sink) |
+| consumer | `SHARDLINE_SINKS` | JSON list of `SinkDeclaration`s: what each sink holds | none declared |
 | consumer | `DLQ_URL` | str | none (poison records then block) |
 | consumer | `DLQ_BUCKET` | str | none (a dead letter over SQS's 1 MiB then fails) |
 | consumer | `MAX_ATTEMPTS` | int >= 2 | 3 |
@@ -23,10 +25,12 @@ Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRI
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.errors import ConfigurationError
@@ -89,13 +93,92 @@ class ProducerEnvironment:
         }
 
 
+SinkHolds = Literal["records", "counts"]
+
+
+@dataclass(frozen=True)
+class SinkDeclaration:
+    """What one of a consumer group's sink tables holds, said so that whoever checks the group
+    (the local runtime's `send` verdict) can read it back without knowing the handler:
+
+    - `records`: one item per user record, carrying the record's id (the client's, or the
+      producer's) in `id_attribute`; checked for every record once, none twice.
+    - `counts`: one item per partition key (`key_attribute`) whose `count_attribute` counts that
+      key's records; checked for exact counts.
+
+    A group that declares nothing is checked by its lag and its errors alone.
+    """
+
+    table: str
+    holds: SinkHolds
+    id_attribute: str = "recordId"
+    key_attribute: str = "partitionKey"
+    count_attribute: str = "count"
+
+    def __post_init__(self) -> None:
+        if self.holds not in ("records", "counts"):
+            raise ConfigurationError(
+                f"sink {self.table!r}: holds must be records or counts, got {self.holds!r}"
+            )
+        for name in ("table", "id_attribute", "key_attribute", "count_attribute"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigurationError(f"sink {self.table!r}: {name} must be a non-empty string")
+
+    def to_json(self) -> dict[str, str]:
+        if self.holds == "records":
+            return {"table": self.table, "holds": "records", "idAttribute": self.id_attribute}
+        return {
+            "table": self.table,
+            "holds": "counts",
+            "keyAttribute": self.key_attribute,
+            "countAttribute": self.count_attribute,
+        }
+
+    @classmethod
+    def from_json(cls, item: Any) -> SinkDeclaration:
+        if not isinstance(item, Mapping) or not isinstance(item.get("table"), str):
+            raise ConfigurationError(f"each entry is an object with a table, got {item!r}")
+        names = {
+            "idAttribute": "id_attribute",
+            "keyAttribute": "key_attribute",
+            "countAttribute": "count_attribute",
+        }
+        unknown = set(item) - {"table", "holds", *names}
+        if unknown:
+            raise ConfigurationError(
+                f"SHARDLINE_SINKS: sink {item['table']!r} has unknown keys {sorted(unknown)}"
+            )
+        return cls(
+            table=item["table"],
+            holds=item.get("holds"),  # type: ignore[arg-type]  # checked in __post_init__
+            **{names[key]: value for key, value in item.items() if key in names},
+        )
+
+
+def _sinks(env: Mapping[str, str]) -> tuple[SinkDeclaration, ...]:
+    text = env.get("SHARDLINE_SINKS", "").strip()
+    if not text:
+        return ()
+    try:
+        items = json.loads(text)
+    except ValueError:
+        raise ConfigurationError(f"SHARDLINE_SINKS must be a JSON list, got {text[:200]!r}") from None
+    if not isinstance(items, list):
+        raise ConfigurationError(f"SHARDLINE_SINKS must be a JSON list, got {text[:200]!r}")
+    try:
+        return tuple(SinkDeclaration.from_json(item) for item in items)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"SHARDLINE_SINKS: {error}") from None
+
+
 @dataclass(frozen=True)
 class ConsumerEnvironment:
     """A consumer function's variables."""
 
     group: str
     lease_table: str
-    sink_table: str
+    #: The table the checkpoint transaction writes (None: the group has no sink).
+    sink_table: str | None = None
     dlq_url: str | None = None
     max_attempts: int = 3
     checkpoint_interval: float = 5.0
@@ -105,11 +188,14 @@ class ConsumerEnvironment:
     failure_detail: str = "fingerprint"
     #: Days a handler keeps what it writes to its sink (None: forever); shardline only carries it.
     sink_ttl_days: int | None = None
+    #: What the group's sinks hold, declared for whoever checks it (`SinkDeclaration`).
+    sinks: tuple[SinkDeclaration, ...] = field(default=())
 
     VARIABLES = (
         "SHARDLINE_GROUP",
         "LEASE_TABLE",
         "SINK_TABLE",
+        "SHARDLINE_SINKS",
         "DLQ_URL",
         "DLQ_BUCKET",
         "MAX_ATTEMPTS",
@@ -125,7 +211,7 @@ class ConsumerEnvironment:
         return cls(
             group=_required(env, "SHARDLINE_GROUP"),
             lease_table=_required(env, "LEASE_TABLE"),
-            sink_table=_required(env, "SINK_TABLE"),
+            sink_table=env.get("SINK_TABLE", "").strip() or None,
             dlq_url=env.get("DLQ_URL", "").strip() or None,
             dlq_bucket=env.get("DLQ_BUCKET", "").strip() or None,
             max_attempts=_int(env, "MAX_ATTEMPTS", 3, low=2),
@@ -133,18 +219,22 @@ class ConsumerEnvironment:
             time_margin=_seconds(env, "TIME_MARGIN", 2.0),
             failure_detail=_choice(env, "FAILURE_DETAIL", FAILURE_DETAIL_CHOICES),
             sink_ttl_days=_int(env, "SINK_TTL_DAYS", 0) or None,
+            sinks=_sinks(env),
         )
 
     def to_environ(self) -> dict[str, str]:
         environ = {
             "SHARDLINE_GROUP": self.group,
             "LEASE_TABLE": self.lease_table,
-            "SINK_TABLE": self.sink_table,
             "MAX_ATTEMPTS": str(self.max_attempts),
             "CHECKPOINT_INTERVAL": f"{self.checkpoint_interval:g}",
             "TIME_MARGIN": f"{self.time_margin:g}",
             "FAILURE_DETAIL": self.failure_detail,
         }
+        if self.sink_table is not None:
+            environ["SINK_TABLE"] = self.sink_table
+        if self.sinks:
+            environ["SHARDLINE_SINKS"] = json.dumps([sink.to_json() for sink in self.sinks])
         if self.sink_ttl_days is not None:
             environ["SINK_TTL_DAYS"] = str(self.sink_ttl_days)
         if self.dlq_url is not None:

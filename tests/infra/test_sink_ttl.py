@@ -11,14 +11,14 @@ from app import build
 from shardline.aws_lambda import ConsumerEnvironment
 from shardline.cdk._config import ConfigError, load
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
-from tests.support.cdk import default_context, resources
+from tests.support.cdk import default_context, placeholders, resources
 
 
 def _ttl_by_group(template: Template) -> dict[str, int | None]:
     functions = resources(template, "AWS::Lambda::Function").values()
     return {
         variables["SHARDLINE_GROUP"]: ConsumerEnvironment.from_environ(
-            {name: value if isinstance(value, str) else "token" for name, value in variables.items()}
+            {name: placeholders(value) for name, value in variables.items()}
         ).sink_ttl_days
         for variables in (f["Properties"]["Environment"]["Variables"] for f in functions)
         if "SHARDLINE_GROUP" in variables

@@ -18,7 +18,7 @@ from aws_cdk.assertions import Match, Template
 from app import build
 from shardline.aws_lambda import POWERTOOLS_VARIABLES, ConsumerEnvironment, ProducerEnvironment
 from shardline.cdk._config import ConfigError, load
-from tests.support.cdk import default_context, resources
+from tests.support.cdk import default_context, placeholders, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
@@ -516,11 +516,6 @@ def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
     assert (out / "shardline-dev.template.json").exists()
 
 
-def _placeholders(value: object) -> object:
-    """A template value with every CDK token (Ref, Fn::GetAtt, Fn::Join, ...) as a placeholder string."""
-    return value if isinstance(value, str) else "token-resolved-at-deploy-time"
-
-
 def test_3_a_stream_may_refuse_caller_chosen_explicit_hash_keys():
     from shardline.aws_lambda import parse_streams
 
@@ -545,7 +540,7 @@ def test_every_function_environment_is_exactly_the_shardline_contract(template):
     producers, consumers = 0, 0
     for function in functions:
         variables = function["Properties"]["Environment"]["Variables"]
-        environ = {name: str(_placeholders(value)) for name, value in variables.items()}
+        environ = {name: placeholders(value) for name, value in variables.items()}
         if "SHARDLINE_STREAMS" in environ:
             contract: type = ProducerEnvironment
             parsed = ProducerEnvironment.from_environ(environ)

@@ -20,3 +20,14 @@ def resources(template: Template, kind: str) -> dict[str, Any]:
     """The template's resources of type `kind`, by logical id."""
     found: dict[str, Any] = template.find_resources(kind)
     return found
+
+
+def placeholders(value: Any) -> str:
+    """A template value as its string, with every CDK token in it (Ref, Fn::GetAtt, ...) a placeholder;
+    an Fn::Join keeps its literal parts (SHARDLINE_SINKS is JSON around its tables' names)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(placeholders(part) for part in parts)
+    return "token-resolved-at-deploy-time"

@@ -10,8 +10,10 @@
 
 - `load_config`: the pipeline from the `shardline` context, every key checked (`ConfigError` names it).
 - `PipelineStack`: streams, the producer API, consumer groups and monitoring, from the configuration.
-- `Stream`, `Layers`, `ProducerApi`, `ConsumerGroup`, `Monitoring`: the constructs it composes.
-- `acknowledge`: the cdk-nag findings the constructs accept, with their reasons.
+- `Stream`, `Layers`, `ProducerApi`, `ConsumerGroup`, `Monitoring`: the constructs it composes, each
+  usable alone with typed props (a team's own stream, handler code and sink tables: `Sink`).
+- `ApiClient`: a caller of the producer API with its own key and usage plan.
+- `acknowledge`: kept for older apps; each construct acknowledges its own cdk-nag findings.
 
 Importing `shardline.cdk` needs aws-cdk-lib, constructs and cdk-nag (the `cdk` extra); the rest of
 shardline never imports it, and its Lambda layer leaves it out.
@@ -26,6 +28,7 @@ from shardline._lazy import lazy_exports
 if TYPE_CHECKING:
     from shardline.cdk._config import PipelineConfig as PipelineConfig
     from shardline.cdk._config import load_config as load_config
+    from shardline.cdk._config_api import ApiClient as ApiClient
     from shardline.cdk._config_reader import ConfigError as ConfigError
     from shardline.cdk._consumer_group import ConsumerGroup as ConsumerGroup
     from shardline.cdk._layers import POWERTOOLS_VERSION as POWERTOOLS_VERSION
@@ -33,11 +36,13 @@ if TYPE_CHECKING:
     from shardline.cdk._monitoring import Monitoring as Monitoring
     from shardline.cdk._nag import acknowledge as acknowledge
     from shardline.cdk._producer_api import ProducerApi as ProducerApi
+    from shardline.cdk._sink import Sink as Sink
     from shardline.cdk._stack import PipelineStack as PipelineStack
     from shardline.cdk._stream import Stream as Stream
 
 _EXPORTS = {
     "PipelineConfig": "_config",
+    "ApiClient": "_config_api",
     "load_config": "_config",
     "ConfigError": "_config_reader",
     "ConsumerGroup": "_consumer_group",
@@ -46,6 +51,7 @@ _EXPORTS = {
     "Monitoring": "_monitoring",
     "acknowledge": "_nag",
     "ProducerApi": "_producer_api",
+    "Sink": "_sink",
     "PipelineStack": "_stack",
     "Stream": "_stream",
 }

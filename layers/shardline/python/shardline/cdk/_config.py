@@ -21,13 +21,27 @@ from shardline.cdk._config_api import (
     producer_reservation,
     read_api,
 )
-from shardline.cdk._config_reader import NAME, ConfigError, Reader, principal_arns
+from shardline.cdk._config_reader import NAME, ConfigError, Reader, logical_id, principal_arns
+from shardline.cdk._group_rules import (
+    MAX_STREAM_CONSUMERS,
+    MIN_MAX_ATTEMPTS,
+    ON_DEMAND_SHARDS_RESERVED,
+    STARTING_POSITIONS,
+    check_max_attempts,
+    check_max_record_age,
+    check_parallelization,
+    check_retry_attempts,
+    config_key,
+    default_max_record_age,
+    group_reservation,
+)
 
 __all__ = [
     "DEFAULT_CONCURRENCY_BUDGET",
     "DEFAULT_MAX_BODY_BYTES",
     "LAMBDA_SYNC_PAYLOAD",
     "MAX_BODY_BYTES",
+    "MAX_STREAM_CONSUMERS",
     "MIN_MAX_ATTEMPTS",
     "NAME",
     "ON_DEMAND_SHARDS_RESERVED",
@@ -52,22 +66,13 @@ __all__ = [
 STAGE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 #: Stages whose data outlives the stack unless `retainData` says otherwise.
 PRODUCTION_STAGES = ("prod", "production")
-STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 SINKS = ("events", "counter")
+SINK_HOLDS = ("records", "counts")
 #: Lambda keeps 100 concurrent executions of an account's quota unreserved; the default quota is 1,000.
 UNRESERVED_MINIMUM = 100
 DEFAULT_CONCURRENCY_BUDGET = 1000 - UNRESERVED_MINIMUM
-#: On-demand streams start with 4 shards and split as they grow: reserve for this many by default.
-ON_DEMAND_SHARDS_RESERVED = 10
-#: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
-#: failure when it runs alone), which takes a second attempt after whatever failed first.
-MIN_MAX_ATTEMPTS = 2
-
-
-def logical_id(name: str) -> str:
-    """A name as a CloudFormation logical id part (letters and digits only): `event-sink` ->
-    `EventSink`, as the stack's outputs spell it (`EventSinkLeaseTable`)."""
-    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))
+STREAM_ARN = re.compile(r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/[a-zA-Z0-9_.-]{1,128}$")
+KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[a-zA-Z0-9-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,10 @@ class StreamConfig:
     encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
     max_record_size_kib: int
     explicit_hash_keys: bool = True  # may API callers choose a record's shard?
+    #: `arn`: an existing stream (not created; its writers and readers only get grants), and
+    #: `keyArn` its customer-managed KMS key if it has one.
+    arn: str | None = None
+    key_arn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,12 @@ class ConsumerGroupConfig:
     sink_ttl_days: int = 30
     # Who may read (and redrive) the group's dead letters; none: whoever IAM allows in this account.
     dead_letter_readers: tuple[str, ...] = ()
+    #: `enhancedFanOut`: the group reads through a stream consumer of its own (dedicated throughput).
+    enhanced_fan_out: bool = False
+    #: What a custom sink holds (`sink.holds`: records or counts; None: undeclared) and its attributes
+    #: (`idAttribute`, `keyAttribute`, `countAttribute`); the examples' sinks declare theirs.
+    sink_holds: str | None = None
+    sink_attributes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +167,8 @@ class PipelineConfig:
 
 def _stream(data: Any, path: str) -> StreamConfig:
     read = Reader(data, path)
+    if "arn" in read.data:
+        return _existing_stream(read, path)
     shards = read.data.get("shards", 4)
     if shards != "on-demand":
         shards = read.int("shards", low=1, high=500)
@@ -165,46 +182,55 @@ def _stream(data: Any, path: str) -> StreamConfig:
     )
 
 
+def _existing_stream(read: Reader, path: str) -> StreamConfig:
+    """A stream that exists already (`arn`): what it has is told (`retentionHours`,
+    `maxRecordSizeKiB`, `keyArn`), not chosen; `shards` and `encryption` would be a new stream's."""
+    arn = read.str("arn")
+    if not STREAM_ARN.match(arn):
+        raise ConfigError(
+            f"{path}.arn: not a Kinesis stream ARN (arn:aws:kinesis:<region>:<account>:stream/<name>): "
+            f"{arn!r}"
+        )
+    for key in ("shards", "encryption"):
+        if key in read.data:
+            raise ConfigError(
+                f"{path}.{key}: a new stream's setting; the stream at {path}.arn exists already"
+            )
+    key_arn = read.data.get("keyArn")
+    if key_arn is not None and (not isinstance(key_arn, str) or not KEY_ARN.match(key_arn)):
+        raise ConfigError(
+            f"{path}.keyArn: not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>): {key_arn!r}"
+        )
+    return StreamConfig(
+        name=read.name("name"),
+        shards=None,
+        retention_hours=read.int("retentionHours", 24, low=24, high=8760),
+        encryption="customer-managed" if key_arn else "aws-managed",
+        max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
+        explicit_hash_keys=read.bool("explicitHashKeys", True),
+        arn=arn,
+        key_arn=key_arn,
+    )
+
+
 def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGroupConfig:
     read = Reader(data, path)
     stream = read.str("stream")
     if stream not in streams:
         raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
-    retention_seconds = streams[stream].retention_hours * 3600
+    retention_hours = streams[stream].retention_hours
+    where = config_key(path)
     given = read.data.get("maxAttempts")
-    if isinstance(given, int) and not isinstance(given, bool) and given < MIN_MAX_ATTEMPTS:
-        raise ConfigError(
-            f"{path}.maxAttempts: must be at least {MIN_MAX_ATTEMPTS}, got {given}: a record is "
-            "dead-lettered only on evidence against it, and a crash or an overlapping delivery counts "
-            "against a record only once the record has run again, alone; with one attempt the first "
-            "record of any crashed delivery would be dead-lettered without that second run"
-        )
+    check_max_attempts(where, given)  # type: ignore[arg-type]  # checked for an int first
     max_attempts = read.int("maxAttempts", 3, low=MIN_MAX_ATTEMPTS, high=100)
     parallelization = read.int("parallelization", 1, low=1, high=10)
-    if parallelization > 1:
-        raise ConfigError(
-            f"{path}.parallelization: must be 1, got {parallelization}: shardline keeps one checkpoint per "
-            "shard and its producer packs many partition keys into one Kinesis record, so the mapping must "
-            "deliver one batch per shard at a time (concurrent batches of one shard would skip each "
-            "other's records as already processed)"
-        )
+    check_parallelization(where, parallelization)
     retry_attempts = read.int("retryAttempts", -1, low=-1, high=10000)
-    if 0 <= retry_attempts <= max_attempts:
-        raise ConfigError(
-            f"{path}.retryAttempts: {retry_attempts} must be -1 (until the record age) or above maxAttempts "
-            f"({max_attempts}): otherwise the mapping discards a batch (metadata only) before shardline "
-            "dead-letters its poison record whole (a record whose delivery kills the function is "
-            "dead-lettered on the delivery after its last attempt)"
-        )
-    record_age_margin = 3600
+    check_retry_attempts(where, retry_attempts, max_attempts)
     max_record_age = read.int(
-        "maxRecordAgeSeconds", min(604800, retention_seconds - record_age_margin), low=60, high=604800
+        "maxRecordAgeSeconds", default_max_record_age(retention_hours), low=60, high=604800
     )
-    if max_record_age >= retention_seconds:
-        raise ConfigError(
-            f"{path}.maxRecordAgeSeconds: {max_record_age} must be below the stream's retention "
-            f"({retention_seconds} s): a batch given up at that age points at records already trimmed"
-        )
+    check_max_record_age(where, max_record_age, retention_hours)
     starting_position = read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS)
     shards = streams[stream].shards
     reservation = read.int(
@@ -218,6 +244,8 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         if isinstance(read.data.get("sink"), dict)
         else read.str("sink", "events", choices=SINKS),
         sink_keys=_sink_keys(read.data.get("sink"), f"{path}.sink"),
+        sink_holds=_sink_holds(read.data.get("sink"), f"{path}.sink"),
+        sink_attributes=_sink_attributes(read.data.get("sink"), f"{path}.sink"),
         batch_size=read.int("batchSize", 100, low=1, high=10000),
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
         starting_position=starting_position,
@@ -232,6 +260,7 @@ def _group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGr
         reserved_concurrency=reservation,
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
         dead_letter_readers=principal_arns(read, "deadLetterReaders"),
+        enhanced_fan_out=read.bool("enhancedFanOut", False),
     )
 
 
@@ -241,9 +270,11 @@ def _sink_keys(data: Any, path: str) -> tuple[tuple[str, str], tuple[str, str] |
     if not isinstance(data, dict):
         return None
     read = Reader(data, path)
-    unknown = sorted(set(data) - {"partitionKey", "sortKey"})
+    unknown = sorted(set(data) - {"partitionKey", "sortKey", "holds", *_SINK_ATTRIBUTES})
     if unknown:
-        raise ConfigError(f"{path}: unknown keys {unknown} (partitionKey, sortKey)")
+        raise ConfigError(
+            f"{path}: unknown keys {unknown} (partitionKey, sortKey, holds, {', '.join(_SINK_ATTRIBUTES)})"
+        )
 
     def attribute(name: str) -> tuple[str, str]:
         part = Reader(read.data.get(name), f"{path}.{name}")
@@ -254,6 +285,34 @@ def _sink_keys(data: Any, path: str) -> tuple[tuple[str, str], tuple[str, str] |
     if sort is not None and sort[0] == partition[0]:
         raise ConfigError(f"{path}.sortKey.name: {sort[0]!r} is the partition key's name too")
     return partition, sort
+
+
+#: A custom sink's declared attributes: configuration key -> `Sink` prop.
+_SINK_ATTRIBUTES = {
+    "idAttribute": "id_attribute",
+    "keyAttribute": "key_attribute",
+    "countAttribute": "count_attribute",
+}
+
+
+def _sink_holds(data: Any, path: str) -> str | None:
+    """`sink.holds` of a custom sink: records, counts, or absent (undeclared)."""
+    if not isinstance(data, dict) or "holds" not in data:
+        return None
+    return Reader(data, path).str("holds", choices=SINK_HOLDS)
+
+
+def _sink_attributes(data: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """A custom sink's declared attributes, as (`Sink` prop, attribute name)."""
+    if not isinstance(data, dict):
+        return ()
+    read = Reader(data, path)
+    given = tuple((prop, read.name(key)) for key, prop in _SINK_ATTRIBUTES.items() if key in data)
+    if given and "holds" not in data:
+        raise ConfigError(
+            f"{path}.holds: required with {', '.join(k for k in _SINK_ATTRIBUTES if k in data)}"
+        )
+    return given
 
 
 def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:
@@ -280,13 +339,6 @@ def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:
             f"{path}.startingPositionTimestamp: not an ISO 8601 time with its offset (Z or +hh:mm): {given!r}"
         )
     return moment.timestamp()
-
-
-def group_reservation(shards: int | None, parallelization: int) -> int:
-    """A consumer group's reserved concurrency by default: one execution per shard and concurrent
-    batch (`shards × parallelization`), on-demand streams counted as `ON_DEMAND_SHARDS_RESERVED`
-    shards. The mapping invokes at most that many at once, so more would only be taken from others."""
-    return (ON_DEMAND_SHARDS_RESERVED if shards is None else shards) * parallelization
 
 
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -338,6 +390,7 @@ def load(context: Any, stage: str | None = None, *, code_root: Path | None = Non
         if any(existing.name == group.name for existing in groups):
             raise ConfigError(f"shardline.consumerGroups[{index}].name: duplicate group {group.name!r}")
         groups.append(group)
+    _check_fan_out(groups)
     if "powertoolsLayerVersion" in read.data:
         raise ConfigError(
             "shardline.powertoolsLayerVersion: no longer read: the Powertools layer deployed is the version "
@@ -358,6 +411,21 @@ def load(context: Any, stage: str | None = None, *, code_root: Path | None = Non
     )
     _check_reservations(config)
     return config
+
+
+def _check_fan_out(groups: list[ConsumerGroupConfig]) -> None:
+    """Kinesis registers at most MAX_STREAM_CONSUMERS enhanced fan-out consumers per stream."""
+    per_stream: dict[str, int] = {}
+    for index, group in enumerate(groups):
+        if group.enhanced_fan_out:
+            per_stream[group.stream] = per_stream.get(group.stream, 0) + 1
+            if per_stream[group.stream] > MAX_STREAM_CONSUMERS:
+                raise ConfigError(
+                    f"shardline.consumerGroups[{index}].enhancedFanOut: stream {group.stream!r} would have "
+                    f"more than {MAX_STREAM_CONSUMERS} enhanced fan-out consumers, Kinesis's most per "
+                    "stream; "
+                    f"let group {group.name!r} share the stream's read throughput instead"
+                )
 
 
 def _check_reservations(config: PipelineConfig) -> None:

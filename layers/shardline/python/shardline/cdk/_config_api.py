@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,67 @@ PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:[A-Za-z0-9+=,.@_/
 ORGANIZATION_ID = re.compile(r"^o-[a-z0-9]{10,32}$")
 
 
+#: Names an API setting in an error: (configuration key, construct prop) -> the message's prefix.
+Where = Callable[[str, str], str]
+
+
+def check_api(
+    where: Where,
+    *,
+    auth: str,
+    throttle_rate: float,
+    throttle_burst: int,
+    max_body_bytes: int,
+    allowed_principals: Sequence[str],
+    allowed_organization: str | None,
+    clients: Sequence[ApiClient],
+) -> None:
+    """The refusals of an API's settings, for the configuration and the `ProducerApi` construct alike."""
+    if auth not in ("iam", "api-key"):
+        raise ConfigError(f"{where('auth', 'auth')}: must be one of iam, api-key, got {auth!r}")
+    if not 1 <= max_body_bytes <= MAX_BODY_BYTES:
+        raise ConfigError(
+            f"{where('maxBodyBytes', 'max_body_bytes')}: must be within 1024..{MAX_BODY_BYTES}, "
+            f"got {max_body_bytes}"
+        )
+    for index, principal in enumerate(allowed_principals):
+        if not isinstance(principal, str) or not PRINCIPAL_ARN.match(principal):
+            raise ConfigError(
+                f"{where(f'allowedPrincipals[{index}]', f'allowed_principals[{index}]')}: not an IAM "
+                f"principal ARN (role, user, account root) or a 12-digit account id: {principal!r}"
+            )
+    if allowed_organization is not None and (
+        not isinstance(allowed_organization, str) or not ORGANIZATION_ID.match(allowed_organization)
+    ):
+        raise ConfigError(
+            f"{where('allowedOrganization', 'allowed_organization')}: not an organization id (o-...): "
+            f"{allowed_organization!r}"
+        )
+    if auth != "iam" and (allowed_principals or allowed_organization):
+        raise ConfigError(
+            f"{where('allowedPrincipals', 'allowed_principals')}: needs auth 'iam' (a resource policy names "
+            "IAM callers; an API-key caller has no IAM identity to match)"
+        )
+    names = [client.name for client in clients]
+    for index, client in enumerate(clients):
+        if client.name in names[:index]:
+            raise ConfigError(
+                f"{where(f'clients[{index}].name', f'clients[{index}].name')}: duplicate client "
+                f"{client.name!r}"
+            )
+        if client.throttle_rate > throttle_rate or client.throttle_burst > throttle_burst:
+            raise ConfigError(
+                f"{where(f'clients[{index}].throttleRate', f'clients[{index}].throttle_rate')}: a client's "
+                f"throttle ({client.throttle_rate:g}/s, burst {client.throttle_burst}) must be within the "
+                f"stage's ({throttle_rate:g}/s, burst {throttle_burst}): the stage's applies first"
+            )
+    if auth == "api-key" and not clients:
+        raise ConfigError(
+            f"{where('clients', 'clients')}: auth 'api-key' needs at least one client, each with its "
+            "own key, throttle and quota (one shared key could not be traced or limited per caller)"
+        )
+
+
 def read_api(data: Any) -> ApiConfig:
     api = Reader(data, "shardline.api")
     auth = api.str("auth", "iam", choices=("iam", "api-key"))
@@ -69,43 +131,28 @@ def read_api(data: Any) -> ApiConfig:
     burst = api.int("throttleBurst", 200, low=1, high=5000)
     give_up = api.number("throttledGiveUpSeconds", 3.0, low=0, high=23)
     principals = api.list("allowedPrincipals")
-    for index, principal in enumerate(principals):
-        if not isinstance(principal, str) or not PRINCIPAL_ARN.match(principal):
-            raise ConfigError(
-                f"shardline.api.allowedPrincipals[{index}]: not an IAM principal ARN (role, user, "
-                f"account root) or a 12-digit account id: {principal!r}"
-            )
     organization = api.data.get("allowedOrganization")
-    if organization is not None and (
-        not isinstance(organization, str) or not ORGANIZATION_ID.match(organization)
-    ):
-        raise ConfigError(
-            f"shardline.api.allowedOrganization: not an organization id (o-...): {organization!r}"
-        )
-    if auth != "iam" and (principals or organization):
-        raise ConfigError(
-            "shardline.api.allowedPrincipals: needs auth 'iam' (a resource policy names IAM callers; "
-            "an API-key caller has no IAM identity to match)"
-        )
     clients = tuple(
         _client(item, f"shardline.api.clients[{index}]", rate, burst)
         for index, item in enumerate(api.list("clients"))
     )
-    names = [client.name for client in clients]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise ConfigError(f"shardline.api.clients[{index}].name: duplicate client {name!r}")
-    if auth == "api-key" and not clients:
-        raise ConfigError(
-            "shardline.api.clients: auth 'api-key' needs at least one client, each with its own key, "
-            "throttle and quota (one shared key could not be traced or limited per caller)"
-        )
+    max_body_bytes = api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES)
+    check_api(
+        lambda key, _prop: f"shardline.api.{key}",
+        auth=auth,
+        throttle_rate=rate,
+        throttle_burst=burst,
+        max_body_bytes=max_body_bytes,
+        allowed_principals=principals,
+        allowed_organization=organization,
+        clients=clients,
+    )
     return ApiConfig(
         auth=auth,
         throttle_rate=rate,
         throttle_burst=burst,
         max_records_per_request=api.int("maxRecordsPerRequest", 500, low=1, high=10000),
-        max_body_bytes=api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES),
+        max_body_bytes=max_body_bytes,
         throttled_give_up_seconds=give_up,
         reserved_concurrency=api.int(
             "reservedConcurrency", producer_reservation(rate, give_up), low=1, high=1_000_000
@@ -118,16 +165,9 @@ def read_api(data: Any) -> ApiConfig:
 
 def _client(data: Any, path: str, rate: float, burst: int) -> ApiClient:
     read = Reader(data, path)
-    client = ApiClient(
+    return ApiClient(
         name=read.name("name"),
         throttle_rate=read.number("throttleRate", rate, low=1, high=10000),
         throttle_burst=read.int("throttleBurst", burst, low=1, high=5000),
         requests_per_day=read.int("requestsPerDay", low=1, high=2_000_000_000),
     )
-    if client.throttle_rate > rate or client.throttle_burst > burst:
-        raise ConfigError(
-            f"{path}.throttleRate: a client's throttle ({client.throttle_rate:g}/s, burst "
-            f"{client.throttle_burst}) must be within the stage's ({rate:g}/s, burst {burst}): the "
-            "stage's applies first"
-        )
-    return client

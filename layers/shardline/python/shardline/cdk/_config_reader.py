@@ -11,6 +11,12 @@ NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 ROLE_OR_USER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$")
 
 
+def logical_id(name: str) -> str:
+    """A name as a CloudFormation logical id part (letters and digits only): `event-sink` ->
+    `EventSink`, as the stack's outputs spell it (`EventSinkLeaseTable`)."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))
+
+
 class ConfigError(ValueError):
     """The pipeline configuration is invalid; the message names the key."""
 

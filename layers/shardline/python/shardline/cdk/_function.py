@@ -1,15 +1,19 @@
-"""A Python Lambda function the way every shardline function is built."""
+"""A Python Lambda function the way every shardline function is built, and the props a team may
+override on it (`function_props`), checked after the merge."""
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Duration, RemovalPolicy, Tags
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from shardline.cdk._config import PipelineConfig
 from shardline.cdk._layers import ARCHITECTURE, RUNTIME, Layers
 
 _R = logs.RetentionDays
@@ -19,62 +23,101 @@ _RETENTION = {
     365: _R.ONE_YEAR, 400: _R.THIRTEEN_MONTHS, 545: _R.EIGHTEEN_MONTHS, 731: _R.TWO_YEARS,
     1827: _R.FIVE_YEARS, 3653: _R.TEN_YEARS,
 }  # fmt: skip
+#: Where a function's handler code may come from: a folder (an asset) or any `lambda_.Code`.
+CodeSource = str | Path | lambda_.Code
+#: What `function_props` may not change: the layers are built for this runtime and architecture.
+FIXED_PROPS = {"runtime": RUNTIME, "architecture": ARCHITECTURE}
+
+
+def handler_code(code: CodeSource) -> lambda_.Code:
+    """`code` as Lambda code: a folder becomes an asset (without its bytecode caches)."""
+    if isinstance(code, lambda_.Code):
+        return code
+    return lambda_.Code.from_asset(str(code), exclude=["**/__pycache__"])
 
 
 def python_function(
     scope: Construct,
     construct_id: str,
     *,
-    folder: str,
+    owner: str,
+    code: CodeSource,
+    handler: str,
     layers: Layers,
     environment: dict[str, str],
+    contract: tuple[str, ...],
     memory_mb: int,
     timeout_seconds: int,
-    reserved_concurrency: int,
-    pipeline: PipelineConfig,
+    reserved_concurrency: int | None,
+    metrics_namespace: str,
     log_key: kms.IKey,
+    log_retention_days: int,
+    log_removal: RemovalPolicy,
+    function_props: Mapping[str, Any] | None = None,
 ) -> lambda_.Function:
     """arm64, the current Python runtime, both layers, X-Ray, and an explicit log group, written in
     Lambda's JSON log format: every line has a `level`, so the dashboard's "Recent errors" query
     (`filter level = 'ERROR'`) sees the consumers' errors and the runtime's, not only Powertools'.
     `reserved_concurrency` is both its share and its ceiling: it cannot starve the account's other
     functions, nor be starved by them (`shardline.cdk._config.producer_reservation`, `group_reservation`).
-    The log group is encrypted with `log_key`; the role may write its own log group only."""
+    The log group is encrypted with `log_key`; the role may write its own log group only.
+
+    `function_props` (any `lambda_.Function` prop) are merged over these, except the runtime and
+    architecture (the layers are built for them) and the environment's `contract` variables (what
+    shardline's code reads); its `environment` adds to the function's. `owner` names the construct
+    in a refusal."""
+    props = dict(function_props or {})
+    for name, fixed in FIXED_PROPS.items():
+        if name in props and props[name] is not fixed and str(props[name]) != str(fixed):
+            raise ValueError(
+                f"{owner}: function_props.{name}: must stay {fixed} (shardline's layer is built for it)"
+            )
+    extra_environment = dict(props.pop("environment", None) or {})
+    overridden = sorted(set(extra_environment) & set(contract))
+    if overridden:
+        raise ValueError(
+            f"{owner}: function_props.environment: {overridden} are shardline's own (its props set them)"
+        )
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        retention=log_retention(pipeline.log_retention_days),
-        removal_policy=log_removal(pipeline),
+        retention=log_retention(log_retention_days),
+        removal_policy=log_removal,
         encryption_key=log_key,
     )
+    defaults: dict[str, Any] = {
+        "runtime": RUNTIME,
+        "architecture": ARCHITECTURE,
+        "handler": handler,
+        "code": handler_code(code),
+        "layers": [layers.shardline, layers.powertools],
+        "memory_size": memory_mb,
+        "timeout": Duration.seconds(timeout_seconds),
+        "reserved_concurrent_executions": reserved_concurrency,
+        "tracing": lambda_.Tracing.ACTIVE,
+        "log_group": log_group,
+        "logging_format": lambda_.LoggingFormat.JSON,
+    }
+    if "role" not in props:
+        defaults["role"] = execution_role(scope, f"{construct_id}ServiceRole", log_group)
     return lambda_.Function(
         scope,
         construct_id,
-        runtime=RUNTIME,
-        architecture=ARCHITECTURE,
-        handler="app.handler",
-        # A relative folder is the app's (code_root); an absolute one, shardline's own (the producer).
-        code=lambda_.Code.from_asset(str(pipeline.code_root / folder), exclude=["**/__pycache__"]),
-        layers=[layers.shardline, layers.powertools],
-        memory_size=memory_mb,
-        timeout=Duration.seconds(timeout_seconds),
-        reserved_concurrent_executions=reserved_concurrency,
-        tracing=lambda_.Tracing.ACTIVE,
-        log_group=log_group,
-        role=execution_role(scope, f"{construct_id}ServiceRole", log_group),
-        logging_format=lambda_.LoggingFormat.JSON,
-        environment={"POWERTOOLS_METRICS_NAMESPACE": pipeline.metrics_namespace, **environment},
+        **{**defaults, **props},
+        environment={"POWERTOOLS_METRICS_NAMESPACE": metrics_namespace, **extra_environment, **environment},
     )
 
 
-def log_removal(pipeline: PipelineConfig) -> RemovalPolicy:
+def log_removal(retain: bool) -> RemovalPolicy:
     """What happens to a log group when its stack goes: kept with a stage's data (prod), which is
     what an incident review or an audit reads; deleted with a dev stage."""
-    return RemovalPolicy.RETAIN if pipeline.retain_data else RemovalPolicy.DESTROY
+    return RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
 
 
 def log_retention(days: int) -> logs.RetentionDays:
-    """The shortest allowed retention of at least `days` days."""
+    """The shortest allowed retention of at least `days` days (1..3653)."""
+    if not 1 <= days <= max(_RETENTION):
+        raise ValueError(f"log_retention_days: must be within 1..{max(_RETENTION)}, got {days}")
     return _RETENTION[min(allowed for allowed in _RETENTION if allowed >= days)]
 
 
@@ -89,3 +132,9 @@ def execution_role(scope: Construct, construct_id: str, log_group: logs.ILogGrou
         )
     )
     return role
+
+
+def add_tags(scope: Construct, tags: Mapping[str, str] | None) -> None:
+    """A platform team's tags (cost centre, owner, ...) on everything the construct made."""
+    for name, value in (tags or {}).items():
+        Tags.of(scope).add(name, value)

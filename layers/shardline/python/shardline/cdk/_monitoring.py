@@ -1,8 +1,10 @@
-"""Alarms (with the dimensions they need) to one encrypted SNS topic, and the dashboard."""
+"""Alarms (with the dimensions they need) to one encrypted SNS topic and/or the team's own alarm
+actions, and the dashboard, for whatever streams, producer API and consumer groups it is given."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
@@ -14,8 +16,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from shardline.cdk._config import AlarmsConfig, logical_id
+from shardline.cdk._config_reader import logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._function import add_tags
+from shardline.cdk._keys import alarm_topic_key
 from shardline.cdk._producer_api import ProducerApi
 from shardline.cdk._stream import Stream
 
@@ -38,7 +42,7 @@ def _kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
     return cw.Metric(
         namespace="AWS/Kinesis",
         metric_name=metric,
-        dimensions_map={"StreamName": stream.name},
+        dimensions_map={"StreamName": stream.stream_name},
         statistic=statistic,
         period=FIVE_MINUTES,
     )
@@ -91,35 +95,55 @@ def _duration(seconds: int) -> str:
 
 
 class Monitoring(Construct):
-    """`topic` gets every alarm and its return to OK (and so do the configured existing topics);
-    `dashboard` shows the pipeline."""
+    """Alarms on what loses or delays data, each with its runbook line, and a dashboard, for the
+    `streams`, `api` and `groups` it is given (any of them; a stream by ARN is drawn by its name).
+
+    Every alarm and its return to OK go to `topic` (an encrypted SNS topic it creates, `emails`
+    subscribed; `alarm_topic=False`: none) and to each of `alarm_actions` (the team's own, e.g. an
+    `SnsAction` of its pager's topic). `alarms_enabled=False`: no alarm and no topic, the dashboard
+    stays (a team that alarms its own way)."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        streams: list[Stream],
-        api: ProducerApi,
-        groups: list[ConsumerGroup],
-        key: kms.IKey,
-        dashboard_name: str,
-        namespace: str,
-        alarms: AlarmsConfig,
+        streams: Sequence[Stream] = (),
+        api: ProducerApi | None = None,
+        groups: Sequence[ConsumerGroup] = (),
+        alarm_actions: Sequence[cw.IAlarmAction] = (),
+        alarm_topic: bool = True,
+        emails: Sequence[str] = (),
+        alarms_enabled: bool = True,
+        dashboard_name: str | None = None,
+        key: kms.IKey | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.namespace = namespace  # the functions' EMF namespace: one per stage
+        owner = f"Monitoring {construct_id!r}"
+        if not alarms_enabled and (alarm_actions or emails):
+            raise ValueError(
+                f"{owner}: alarms_enabled: false, yet alarm_actions or emails are given: nobody would be told"
+            )
+        if alarms_enabled and not alarm_topic and not alarm_actions:
+            raise ValueError(f"{owner}: alarm_topic: false and no alarm_actions: no alarm would reach anyone")
+        if emails and not alarm_topic:
+            raise ValueError(
+                f"{owner}: emails: they subscribe to the alarm topic, which alarm_topic=False leaves out"
+            )
         self.alarms: list[cw.Alarm] = []
-        self._enabled = alarms.enabled
+        self._enabled = alarms_enabled
         self.topic: sns.Topic | None = None
-        self._targets: list[actions.SnsAction] = []
-        if alarms.enabled:
-            self._alarm_topic(key, alarms)
-        api_dimensions = self._alarms_on(streams, api, groups)
-        self.dashboard = self._dashboard(dashboard_name, streams, api, groups, api_dimensions)
+        self._targets: list[cw.IAlarmAction] = []
+        if alarms_enabled and alarm_topic:
+            self._alarm_topic(key or alarm_topic_key(self, "Key", alias=None), emails)
+        self._targets += list(alarm_actions)
+        api_dimensions = self._alarms_on(list(streams), api, list(groups))
+        self.dashboard = self._dashboard(dashboard_name, list(streams), api, list(groups), api_dimensions)
+        add_tags(self, tags)
 
-    def _alarm_topic(self, key: kms.IKey, alarms: AlarmsConfig) -> None:
-        """One encrypted topic every alarm and OK goes to, and the team's own topics beside it."""
+    def _alarm_topic(self, key: kms.IKey, emails: Sequence[str]) -> None:
+        """One encrypted topic every alarm and OK goes to."""
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
         # enforce_ssl writes a topic policy holding only a Deny, which replaces SNS's default one:
         # without this statement CloudWatch may not publish and no alarm reaches anyone.
@@ -135,22 +159,19 @@ class Monitoring(Construct):
                 },
             )
         )
-        for email in alarms.emails:
+        for email in emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        self._targets = [actions.SnsAction(self.topic)] + [
-            actions.SnsAction(sns.Topic.from_topic_arn(self, f"Existing{index}", arn))
-            for index, arn in enumerate(alarms.topic_arns)
-        ]
+        self._targets = [actions.SnsAction(self.topic)]
 
     def _alarms_on(
-        self, streams: list[Stream], api: ProducerApi, groups: list[ConsumerGroup]
+        self, streams: list[Stream], api: ProducerApi | None, groups: list[ConsumerGroup]
     ) -> dict[str, str]:
         """The alarms (none when they are off); the API's metric dimensions, which the dashboard uses."""
         # Alarms only on what loses or delays data, each over several periods and with its runbook
         # line. Throttling that shardline retries anyway is on the dashboard, not a page.
         for stream in streams:
-            name = stream.config.name
-            half_retention_ms = stream.config.retention_hours * 3600 * 1000 / 2
+            name = stream.route
+            half_retention_ms = stream.retention_hours * 3600 * 1000 / 2
             self._alarm(
                 f"{name}IteratorAge",
                 _kinesis("GetRecords.IteratorAgeMilliseconds", stream, "Maximum"),
@@ -159,10 +180,12 @@ class Monitoring(Construct):
                 "unread at the full period. Runbook: find the lagging group on the dashboard (lag widgets), "
                 "check its function errors and duration; add shards or raise the retention.",
             )
-            producer = {"service": "shardline-producer", "StreamName": stream.name}
+            if api is None:
+                continue
+            producer = {"service": "shardline-producer", "StreamName": stream.stream_name}
             self._alarm(
                 f"{name}ProducerNotLanded",
-                _shardline(self.namespace, "UserRecordsNotLanded", producer),
+                _shardline(api.metrics_namespace, "UserRecordsNotLanded", producer),
                 0,
                 f"{name}: the producer could not land records in time (throttled or expired, Kinesis "
                 "unavailable, or replies lost and never confirmed) and answered them as failed: each "
@@ -171,6 +194,13 @@ class Monitoring(Construct):
                 "throttled'; add shards if throttled, check Kinesis health if aggregates are sealed; "
                 "check callers resend failed entries (API 207/503).",
             )
+        api_dimensions = {} if api is None else self._api_alarms(api)
+        for group in groups:
+            self._group_alarms(group)
+        return api_dimensions
+
+    def _api_alarms(self, api: ProducerApi) -> dict[str, str]:
+        """The producer's alarms; the API's metric dimensions, which the dashboard uses."""
         self._alarm(
             "ProducerErrors",
             _lambda("Errors", api.function.function_name),
@@ -205,98 +235,101 @@ class Monitoring(Construct):
             "producer API: p99 latency above 20 s, near API Gateway's 29 s limit. Runbook: the stream is "
             "throttling (dashboard) or Kinesis is slow; add shards or lower maxRecordsPerRequest.",
         )
-        for group in groups:
-            name = group.config.name
-            function_name = group.function.function_name
-            dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
-            retention_ms = group.stream.config.retention_hours * 3600 * 1000
-            self._alarm(
-                f"{name}IteratorAge",
-                _lambda("IteratorAge", function_name, "Maximum"),
-                retention_ms / 2,
-                f"{name}: half a retention period behind; at the full period records are trimmed before "
-                "this group reads them. Runbook: function errors and duration on the dashboard; a poison "
-                "record is dead-lettered after maxAttempts, a slow sink needs capacity.",
-            )
-            self._alarm(
-                f"{name}Errors",
-                _lambda("Errors", function_name),
-                0,
-                f"{name}: invocations failed as a whole (timeouts, crashes): their batches are retried and "
-                "the shard waits. Runbook: 'Recent errors'; CrashesDetected in the group's metrics.",
-            )
-            self._alarm(
-                f"{name}RecordsFailed",
-                _shardline(self.namespace, "RecordsFailed", dimensions),
-                0,
-                f"{name}: the handler failed on records (each is retried, then dead-lettered). Runbook: "
-                "the function's logs name the record; a fix followed by a DLQ redrive restores them.",
-            )
-            self._alarm(
-                f"{name}DeadLetters",
-                group.dead_letters.metric_approximate_number_of_messages_visible(
-                    period=FIVE_MINUTES, statistic="Maximum"
-                ),
-                0,
-                f"{name}: poison records wait whole in the DLQ (large ones point at the dead-letter bucket). "
-                "Runbook: read one, fix the handler, send them back through the producer API.",
-            )
-            self._alarm(
-                f"{name}MappingFailures",
-                group.failures.metric_approximate_number_of_messages_visible(
-                    period=FIVE_MINUTES, statistic="Maximum"
-                ),
-                0,
-                f"{name}: the event-source mapping gave up on batches (record age): the queue holds their "
-                "shard and sequence ranges only. Runbook: redrive those ranges through the group while "
-                f"the stream retains them (README, '{REDRIVE_SECTION}', {REDRIVE_ANCHOR}).",
-            )
-            # A stalled shard pages within minutes, not over five-minute periods: nothing else moves
-            # it, and the mapping discards the stalled batch at its record age, which this alarm must
-            # come well before. Two minutes with a stalled delivery in the window: a stall that goes
-            # on (a delivery at least every function timeout) pages in about two minutes; one
-            # throttled delivery that the next one got past pages nobody. It stays in ALARM while
-            # deliveries keep stalling.
-            record_age = _duration(group.config.max_record_age_seconds)
-            window = stall_window_minutes(group.config.timeout_seconds)
-            self._alarm(
-                f"{name}ShardStalled",
-                _shardline(self.namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
-                1,
-                f"{name}: a shard is stalled on its environment, not on a record (sink table missing or "
-                "forbidden, ItemCollectionSizeLimitExceeded, DLQ or dead-letter bucket refusing sends, "
-                "DynamoDB down, a handler's DependencyUnavailable). Nothing is dead-lettered or lost while "
-                "the stream holds the records: the shard retries from its first uncommitted record, with "
-                "backoff. Runbook: read stalledCause (stalledSince, stalls) in the shard's lease row (table: "
-                f"output {logical_id(name)}LeaseTable; locally `make status`) or the function's ERROR log; "
-                "fix the cause (create the table, grant the permission, restore the dependency): the shard "
-                "resumes by itself. This fires within minutes; the mapping discards a stalled batch only "
-                f"at its record age ({record_age}): fix it before then, or see the BatchesSkippedByMapping "
-                f"alarm. ALARM on stalled deliveries in 2 of the last {window} minutes; OK when fewer.",
-                within_minutes=window,
-                datapoints=2,
-            )
-            self._alarm(
-                f"{name}BatchesSkippedByMapping",
-                _shardline(self.namespace, "BatchesSkippedByMapping", dimensions, period=ONE_MINUTE),
-                1,
-                f"{name}: the event-source mapping gave up on a stalled batch (record age or retries) and "
-                "moved past records this group never applied. The on-failure queue holds their shard and "
-                "sequence range (metadata only); the shard's lease row lists them in skippedByMapping. "
-                "They are not lost while the stream retains them. Runbook: fix the stall's cause first "
-                "(the ShardStalled alarm, stalledCause), then redrive them from the on-failure destination "
-                f"before the stream trims them: README, '{REDRIVE_SECTION}' ({REDRIVE_ANCHOR}). OK an hour "
-                "after the last skip, redriven or not: the lease row and the queue keep what to redrive.",
-                within_minutes=SKIPPED_WINDOW_MINUTES,
-            )
-            self._alarm(
-                f"{name}LeaseLosses",
-                _shardline(self.namespace, "LeaseLosses", dimensions),
-                0,
-                f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
-                "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
-            )
         return api_dimensions
+
+    def _group_alarms(self, group: ConsumerGroup) -> None:
+        """One consumer group's alarms."""
+        name = group.name
+        namespace = group.metrics_namespace
+        function_name = group.function.function_name
+        dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+        retention_ms = group.stream.retention_hours * 3600 * 1000
+        self._alarm(
+            f"{name}IteratorAge",
+            _lambda("IteratorAge", function_name, "Maximum"),
+            retention_ms / 2,
+            f"{name}: half a retention period behind; at the full period records are trimmed before "
+            "this group reads them. Runbook: function errors and duration on the dashboard; a poison "
+            "record is dead-lettered after maxAttempts, a slow sink needs capacity.",
+        )
+        self._alarm(
+            f"{name}Errors",
+            _lambda("Errors", function_name),
+            0,
+            f"{name}: invocations failed as a whole (timeouts, crashes): their batches are retried and "
+            "the shard waits. Runbook: 'Recent errors'; CrashesDetected in the group's metrics.",
+        )
+        self._alarm(
+            f"{name}RecordsFailed",
+            _shardline(namespace, "RecordsFailed", dimensions),
+            0,
+            f"{name}: the handler failed on records (each is retried, then dead-lettered). Runbook: "
+            "the function's logs name the record; a fix followed by a DLQ redrive restores them.",
+        )
+        self._alarm(
+            f"{name}DeadLetters",
+            group.dead_letters.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            0,
+            f"{name}: poison records wait whole in the DLQ (large ones point at the dead-letter bucket). "
+            "Runbook: read one, fix the handler, send them back through the producer API.",
+        )
+        self._alarm(
+            f"{name}MappingFailures",
+            group.failures.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            0,
+            f"{name}: the event-source mapping gave up on batches (record age): the queue holds their "
+            "shard and sequence ranges only. Runbook: redrive those ranges through the group while "
+            f"the stream retains them (README, '{REDRIVE_SECTION}', {REDRIVE_ANCHOR}).",
+        )
+        # A stalled shard pages within minutes, not over five-minute periods: nothing else moves
+        # it, and the mapping discards the stalled batch at its record age, which this alarm must
+        # come well before. Two minutes with a stalled delivery in the window: a stall that goes
+        # on (a delivery at least every function timeout) pages in about two minutes; one
+        # throttled delivery that the next one got past pages nobody. It stays in ALARM while
+        # deliveries keep stalling.
+        record_age = _duration(group.max_record_age_seconds)
+        window = stall_window_minutes(group.timeout_seconds)
+        self._alarm(
+            f"{name}ShardStalled",
+            _shardline(namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
+            1,
+            f"{name}: a shard is stalled on its environment, not on a record (sink table missing or "
+            "forbidden, ItemCollectionSizeLimitExceeded, DLQ or dead-letter bucket refusing sends, "
+            "DynamoDB down, a handler's DependencyUnavailable). Nothing is dead-lettered or lost while "
+            "the stream holds the records: the shard retries from its first uncommitted record, with "
+            "backoff. Runbook: read stalledCause (stalledSince, stalls) in the shard's lease row (table: "
+            f"output {logical_id(name)}LeaseTable; locally `make status`) or the function's ERROR log; "
+            "fix the cause (create the table, grant the permission, restore the dependency): the shard "
+            "resumes by itself. This fires within minutes; the mapping discards a stalled batch only "
+            f"at its record age ({record_age}): fix it before then, or see the BatchesSkippedByMapping "
+            f"alarm. ALARM on stalled deliveries in 2 of the last {window} minutes; OK when fewer.",
+            within_minutes=window,
+            datapoints=2,
+        )
+        self._alarm(
+            f"{name}BatchesSkippedByMapping",
+            _shardline(namespace, "BatchesSkippedByMapping", dimensions, period=ONE_MINUTE),
+            1,
+            f"{name}: the event-source mapping gave up on a stalled batch (record age or retries) and "
+            "moved past records this group never applied. The on-failure queue holds their shard and "
+            "sequence range (metadata only); the shard's lease row lists them in skippedByMapping. "
+            "They are not lost while the stream retains them. Runbook: fix the stall's cause first "
+            "(the ShardStalled alarm, stalledCause), then redrive them from the on-failure destination "
+            f"before the stream trims them: README, '{REDRIVE_SECTION}' ({REDRIVE_ANCHOR}). OK an hour "
+            "after the last skip, redriven or not: the lease row and the queue keep what to redrive.",
+            within_minutes=SKIPPED_WINDOW_MINUTES,
+        )
+        self._alarm(
+            f"{name}LeaseLosses",
+            _shardline(namespace, "LeaseLosses", dimensions),
+            0,
+            f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
+            "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
+        )
 
     def _alarm(
         self,
@@ -332,115 +365,26 @@ class Monitoring(Construct):
 
     def _dashboard(
         self,
-        name: str,
+        name: str | None,
         streams: list[Stream],
-        api: ProducerApi,
+        api: ProducerApi | None,
         groups: list[ConsumerGroup],
         api_dimensions: dict[str, str],
     ) -> cw.Dashboard:
+        """The page: what stalls first, then traffic in, the producer (with an API), the streams'
+        health, each group, and recent errors."""
         dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=name)
+        dashboard.add_widgets(*self._overview(streams, api, groups, api_dimensions))
         graph = cw.GraphWidget
-        # The producer function publishes per stream (dimensions service and StreamName).
-        producer = [{"service": "shardline-producer", "StreamName": s.name} for s in streams]
-        dashboard.add_widgets(
-            cw.TextWidget(markdown="# shardline", width=24, height=1),
-            # First, as the page opens: a shard that does not move, and what the mapping skipped.
-            graph(
-                title="Consumer groups: shards stalled, batches skipped by the mapping",
-                left=[
-                    _shardline(
-                        self.namespace,
-                        metric,
-                        {"service": f"shardline-{g.config.name}", "ConsumerGroup": g.config.name},
-                        period=ONE_MINUTE,
-                        label=f"{g.config.name} {metric}",
-                    )
-                    for g in groups
-                    for metric in ("ShardStalls", "BatchesSkippedByMapping")
-                ],
-                width=24,
-            ),
-            graph(
-                title="Traffic in: API requests",
-                left=[
-                    cw.Metric(
-                        namespace="AWS/ApiGateway",
-                        metric_name="Count",
-                        dimensions_map=api_dimensions,
-                        statistic="Sum",
-                        period=FIVE_MINUTES,
-                    )
-                ],
-                width=12,
-            ),
-            graph(
-                title="Traffic in: Kinesis records",
-                left=[_kinesis("IncomingRecords", s) for s in streams],
-                width=12,
-            ),
-            graph(
-                title="Producer: user records per Kinesis record",
-                left=[
-                    _shardline(self.namespace, "UserRecordsPerKinesisRecord", p, "Average") for p in producer
-                ],
-                width=6,
-            ),
-            graph(
-                title="Producer: retries per record",
-                left=[_shardline(self.namespace, "RetriesPerRecord", p, "Average") for p in producer],
-                width=6,
-            ),
-            graph(
-                title="Producer: errors and expired",
-                left=[
-                    _shardline(self.namespace, m, p)
-                    for p in producer
-                    for m in ("AllErrors", "UserRecordExpired")
-                ],
-                width=6,
-            ),
-            graph(
-                title="Producer: not landed, sealed, resent",
-                left=[
-                    _shardline(self.namespace, m, p)
-                    for p in producer
-                    for m in (
-                        "UserRecordsNotLanded",
-                        "AggregatesSealed",
-                        "SealedAggregatesResent",
-                        "AggregatesRerouted",
-                    )
-                ],
-                width=6,
-            ),
-            graph(
-                title="Stream health: iterator age",
-                left=[_kinesis("GetRecords.IteratorAgeMilliseconds", s, "Maximum") for s in streams],
-                width=12,
-            ),
-            graph(
-                title="Stream health: throttled",
-                left=[
-                    m
-                    for s in streams
-                    for m in (
-                        _kinesis("WriteProvisionedThroughputExceeded", s),
-                        _kinesis("ReadProvisionedThroughputExceeded", s),
-                        _kinesis("PutRecords.ThrottledRecords", s),
-                        _kinesis("PutRecords.FailedRecords", s),
-                    )
-                ],
-                width=12,
-            ),
-        )
         for group in groups:
-            name = group.config.name
+            name = group.name
+            namespace = group.metrics_namespace
             dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
             dashboard.add_widgets(
                 graph(
                     title=f"{name}: processed, duplicates skipped, DLQ",
                     left=[
-                        _shardline(self.namespace, m, dimensions)
+                        _shardline(namespace, m, dimensions)
                         for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
                     ],
                     width=6,
@@ -449,7 +393,7 @@ class Monitoring(Construct):
                     # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
                     title=f"{name}: copies and client ids skipped",
                     left=[
-                        _shardline(self.namespace, m, dimensions)
+                        _shardline(namespace, m, dimensions)
                         for m in (
                             "AggregateCopiesSkipped",
                             "OutOfRangeRecordsSkipped",
@@ -461,7 +405,7 @@ class Monitoring(Construct):
                 graph(
                     title=f"{name}: lag",
                     left=[
-                        _shardline(self.namespace, "MillisBehindLatest", dimensions, "Maximum"),
+                        _shardline(namespace, "MillisBehindLatest", dimensions, "Maximum"),
                         _lambda("IteratorAge", group.function.function_name, "Maximum"),
                     ],
                     width=6,
@@ -481,20 +425,136 @@ class Monitoring(Construct):
                     width=6,
                 ),
             )
-        log_groups = [api.function.log_group.log_group_name] + [
+        log_groups = ([] if api is None else [api.function.log_group.log_group_name]) + [
             g.function.log_group.log_group_name for g in groups
         ]
-        dashboard.add_widgets(
-            cw.LogQueryWidget(
-                title="Recent errors",
-                log_group_names=log_groups,
-                query_lines=[
-                    "fields @timestamp, @log, level, message",
-                    "filter level = 'ERROR'",
-                    "sort @timestamp desc",
-                    "limit 50",
+        if log_groups:
+            dashboard.add_widgets(
+                cw.LogQueryWidget(
+                    title="Recent errors",
+                    log_group_names=log_groups,
+                    query_lines=[
+                        "fields @timestamp, @log, level, message",
+                        "filter level = 'ERROR'",
+                        "sort @timestamp desc",
+                        "limit 50",
+                    ],
+                    width=24,
+                )
+            )
+        return dashboard
+
+    def _overview(
+        self,
+        streams: list[Stream],
+        api: ProducerApi | None,
+        groups: list[ConsumerGroup],
+        api_dimensions: dict[str, str],
+    ) -> list[cw.IWidget]:
+        """The page's first row: title, stalls, traffic, the producer (with an API), stream health."""
+        graph = cw.GraphWidget
+        widgets: list[cw.IWidget] = [
+            cw.TextWidget(markdown="# shardline", width=24, height=1),
+            # First, as the page opens: a shard that does not move, and what the mapping skipped.
+            graph(
+                title="Consumer groups: shards stalled, batches skipped by the mapping",
+                left=[
+                    _shardline(
+                        g.metrics_namespace,
+                        metric,
+                        {"service": f"shardline-{g.name}", "ConsumerGroup": g.name},
+                        period=ONE_MINUTE,
+                        label=f"{g.name} {metric}",
+                    )
+                    for g in groups
+                    for metric in ("ShardStalls", "BatchesSkippedByMapping")
                 ],
                 width=24,
+            ),
+        ]
+        if api is not None:
+            widgets.append(
+                graph(
+                    title="Traffic in: API requests",
+                    left=[
+                        cw.Metric(
+                            namespace="AWS/ApiGateway",
+                            metric_name="Count",
+                            dimensions_map=api_dimensions,
+                            statistic="Sum",
+                            period=FIVE_MINUTES,
+                        )
+                    ],
+                    width=12,
+                )
+            )
+        widgets.append(
+            graph(
+                title="Traffic in: Kinesis records",
+                left=[_kinesis("IncomingRecords", s) for s in streams],
+                width=12,
             )
         )
-        return dashboard
+        if api is not None:
+            widgets += self._producer_widgets(api, streams)
+        widgets += [
+            graph(
+                title="Stream health: iterator age",
+                left=[_kinesis("GetRecords.IteratorAgeMilliseconds", s, "Maximum") for s in streams],
+                width=12,
+            ),
+            graph(
+                title="Stream health: throttled",
+                left=[
+                    m
+                    for s in streams
+                    for m in (
+                        _kinesis("WriteProvisionedThroughputExceeded", s),
+                        _kinesis("ReadProvisionedThroughputExceeded", s),
+                        _kinesis("PutRecords.ThrottledRecords", s),
+                        _kinesis("PutRecords.FailedRecords", s),
+                    )
+                ],
+                width=12,
+            ),
+        ]
+        return widgets
+
+    def _producer_widgets(self, api: ProducerApi, streams: list[Stream]) -> list[cw.IWidget]:
+        graph = cw.GraphWidget
+        namespace = api.metrics_namespace
+        # The producer function publishes per stream (dimensions service and StreamName).
+        producer = [{"service": "shardline-producer", "StreamName": s.stream_name} for s in streams]
+        return [
+            graph(
+                title="Producer: user records per Kinesis record",
+                left=[_shardline(namespace, "UserRecordsPerKinesisRecord", p, "Average") for p in producer],
+                width=6,
+            ),
+            graph(
+                title="Producer: retries per record",
+                left=[_shardline(namespace, "RetriesPerRecord", p, "Average") for p in producer],
+                width=6,
+            ),
+            graph(
+                title="Producer: errors and expired",
+                left=[
+                    _shardline(namespace, m, p) for p in producer for m in ("AllErrors", "UserRecordExpired")
+                ],
+                width=6,
+            ),
+            graph(
+                title="Producer: not landed, sealed, resent",
+                left=[
+                    _shardline(namespace, m, p)
+                    for p in producer
+                    for m in (
+                        "UserRecordsNotLanded",
+                        "AggregatesSealed",
+                        "SealedAggregatesResent",
+                        "AggregatesRerouted",
+                    )
+                ],
+                width=6,
+            ),
+        ]

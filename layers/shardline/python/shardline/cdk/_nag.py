@@ -1,21 +1,17 @@
-"""cdk-nag acknowledgements: each finding we accept, on the resources it concerns, with the reason.
+"""cdk-nag acknowledgements: each finding shardline's constructs accept, with the reason.
 
-Nothing is acknowledged stack-wide: every acknowledgement is attached to the construct whose
-resources raise the finding, so the same rule on a resource added later is reported again.
-(Acknowledgements that belong to one construct's own choices live beside it: the dead-letter
-bucket's in `consumer_group.py`, the access-log bucket's in `stack.py`, api-key auth's in
-`producer_api.py`.)
+Nothing is acknowledged stack-wide: each construct acknowledges, as it is built, the findings its
+own choices raise on its own resources (a function's runtime and X-Ray statement, a dead-letter
+queue's own DLQ, a customer-managed stream key, the API's auth and logging role, the access-log
+bucket's own logging), so the same rule on a resource added later is reported again, and every
+construct is nag-clean alone.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aws_cdk import Acknowledgment, Validations
+from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
-
-if TYPE_CHECKING:
-    from shardline.cdk._stack import PipelineStack
 
 _MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
 
@@ -43,11 +39,6 @@ API = {
     "authorized (IAM by default, admitted by the resource policy's principals, or a client's API key) "
     "and throttled per stage and, with clients, per key with a daily quota.",
 }
-#: A stream encrypted with a key of ours.
-CUSTOMER_KEY_STREAM = {
-    "AwsSolutions::AwsSolutions-KDS3": "The stream uses a customer-managed KMS key with rotation, which "
-    "this rule (asking for the aws/kinesis key) does not recognise.",
-}
 #: shardline's DLQ and the mapping's on-failure queue.
 DEAD_LETTER_QUEUE = {
     "AwsSolutions::AwsSolutions-SQS3": "This queue is a dead-letter queue itself (poison records, or the "
@@ -55,21 +46,21 @@ DEAD_LETTER_QUEUE = {
 }
 
 
-def acknowledge(stack: PipelineStack) -> None:
-    """Attach each acknowledgement to the constructs whose resources it is about."""
-    for function in [stack.api.function] + [group.function for group in stack.groups]:
-        _acknowledge(function, FUNCTION)
-        assert function.role is not None
-        _acknowledge(function.role, FUNCTION_ROLE)
-    for group in stack.groups:
-        _acknowledge(group.dead_letters, DEAD_LETTER_QUEUE)
-        _acknowledge(group.failures, DEAD_LETTER_QUEUE)
-    _acknowledge(stack.api.api, API)
-    for stream in stack.streams.values():
-        if stream.key is not None:
-            _acknowledge(stream, CUSTOMER_KEY_STREAM)
-
-
-def _acknowledge(construct: IConstruct, rules: dict[str, str]) -> None:
+def acknowledge_rules(construct: IConstruct, rules: dict[str, str]) -> None:
+    """Acknowledge `rules` on `construct` and what it contains, each with its reason."""
     for rule, reason in rules.items():
         Validations.of(construct).acknowledge(Acknowledgment(id=rule, reason=reason))
+
+
+def acknowledge_function(function: lambda_.Function) -> None:
+    """A shardline function's runtime, and its role's X-Ray statement."""
+    acknowledge_rules(function, FUNCTION)
+    if function.role is not None:
+        acknowledge_rules(function.role, FUNCTION_ROLE)
+
+
+def acknowledge(scope: IConstruct) -> None:
+    """Kept for apps written when the acknowledgements were attached afterwards: each construct now
+    acknowledges its own findings as it is built, so there is nothing left to attach (`scope` is
+    not touched). An app that calls it is unchanged; one that does not is nag-clean too."""
+    del scope

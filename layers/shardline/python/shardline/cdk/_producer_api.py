@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,18 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from shardline.aws_lambda import ProducerEnvironment
-from shardline.cdk._config import ApiClient, ApiConfig, PipelineConfig, logical_id
-from shardline.cdk._function import log_removal, log_retention, python_function
+from shardline.cdk._config_api import (
+    DEFAULT_MAX_BODY_BYTES,
+    ApiClient,
+    ApiConfig,
+    check_api,
+    producer_reservation,
+)
+from shardline.cdk._config_reader import logical_id
+from shardline.cdk._function import add_tags, log_retention, python_function
+from shardline.cdk._keys import logs_key
 from shardline.cdk._layers import Layers
+from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
 from shardline.cdk._stream import Stream
 
 RECORDS_MODEL: dict[str, Any] = {
@@ -77,6 +87,8 @@ TLS_POLICY = "TLS_1_2"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
 #: ... and on a stream's customer-managed key, only what writing needs (never kms:Decrypt).
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
+#: API Gateway's integration limit: the producer answers within it.
+API_INTEGRATION_SECONDS = 29
 
 
 #: The producer function's code: one line of wiring around `shardline.aws_lambda.ProducerFunction`,
@@ -85,41 +97,105 @@ PRODUCER_HANDLER = Path(__file__).resolve().parent / "_producer_handler"
 
 
 class ProducerApi(Construct):
-    """The producer function, its least-privilege grants, and the REST API with its stage."""
+    """The producer function, its least-privilege grants, and the REST API with its stage:
+    `POST /v1/streams/{route}/records` for each of `streams` (a mapping route -> `Stream`, or a list,
+    each under its `route`).
+
+    Secure by default: IAM (SigV4) auth with a resource policy admitting this account (or
+    `allowed_principals`, `allowed_organization`), or `auth="api-key"` with a key and usage plan per
+    client; TLS 1.2+, throttling, request validation, access and execution logs encrypted with
+    `log_key` (created if not given), X-Ray. The function writes its streams and never reads them."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        config: ApiConfig,
-        streams: list[Stream],
+        streams: Mapping[str, Stream] | Sequence[Stream],
         layers: Layers,
-        pipeline: PipelineConfig,
-        log_key: kms.IKey,
+        auth: str = "iam",
+        throttle_rate: float = 100.0,
+        throttle_burst: int = 200,
+        max_records_per_request: int = 500,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        throttled_give_up_seconds: float = 3.0,
+        reserved_concurrency: int | None = None,
+        allowed_principals: Sequence[str] = (),
+        allowed_organization: str | None = None,
+        clients: Sequence[ApiClient] = (),
+        memory_mb: int = 512,
+        timeout_seconds: int = 29,
+        log_retention_days: int = 30,
+        log_key: kms.IKey | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        api_name: str | None = None,
+        metrics_namespace: str = "shardline",
+        tags: Mapping[str, str] | None = None,
+        function_props: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        owner = f"ProducerApi {construct_id!r}"
+        routes = dict(streams) if isinstance(streams, Mapping) else {s.route: s for s in streams}
+        if not routes:
+            raise ValueError(f"{owner}: streams: give at least one stream")
+        config = ApiConfig(
+            auth=auth,
+            throttle_rate=throttle_rate,
+            throttle_burst=throttle_burst,
+            max_records_per_request=max_records_per_request,
+            max_body_bytes=max_body_bytes,
+            throttled_give_up_seconds=throttled_give_up_seconds,
+            reserved_concurrency=producer_reservation(throttle_rate, throttled_give_up_seconds)
+            if reserved_concurrency is None
+            else reserved_concurrency,
+            allowed_principals=tuple(allowed_principals),
+            allowed_organization=allowed_organization,
+            clients=tuple(clients),
+        )
+        check_api(
+            lambda _key, prop: f"{owner}: {prop}",
+            auth=auth,
+            throttle_rate=throttle_rate,
+            throttle_burst=throttle_burst,
+            max_body_bytes=max_body_bytes,
+            allowed_principals=config.allowed_principals,
+            allowed_organization=allowed_organization,
+            clients=config.clients,
+        )
+        if not 1 <= timeout_seconds <= API_INTEGRATION_SECONDS:
+            raise ValueError(
+                f"{owner}: timeout_seconds: must be within 1..{API_INTEGRATION_SECONDS} (API Gateway's "
+                f"integration limit), got {timeout_seconds}"
+            )
+        self.streams = routes
+        self.metrics_namespace = metrics_namespace
+        if log_key is None:
+            log_key = logs_key(self, "LogsKey", description="shardline producer API: logs", alias=None)
         self.function = python_function(
             self,
             "Function",
-            folder=str(PRODUCER_HANDLER),  # shardline's own: absolute, so no app needs a copy
+            owner=owner,
+            code=PRODUCER_HANDLER,  # shardline's own: absolute, so no app needs a copy
+            handler="app.handler",
             layers=layers,
-            memory_mb=512,
-            timeout_seconds=29,  # API Gateway's integration limit
+            memory_mb=memory_mb,
+            timeout_seconds=timeout_seconds,
             reserved_concurrency=config.reserved_concurrency,
-            pipeline=pipeline,
+            metrics_namespace=metrics_namespace,
             log_key=log_key,
+            log_retention_days=log_retention_days,
+            log_removal=removal_policy,
             environment={
                 "POWERTOOLS_SERVICE_NAME": "shardline-producer",
                 **ProducerEnvironment(
                     streams_json=json.dumps(
                         {
-                            s.config.name: {
-                                "streamName": s.name,
-                                "maxRecordSize": s.config.max_record_size_kib * 1024,
-                                "explicitHashKeys": s.config.explicit_hash_keys,
+                            route: {
+                                "streamName": s.stream_name,
+                                "maxRecordSize": s.max_record_size_kib * 1024,
+                                "explicitHashKeys": s.explicit_hash_keys,
                             }
-                            for s in streams
+                            for route, s in routes.items()
                         }
                     ),
                     max_records_per_request=config.max_records_per_request,
@@ -127,15 +203,19 @@ class ProducerApi(Construct):
                     throttled_give_up_seconds=config.throttled_give_up_seconds,
                 ).to_environ(),
             },
+            contract=(
+                *ProducerEnvironment.VARIABLES,
+                "POWERTOOLS_SERVICE_NAME",
+                "POWERTOOLS_METRICS_NAMESPACE",
+            ),
+            function_props=function_props,
         )
         # Write-only: PutRecords and ListShards on its streams, GenerateDataKey on their keys.
+        unique = list({id(s): s for s in routes.values()}.values())
         self.function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=PRODUCER_KINESIS_ACTIONS,
-                resources=[s.stream.stream_arn for s in streams],
-            )
+            iam.PolicyStatement(actions=PRODUCER_KINESIS_ACTIONS, resources=[s.stream_arn for s in unique])
         )
-        for stream in streams:
+        for stream in unique:
             if stream.key is not None:
                 stream.key.grant(self.function, *PRODUCER_KMS_ACTIONS)
 
@@ -143,14 +223,14 @@ class ProducerApi(Construct):
         access_logs = logs.LogGroup(
             self,
             "AccessLogs",
-            removal_policy=log_removal(pipeline),
-            retention=log_retention(pipeline.log_retention_days),
+            removal_policy=removal_policy,
+            retention=log_retention(log_retention_days),
             encryption_key=log_key,
         )
         self.api = apigw.RestApi(
             self,
             "Api",
-            rest_api_name=f"{pipeline.prefix}-producer",
+            rest_api_name=api_name,
             description="shardline producer: POST /streams/{stream}/records",
             endpoint_types=[apigw.EndpointType.REGIONAL],  # service callers: no edge distribution
             policy=policy,
@@ -189,8 +269,8 @@ class ProducerApi(Construct):
             self,
             "ExecutionLogs",
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{self.api.deployment_stage.stage_name}",
-            removal_policy=log_removal(pipeline),
-            retention=log_retention(pipeline.log_retention_days),
+            removal_policy=removal_policy,
+            retention=log_retention(log_retention_days),
             encryption_key=log_key,
         )
         validator = self.api.add_request_validator(
@@ -221,11 +301,14 @@ class ProducerApi(Construct):
             Validations.of(self.method).acknowledge(
                 Acknowledgment(
                     id="AwsSolutions::AwsSolutions-APIG4",
-                    reason="auth 'api-key' was chosen in cdk.json: each client presents its own API key "
+                    reason="auth 'api-key' was chosen: each client presents its own API key "
                     "(its usage plan's throttle and daily quota) instead of an IAM signature; the default "
                     "is 'iam'.",
                 )
             )
+        acknowledge_function(self.function)
+        acknowledge_rules(self.api, API)
+        add_tags(self, tags)
 
     def _client(self, client: ApiClient) -> None:
         """A client's API key (its value made by API Gateway: `aws apigateway get-api-key --include-value`)

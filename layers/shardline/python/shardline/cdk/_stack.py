@@ -1,23 +1,35 @@
-"""The stack: streams, the shared key and layers, the producer API, consumer groups, monitoring."""
+"""The stack of this repository's app: the public constructs (`Stream`, `Layers`, `ProducerApi`,
+`ConsumerGroup`, `Monitoring`) composed from the pipeline configuration, with the keys and the
+access-log bucket they share."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, RemovalPolicy, Stack, Tags, Validations
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_s3 as s3
+from aws_cdk import CfnOutput, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from shardline.cdk._config import PipelineConfig, logical_id
+from shardline.cdk._config import ConsumerGroupConfig, PipelineConfig, StreamConfig, logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._dead_letters import access_log_bucket
 from shardline.cdk._feature_flags import FEATURE_FLAGS
-from shardline.cdk._keys import retained_key
+from shardline.cdk._keys import alarm_topic_key, logs_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._monitoring import Monitoring
 from shardline.cdk._producer_api import ProducerApi
+from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
+from shardline.cdk._tables import EXAMPLE_SINK_KEYS, attribute
+from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
+
+#: What the repository's example sinks hold (`shardline.aws_lambda.SinkDeclaration`).
+EXAMPLE_SINK_HOLDS: dict[str, dict[str, Any]] = {
+    "events": {"holds": "records", "id_attribute": "recordId"},
+    "counter": {"holds": "counts", "key_attribute": "partitionKey", "count_attribute": "count"},
+}
 
 
 class PipelineStack(Stack):
@@ -29,52 +41,42 @@ class PipelineStack(Stack):
         # (set before any child exists, as CDK requires).
         for flag, value in FEATURE_FLAGS.items():
             self.node.set_context(flag, value)
-        # The alarm topic's key, and only its: CloudWatch and SNS may use it to deliver alarms. Each
-        # consumer group has its own key for its data (`ConsumerGroup.key`), logs have `logs_key`.
-        self.key = retained_key(
-            self, "Key", description="shardline alarm topic", alias=f"alias/{config.prefix}/alarms"
+        self.config = config
+        removal = RemovalPolicy.RETAIN if config.retain_data else RemovalPolicy.DESTROY
+        # The alarm topic's key, and only its. Each consumer group has its own key for its data
+        # (`ConsumerGroup.key`); every log group of the stack shares `logs_key`.
+        self.key = alarm_topic_key(self, "Key", alias=f"alias/{config.prefix}/alarms")
+        self.logs_key = logs_key(
+            self, "LogsKey", description="shardline log groups", alias=f"alias/{config.prefix}/logs"
         )
-        # CloudWatch encrypts what it publishes to the alarm topic: only for this account's alarms.
-        self.key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="CloudWatchAlarmsOfThisAccount",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],  # in a key policy, "*" is this key
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
-            )
-        )
-        self.logs_key = self._logs_key(config.prefix)
-        self.access_logs = self._access_log_bucket()
+        # S3 server access logs of every group's dead-letter bucket, one prefix per group.
+        self.access_logs = access_log_bucket(self, "AccessLogs")
         self.layers = Layers(self, "Layers")
-        self.streams = {
-            s.name: Stream(
-                self, f"Stream-{s.name}", s, name=f"{config.prefix}-{s.name}", retain=config.retain_data
-            )
-            for s in config.streams
-        }
+        self.streams = {s.name: self._stream(s, removal) for s in config.streams}
+        api = config.api
         self.api = ProducerApi(
             self,
             "Producer",
-            config=config.api,
-            streams=list(self.streams.values()),
+            streams=self.streams,
             layers=self.layers,
-            pipeline=config,
+            auth=api.auth,
+            throttle_rate=api.throttle_rate,
+            throttle_burst=api.throttle_burst,
+            max_records_per_request=api.max_records_per_request,
+            max_body_bytes=api.max_body_bytes,
+            throttled_give_up_seconds=api.throttled_give_up_seconds,
+            reserved_concurrency=api.reserved_concurrency,
+            allowed_principals=api.allowed_principals,
+            allowed_organization=api.allowed_organization,
+            clients=api.clients,
+            log_retention_days=config.log_retention_days,
             log_key=self.logs_key,
+            removal_policy=removal,
+            api_name=f"{config.prefix}-producer",
+            metrics_namespace=config.metrics_namespace,
         )
-        self.groups = [
-            ConsumerGroup(
-                self,
-                f"Group-{group.name}",
-                config=group,
-                stream=self.streams[group.stream],
-                layers=self.layers,
-                log_key=self.logs_key,
-                access_logs=self.access_logs,
-                pipeline=config,
-            )
-            for group in config.consumer_groups
-        ]
+        self.groups = [self._group(group, removal) for group in config.consumer_groups]
+        alarms = config.alarms
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -83,63 +85,72 @@ class PipelineStack(Stack):
             groups=self.groups,
             key=self.key,
             dashboard_name=config.prefix,
-            namespace=config.metrics_namespace,
-            alarms=config.alarms,
+            alarms_enabled=alarms.enabled,
+            emails=alarms.emails,
+            # The team's existing topics (a pager, chat) get every alarm and OK beside the stack's own.
+            alarm_actions=[
+                actions.SnsAction(sns.Topic.from_topic_arn(self, f"ExistingAlarmTopic{index}", arn))
+                for index, arn in enumerate(alarms.topic_arns)
+            ],
         )
         # Cost allocation: activate these tags in Billing to see each stage's bill.
         Tags.of(self).add("project", config.stack_name)
         Tags.of(self).add("stage", config.stage)
         self._outputs()
 
-    def _logs_key(self, prefix: str) -> kms.Key:
-        """The key of every log group of the stack (functions', API access and execution logs): CloudWatch
-        Logs of this account and region may use it, for this account's log groups only."""
-        key = retained_key(self, "LogsKey", description="shardline log groups", alias=f"alias/{prefix}/logs")
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="CloudWatchLogsOfThisAccountAndRegion",
-                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-                actions=[
-                    "kms:Encrypt*",
-                    "kms:Decrypt*",
-                    "kms:ReEncrypt*",
-                    "kms:GenerateDataKey*",
-                    "kms:Describe*",
-                ],
-                resources=["*"],  # in a key policy, "*" is this key
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": (
-                            f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
-                        )
-                    }
-                },
-            )
-        )
-        return key
-
-    def _access_log_bucket(self) -> s3.Bucket:
-        """S3 server access logs of the dead-letter buckets (one prefix per group): who read or wrote a
-        dead letter. SSE-S3, as S3's log delivery requires (it cannot use a KMS key); written by S3's
-        logging service only for this account's buckets (the bucket policy CDK writes); kept a year."""
-        bucket = s3.Bucket(
+    def _stream(self, s: StreamConfig, removal: RemovalPolicy) -> Stream:
+        """A configured stream: created under the stage's name, or an existing one by its ARN."""
+        if s.arn is not None:
+            return Stream.from_stream_arn(
+                self, f"Stream-{s.name}", s.arn, key=s.key_arn, route=s.name,
+                retention_hours=s.retention_hours, max_record_size_kib=s.max_record_size_kib,
+                explicit_hash_keys=s.explicit_hash_keys,
+            )  # fmt: skip
+        return Stream(
             self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
-            removal_policy=RemovalPolicy.RETAIN,
+            f"Stream-{s.name}",
+            stream_name=f"{self.config.prefix}-{s.name}",
+            route=s.name,
+            shards=s.shards,
+            retention_hours=s.retention_hours,
+            encryption="customer-managed" if s.encryption == "customer-managed" else "aws-managed",
+            max_record_size_kib=s.max_record_size_kib,
+            explicit_hash_keys=s.explicit_hash_keys,
+            removal_policy=removal,
         )
-        Validations.of(bucket).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-S1",
-                reason="This is the access-log bucket of the dead-letter buckets: its own access would be "
-                "logged into itself. Its writes are S3's log delivery, scoped by its bucket policy.",
-            )
+
+    def _group(self, group: ConsumerGroupConfig, removal: RemovalPolicy) -> ConsumerGroup:
+        return ConsumerGroup(
+            self,
+            f"Group-{group.name}",
+            name=group.name,
+            stream=self.streams[group.stream],
+            layers=self.layers,
+            # A relative folder is the app's (code_root).
+            code=self.config.code_root / group.handler,
+            sinks=[_sink(group)],
+            enhanced_fan_out=group.enhanced_fan_out,
+            starting_position=group.starting_position,
+            starting_position_timestamp=group.starting_position_timestamp,
+            batch_size=group.batch_size,
+            batching_window_seconds=group.batching_window_seconds,
+            parallelization=group.parallelization,
+            retry_attempts=group.retry_attempts,
+            max_record_age_seconds=group.max_record_age_seconds,
+            max_attempts=group.max_attempts,
+            checkpoint_interval_seconds=group.checkpoint_interval_seconds,
+            memory_mb=group.memory_mb,
+            timeout_seconds=group.timeout_seconds,
+            reserved_concurrency=group.reserved_concurrency,
+            sink_ttl_days=group.sink_ttl_days,
+            dead_letter_readers=group.dead_letter_readers,
+            log_retention_days=self.config.log_retention_days,
+            log_key=self.logs_key,
+            access_logs=self.access_logs,
+            removal_policy=removal,
+            key_alias=f"alias/{self.config.prefix}/{group.name}",
+            metrics_namespace=self.config.metrics_namespace,
         )
-        return bucket
 
     def _outputs(self) -> None:
         """What an operator needs after `cdk deploy`: where to call, what to watch, where failures go."""
@@ -161,9 +172,10 @@ class PipelineStack(Stack):
                 description=f"stream '{name}'",
             )
         for group in self.groups:
-            name = logical_id(group.config.name)
+            name = logical_id(group.name)
             CfnOutput(self, f"{name}LeaseTable", value=group.leases.table_name)
-            CfnOutput(self, f"{name}SinkTable", value=group.sink.table_name)
+            if group.sink is not None:
+                CfnOutput(self, f"{name}SinkTable", value=group.sink.table_name)
             CfnOutput(
                 self,
                 f"{name}DeadLetters",
@@ -171,3 +183,20 @@ class PipelineStack(Stack):
                 description="whole poison records",
             )
             CfnOutput(self, f"{name}MappingFailures", value=group.failures.queue_url)
+
+
+def _sink(group: ConsumerGroupConfig) -> Sink:
+    """The group's sink table from the configuration: an example's key schema (`events`, `counter`)
+    and what it holds, or the group's own (`sink: {partitionKey, sortKey, holds, ...}`); each keeps a
+    guard item per client id (`shardline.consumer.once`), which expires with its `expiresAt`."""
+    partition: dynamodb.Attribute
+    sort: dynamodb.Attribute | None
+    if group.sink_keys is None:
+        keys = EXAMPLE_SINK_KEYS[group.sink]
+        partition, sort = attribute(keys[0]), (attribute(keys[1]) if keys[1] else None)
+        declared: dict[str, Any] = EXAMPLE_SINK_HOLDS[group.sink]
+    else:
+        partition = attribute(group.sink_keys[0])
+        sort = attribute(group.sink_keys[1]) if group.sink_keys[1] else None
+        declared = {"holds": group.sink_holds, **dict(group.sink_attributes)}
+    return Sink.create(partition, sort, time_to_live_attribute=EXPIRES_AT_ATTRIBUTE, **declared)

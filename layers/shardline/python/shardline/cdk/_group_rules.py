@@ -1,0 +1,142 @@
+"""A consumer group's mapping settings: shardline's defaults and the refusals that hold whether the
+group comes from the configuration (`shardline.consumerGroups[i]`, camelCase keys) or is built as a
+`ConsumerGroup` (snake_case props), each naming the setting at fault in its own spelling."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from shardline.cdk._config_reader import ConfigError
+
+#: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
+#: failure when it runs alone), which takes a second attempt after whatever failed first.
+MIN_MAX_ATTEMPTS = 2
+STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
+#: A record age this far below the stream's retention: a batch given up at that age still points at
+#: records the stream holds (the on-failure message is metadata only, redriven from the stream).
+RECORD_AGE_MARGIN_S = 3600
+MAX_RECORD_AGE_S = 604800
+#: Kinesis registers at most 20 enhanced fan-out consumers per stream (On-demand Standard and
+#: Provisioned; RegisterStreamConsumer), and creates at most 5 at a time.
+MAX_STREAM_CONSUMERS = 20
+CONSUMER_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+
+#: Names a setting in an error: (configuration key, construct prop) -> the message's prefix.
+Where = Callable[[str, str], str]
+
+
+def config_key(path: str) -> Where:
+    """Errors about `path`'s keys (`shardline.consumerGroups[0].retryAttempts: ...`)."""
+    return lambda key, _prop: f"{path}.{key}"
+
+
+def construct_prop(kind: str, name: str) -> Where:
+    """Errors about a construct's props (`ConsumerGroup 'orders': retry_attempts: ...`)."""
+    return lambda _key, prop: f"{kind} {name!r}: {prop}"
+
+
+def within(where: Where, key: str, prop: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigError(f"{where(key, prop)}: must be within {low}..{high}, got {value!r}")
+
+
+def default_max_record_age(retention_hours: int) -> int:
+    """The longest record age the mapping may give a batch up at: below the retention by the margin."""
+    return min(MAX_RECORD_AGE_S, retention_hours * 3600 - RECORD_AGE_MARGIN_S)
+
+
+def check_max_attempts(where: Where, max_attempts: int) -> None:
+    if (
+        isinstance(max_attempts, int)
+        and not isinstance(max_attempts, bool)
+        and max_attempts < MIN_MAX_ATTEMPTS
+    ):
+        raise ConfigError(
+            f"{where('maxAttempts', 'max_attempts')}: must be at least {MIN_MAX_ATTEMPTS}, "
+            f"got {max_attempts}: "
+            "a record is dead-lettered only on evidence against it, and a crash or an overlapping delivery "
+            "counts against a record only once the record has run again, alone; with one attempt the "
+            "first record of any crashed delivery would be dead-lettered without that second run"
+        )
+
+
+def check_parallelization(where: Where, parallelization: int) -> None:
+    if parallelization != 1:
+        raise ConfigError(
+            f"{where('parallelization', 'parallelization')}: must be 1, got {parallelization}: shardline "
+            "keeps one checkpoint per shard and its producer packs many partition keys into one Kinesis "
+            "record, so the mapping must deliver one batch per shard at a time (concurrent batches of "
+            "one shard would skip each other's records as already processed)"
+        )
+
+
+def check_retry_attempts(where: Where, retry_attempts: int, max_attempts: int) -> None:
+    if 0 <= retry_attempts <= max_attempts:
+        raise ConfigError(
+            f"{where('retryAttempts', 'retry_attempts')}: {retry_attempts} must be -1 (until the record "
+            f"age) or above maxAttempts ({max_attempts}): otherwise the mapping discards a batch "
+            "(metadata only) before shardline dead-letters its poison record whole (a record whose "
+            "delivery kills the function is dead-lettered on the delivery after its last attempt)"
+        )
+
+
+def check_max_record_age(where: Where, max_record_age: int, retention_hours: int) -> None:
+    retention_seconds = retention_hours * 3600
+    if max_record_age >= retention_seconds:
+        raise ConfigError(
+            f"{where('maxRecordAgeSeconds', 'max_record_age_seconds')}: {max_record_age} must be below "
+            f"the stream's retention ({retention_seconds} s): a batch given up at that age points at "
+            "records already trimmed"
+        )
+
+
+def check_starting_position(where: Where, position: str, timestamp: float | None) -> None:
+    """AT_TIMESTAMP exactly with a timestamp (the mapping refuses either without the other)."""
+    if position not in STARTING_POSITIONS:
+        raise ConfigError(
+            f"{where('startingPosition', 'starting_position')}: must be one of "
+            f"{', '.join(STARTING_POSITIONS)}, got {position!r}"
+        )
+    at = where("startingPositionTimestamp", "starting_position_timestamp")
+    if position != "AT_TIMESTAMP" and timestamp is not None:
+        raise ConfigError(f"{at}: only with AT_TIMESTAMP as the startingPosition")
+    if position == "AT_TIMESTAMP" and timestamp is None:
+        raise ConfigError(
+            f"{at}: required with AT_TIMESTAMP, an ISO 8601 time with its offset such as "
+            "2026-11-01T00:00:00Z (a construct takes epoch seconds or a datetime with its offset)"
+        )
+
+
+def check_consumer_name(where: Where, consumer_name: str) -> None:
+    if not CONSUMER_NAME.match(consumer_name):
+        raise ConfigError(
+            f"{where('enhancedFanOut', 'consumer_name')}: {consumer_name!r} is no Kinesis consumer name "
+            "(1-128 letters, digits, '_', '.' or '-')"
+        )
+
+
+def check_stream_consumers(where: Where, consumer_name: str, registered: list[str]) -> None:
+    """One more enhanced fan-out consumer on a stream with `registered` ones (by name)."""
+    if consumer_name in registered:
+        raise ConfigError(
+            f"{where('enhancedFanOut', 'consumer_name')}: the stream already has a consumer named "
+            f"{consumer_name!r} (a consumer's name is unique on its stream)"
+        )
+    if len(registered) >= MAX_STREAM_CONSUMERS:
+        raise ConfigError(
+            f"{where('enhancedFanOut', 'enhanced_fan_out')}: the stream already has {len(registered)} "
+            f"enhanced fan-out consumers, Kinesis's most per stream ({MAX_STREAM_CONSUMERS}); let this "
+            "group share the stream's read throughput instead"
+        )
+
+
+#: On-demand streams start with 4 shards and split as they grow: reserve for this many by default.
+ON_DEMAND_SHARDS_RESERVED = 10
+
+
+def group_reservation(shards: int | None, parallelization: int) -> int:
+    """A consumer group's reserved concurrency by default: one execution per shard and concurrent
+    batch (`shards × parallelization`), on-demand streams counted as `ON_DEMAND_SHARDS_RESERVED`
+    shards. The mapping invokes at most that many at once, so more would only be taken from others."""
+    return (ON_DEMAND_SHARDS_RESERVED if shards is None else shards) * parallelization

@@ -25,6 +25,7 @@ from shardline.cdk._dead_letters import (
     dead_letter_queue,
     guard_dead_letters,
 )
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import CodeSource, add_tags, python_function
 from shardline.cdk._keys import logs_key, retained_key
 from shardline.cdk._layers import Layers
@@ -115,6 +116,7 @@ class ConsumerGroup(Construct):
         mapping_props: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        pin_feature_flags(self)
         where = rules.construct_prop("ConsumerGroup", name)
         if not rules.CONSUMER_NAME.match(name) or len(name) > 64:
             raise ValueError(f"ConsumerGroup {name!r}: name: must be 1-64 letters, digits, '_', '.' or '-'")

@@ -1,12 +1,16 @@
 """The CDK feature flags shardline's constructs are built and tested with (this repository's cdk.json).
 
-`PipelineStack` sets them on itself, so a team's app synthesizes the same resources whatever flags its
-own cdk.json holds; tests/infra/test_feature_flags.py keeps this list equal to cdk.json's.
+`PipelineStack` sets them on itself, and each construct on itself (`pin_feature_flags`, before its
+first child: CDK reads a flag from the construct up), so a team's app synthesizes the same resources
+whatever flags its own cdk.json holds (e.g. the access-log bucket written through its bucket policy,
+not an ACL); tests/infra/test_feature_flags.py keeps this list equal to cdk.json's.
 """
 
 from __future__ import annotations
 
-__all__ = ["FEATURE_FLAGS"]
+from constructs import Construct
+
+__all__ = ["FEATURE_FLAGS", "pin_feature_flags"]
 
 FEATURE_FLAGS: dict[str, object] = {
     "@aws-cdk/aws-signer:signingProfileNamePassedToCfn": True,
@@ -113,3 +117,9 @@ FEATURE_FLAGS: dict[str, object] = {
     "@aws-cdk/aws-apigateway:logGroupDestinationArnWithoutWildcard": True,
     "@aws-cdk/aws-stepfunctions-tasks:evaluateExpressionDedicatedFunction": True,
 }
+
+
+def pin_feature_flags(scope: Construct) -> None:
+    """Set the flags on `scope`, which must have no child yet."""
+    for flag, value in FEATURE_FLAGS.items():
+        scope.node.set_context(flag, value)

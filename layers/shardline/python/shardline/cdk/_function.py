@@ -78,10 +78,14 @@ def python_function(
         raise ValueError(
             f"{owner}: function_props.environment: {overridden} are shardline's own (its props set them)"
         )
+    try:
+        retention = log_retention(log_retention_days)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        retention=log_retention(log_retention_days),
+        retention=retention,
         removal_policy=log_removal,
         encryption_key=log_key,
     )

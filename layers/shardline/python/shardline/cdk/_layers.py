@@ -30,6 +30,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._interpreters import find_python
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
@@ -100,6 +101,7 @@ class Layers(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
+        pin_feature_flags(self)
         folder, compiled = build_layer()
         if not compiled:
             Annotations.of(self).add_warning_v2(
@@ -116,7 +118,15 @@ class Layers(Construct):
             description="shardline: KPL aggregation, producer and consumer groups",
         )
         self.powertools_version = POWERTOOLS_VERSION
-        arn = ssm.StringParameter.value_for_string_parameter(
-            self, powertools_parameter(self.powertools_version)
-        )
-        self.powertools = lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)
+        self._powertools: lambda_.ILayerVersion | None = None
+
+    @property
+    def powertools(self) -> lambda_.ILayerVersion:
+        """The Powertools layer, resolved from its SSM parameter when a function first takes it (a
+        template parameter no function uses is a finding of CloudFormation's validation)."""
+        if self._powertools is None:
+            arn = ssm.StringParameter.value_for_string_parameter(
+                self, powertools_parameter(self.powertools_version)
+            )
+            self._powertools = lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)
+        return self._powertools

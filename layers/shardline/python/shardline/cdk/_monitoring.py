@@ -18,6 +18,7 @@ from constructs import Construct
 
 from shardline.cdk._config_reader import logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags
 from shardline.cdk._keys import alarm_topic_key
 from shardline.cdk._producer_api import ProducerApi
@@ -120,6 +121,7 @@ class Monitoring(Construct):
         tags: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        pin_feature_flags(self)
         owner = f"Monitoring {construct_id!r}"
         if not alarms_enabled and (alarm_actions or emails):
             raise ValueError(

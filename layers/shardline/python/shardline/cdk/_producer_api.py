@@ -23,6 +23,7 @@ from shardline.cdk._config_api import (
     producer_reservation,
 )
 from shardline.cdk._config_reader import logical_id
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention, python_function
 from shardline.cdk._keys import logs_key
 from shardline.cdk._layers import Layers
@@ -134,6 +135,7 @@ class ProducerApi(Construct):
         function_props: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        pin_feature_flags(self)
         owner = f"ProducerApi {construct_id!r}"
         routes = dict(streams) if isinstance(streams, Mapping) else {s.route: s for s in streams}
         if not routes:

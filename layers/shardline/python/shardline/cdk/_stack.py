@@ -15,7 +15,7 @@ from constructs import Construct
 from shardline.cdk._config import ConsumerGroupConfig, PipelineConfig, StreamConfig, logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
 from shardline.cdk._dead_letters import access_log_bucket
-from shardline.cdk._feature_flags import FEATURE_FLAGS
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._keys import alarm_topic_key, logs_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._monitoring import Monitoring
@@ -39,8 +39,7 @@ class PipelineStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         # The flags the constructs were built and tested with, whatever the app's own cdk.json says
         # (set before any child exists, as CDK requires).
-        for flag, value in FEATURE_FLAGS.items():
-            self.node.set_context(flag, value)
+        pin_feature_flags(self)
         self.config = config
         removal = RemovalPolicy.RETAIN if config.retain_data else RemovalPolicy.DESTROY
         # The alarm topic's key, and only its. Each consumer group has its own key for its data

@@ -12,6 +12,7 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags
 from shardline.cdk._keys import retained_key
 
@@ -63,6 +64,7 @@ class Stream(Construct):
         _existing: Callable[[Stream], tuple[kinesis.IStream, kms.IKey | None]] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        pin_feature_flags(self)
         owner = f"Stream {construct_id!r}"
         self.shards = None if shards is None else _within(owner, "shards", shards, 1, 500)
         self.retention_hours = _within(owner, "retention_hours", retention_hours, 24, 8760)

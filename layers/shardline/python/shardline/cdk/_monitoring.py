@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Aws, Duration
+from aws_cdk import Aws
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -18,15 +17,15 @@ from constructs import Construct
 
 from shardline.cdk._config_reader import logical_id
 from shardline.cdk._consumer_group import ConsumerGroup
+from shardline.cdk._dashboard import dashboard
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags
 from shardline.cdk._keys import alarm_topic_key
+from shardline.cdk._metrics import FIVE_MINUTES, ONE_MINUTE, kinesis, lambda_metric, shardline
 from shardline.cdk._producer_api import ProducerApi
 from shardline.cdk._stream import Stream
 
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
-FIVE_MINUTES = Duration.minutes(5)
-ONE_MINUTE = Duration.minutes(1)
 #: The longest wait of a stalled shard between two deliveries (shardline.consumer's backoff cap).
 STALL_BACKOFF_CAP_S = 60
 #: An hour in ALARM after the mapping skipped a batch: the page is not undone by the next quiet minute.
@@ -37,45 +36,6 @@ DATAPOINTS_TO_ALARM = 2
 REDRIVE_SECTION = "Redriving what the mapping discarded"
 REDRIVE_ANCHOR = "#redriving-what-the-mapping-discarded"
 API_LATENCY_P99_MS = 20_000
-
-
-def _kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
-    return cw.Metric(
-        namespace="AWS/Kinesis",
-        metric_name=metric,
-        dimensions_map={"StreamName": stream.stream_name},
-        statistic=statistic,
-        period=FIVE_MINUTES,
-    )
-
-
-def _lambda(metric: str, function_name: str, statistic: str = "Sum") -> cw.Metric:
-    return cw.Metric(
-        namespace="AWS/Lambda",
-        metric_name=metric,
-        dimensions_map={"FunctionName": function_name},
-        statistic=statistic,
-        period=FIVE_MINUTES,
-    )
-
-
-def _shardline(
-    namespace: str,
-    metric: str,
-    dimensions: dict[str, str],
-    statistic: str = "Sum",
-    *,
-    period: Duration = FIVE_MINUTES,
-    label: str | None = None,
-) -> cw.Metric:
-    return cw.Metric(
-        namespace=namespace,
-        metric_name=metric,
-        dimensions_map=dimensions,
-        statistic=statistic,
-        period=period,
-        label=label,
-    )
 
 
 def stall_window_minutes(timeout_seconds: int) -> int:
@@ -141,7 +101,7 @@ class Monitoring(Construct):
             self._alarm_topic(key or alarm_topic_key(self, "Key", alias=None), emails)
         self._targets += list(alarm_actions)
         api_dimensions = self._alarms_on(list(streams), api, list(groups))
-        self.dashboard = self._dashboard(dashboard_name, list(streams), api, list(groups), api_dimensions)
+        self.dashboard = dashboard(self, dashboard_name, list(streams), api, list(groups), api_dimensions)
         add_tags(self, tags)
 
     def _alarm_topic(self, key: kms.IKey, emails: Sequence[str]) -> None:
@@ -176,7 +136,7 @@ class Monitoring(Construct):
             half_retention_ms = stream.retention_hours * 3600 * 1000 / 2
             self._alarm(
                 f"{name}IteratorAge",
-                _kinesis("GetRecords.IteratorAgeMilliseconds", stream, "Maximum"),
+                kinesis("GetRecords.IteratorAgeMilliseconds", stream, "Maximum"),
                 half_retention_ms,
                 f"{name}: the slowest reader is half a retention period behind; records start to be trimmed "
                 "unread at the full period. Runbook: find the lagging group on the dashboard (lag widgets), "
@@ -187,7 +147,7 @@ class Monitoring(Construct):
             producer = {"service": "shardline-producer", "StreamName": stream.stream_name}
             self._alarm(
                 f"{name}ProducerNotLanded",
-                _shardline(api.metrics_namespace, "UserRecordsNotLanded", producer),
+                shardline(api.metrics_namespace, "UserRecordsNotLanded", producer),
                 0,
                 f"{name}: the producer could not land records in time (throttled or expired, Kinesis "
                 "unavailable, or replies lost and never confirmed) and answered them as failed: each "
@@ -205,7 +165,7 @@ class Monitoring(Construct):
         """The producer's alarms; the API's metric dimensions, which the dashboard uses."""
         self._alarm(
             "ProducerErrors",
-            _lambda("Errors", api.function.function_name),
+            lambda_metric("Errors", api.function.function_name),
             0,
             "producer function errors: requests answered 5XX. Runbook: the 'Recent errors' widget and the "
             "function's logs (Powertools, correlation id = API request id).",
@@ -248,7 +208,7 @@ class Monitoring(Construct):
         retention_ms = group.stream.retention_hours * 3600 * 1000
         self._alarm(
             f"{name}IteratorAge",
-            _lambda("IteratorAge", function_name, "Maximum"),
+            lambda_metric("IteratorAge", function_name, "Maximum"),
             retention_ms / 2,
             f"{name}: half a retention period behind; at the full period records are trimmed before "
             "this group reads them. Runbook: function errors and duration on the dashboard; a poison "
@@ -256,14 +216,14 @@ class Monitoring(Construct):
         )
         self._alarm(
             f"{name}Errors",
-            _lambda("Errors", function_name),
+            lambda_metric("Errors", function_name),
             0,
             f"{name}: invocations failed as a whole (timeouts, crashes): their batches are retried and "
             "the shard waits. Runbook: 'Recent errors'; CrashesDetected in the group's metrics.",
         )
         self._alarm(
             f"{name}RecordsFailed",
-            _shardline(namespace, "RecordsFailed", dimensions),
+            shardline(namespace, "RecordsFailed", dimensions),
             0,
             f"{name}: the handler failed on records (each is retried, then dead-lettered). Runbook: "
             "the function's logs name the record; a fix followed by a DLQ redrive restores them.",
@@ -297,7 +257,7 @@ class Monitoring(Construct):
         window = stall_window_minutes(group.timeout_seconds)
         self._alarm(
             f"{name}ShardStalled",
-            _shardline(namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
+            shardline(namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
             1,
             f"{name}: a shard is stalled on its environment, not on a record (sink table missing or "
             "forbidden, ItemCollectionSizeLimitExceeded, DLQ or dead-letter bucket refusing sends, "
@@ -314,7 +274,7 @@ class Monitoring(Construct):
         )
         self._alarm(
             f"{name}BatchesSkippedByMapping",
-            _shardline(namespace, "BatchesSkippedByMapping", dimensions, period=ONE_MINUTE),
+            shardline(namespace, "BatchesSkippedByMapping", dimensions, period=ONE_MINUTE),
             1,
             f"{name}: the event-source mapping gave up on a stalled batch (record age or retries) and "
             "moved past records this group never applied. The on-failure queue holds their shard and "
@@ -327,7 +287,7 @@ class Monitoring(Construct):
         )
         self._alarm(
             f"{name}LeaseLosses",
-            _shardline(namespace, "LeaseLosses", dimensions),
+            shardline(namespace, "LeaseLosses", dimensions),
             0,
             f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
             "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
@@ -364,199 +324,3 @@ class Monitoring(Construct):
         alarm.add_alarm_action(*self._targets)
         alarm.add_ok_action(*self._targets)  # the page that says it is over
         self.alarms.append(alarm)
-
-    def _dashboard(
-        self,
-        name: str | None,
-        streams: list[Stream],
-        api: ProducerApi | None,
-        groups: list[ConsumerGroup],
-        api_dimensions: dict[str, str],
-    ) -> cw.Dashboard:
-        """The page: what stalls first, then traffic in, the producer (with an API), the streams'
-        health, each group, and recent errors."""
-        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=name)
-        dashboard.add_widgets(*self._overview(streams, api, groups, api_dimensions))
-        graph = cw.GraphWidget
-        for group in groups:
-            name = group.name
-            namespace = group.metrics_namespace
-            dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
-            dashboard.add_widgets(
-                graph(
-                    title=f"{name}: processed, duplicates skipped, DLQ",
-                    left=[
-                        _shardline(namespace, m, dimensions)
-                        for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
-                    ],
-                    width=6,
-                ),
-                graph(
-                    # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
-                    title=f"{name}: copies and client ids skipped",
-                    left=[
-                        _shardline(namespace, m, dimensions)
-                        for m in (
-                            "AggregateCopiesSkipped",
-                            "OutOfRangeRecordsSkipped",
-                            "ClientIdDuplicatesSkipped",
-                        )
-                    ],
-                    width=6,
-                ),
-                graph(
-                    title=f"{name}: lag",
-                    left=[
-                        _shardline(namespace, "MillisBehindLatest", dimensions, "Maximum"),
-                        _lambda("IteratorAge", group.function.function_name, "Maximum"),
-                    ],
-                    width=6,
-                ),
-                graph(
-                    title=f"{name}: lease table throttles",
-                    left=[
-                        group.leases.metric_throttled_requests_for_operations(
-                            operations=[op], period=FIVE_MINUTES
-                        )
-                        for op in (
-                            dynamodb.Operation.GET_ITEM,
-                            dynamodb.Operation.UPDATE_ITEM,
-                            dynamodb.Operation.TRANSACT_WRITE_ITEMS,
-                        )
-                    ],
-                    width=6,
-                ),
-            )
-        log_groups = ([] if api is None else [api.function.log_group.log_group_name]) + [
-            g.function.log_group.log_group_name for g in groups
-        ]
-        if log_groups:
-            dashboard.add_widgets(
-                cw.LogQueryWidget(
-                    title="Recent errors",
-                    log_group_names=log_groups,
-                    query_lines=[
-                        "fields @timestamp, @log, level, message",
-                        "filter level = 'ERROR'",
-                        "sort @timestamp desc",
-                        "limit 50",
-                    ],
-                    width=24,
-                )
-            )
-        return dashboard
-
-    def _overview(
-        self,
-        streams: list[Stream],
-        api: ProducerApi | None,
-        groups: list[ConsumerGroup],
-        api_dimensions: dict[str, str],
-    ) -> list[cw.IWidget]:
-        """The page's first row: title, stalls, traffic, the producer (with an API), stream health."""
-        graph = cw.GraphWidget
-        widgets: list[cw.IWidget] = [
-            cw.TextWidget(markdown="# shardline", width=24, height=1),
-            # First, as the page opens: a shard that does not move, and what the mapping skipped.
-            graph(
-                title="Consumer groups: shards stalled, batches skipped by the mapping",
-                left=[
-                    _shardline(
-                        g.metrics_namespace,
-                        metric,
-                        {"service": f"shardline-{g.name}", "ConsumerGroup": g.name},
-                        period=ONE_MINUTE,
-                        label=f"{g.name} {metric}",
-                    )
-                    for g in groups
-                    for metric in ("ShardStalls", "BatchesSkippedByMapping")
-                ],
-                width=24,
-            ),
-        ]
-        if api is not None:
-            widgets.append(
-                graph(
-                    title="Traffic in: API requests",
-                    left=[
-                        cw.Metric(
-                            namespace="AWS/ApiGateway",
-                            metric_name="Count",
-                            dimensions_map=api_dimensions,
-                            statistic="Sum",
-                            period=FIVE_MINUTES,
-                        )
-                    ],
-                    width=12,
-                )
-            )
-        widgets.append(
-            graph(
-                title="Traffic in: Kinesis records",
-                left=[_kinesis("IncomingRecords", s) for s in streams],
-                width=12,
-            )
-        )
-        if api is not None:
-            widgets += self._producer_widgets(api, streams)
-        widgets += [
-            graph(
-                title="Stream health: iterator age",
-                left=[_kinesis("GetRecords.IteratorAgeMilliseconds", s, "Maximum") for s in streams],
-                width=12,
-            ),
-            graph(
-                title="Stream health: throttled",
-                left=[
-                    m
-                    for s in streams
-                    for m in (
-                        _kinesis("WriteProvisionedThroughputExceeded", s),
-                        _kinesis("ReadProvisionedThroughputExceeded", s),
-                        _kinesis("PutRecords.ThrottledRecords", s),
-                        _kinesis("PutRecords.FailedRecords", s),
-                    )
-                ],
-                width=12,
-            ),
-        ]
-        return widgets
-
-    def _producer_widgets(self, api: ProducerApi, streams: list[Stream]) -> list[cw.IWidget]:
-        graph = cw.GraphWidget
-        namespace = api.metrics_namespace
-        # The producer function publishes per stream (dimensions service and StreamName).
-        producer = [{"service": "shardline-producer", "StreamName": s.stream_name} for s in streams]
-        return [
-            graph(
-                title="Producer: user records per Kinesis record",
-                left=[_shardline(namespace, "UserRecordsPerKinesisRecord", p, "Average") for p in producer],
-                width=6,
-            ),
-            graph(
-                title="Producer: retries per record",
-                left=[_shardline(namespace, "RetriesPerRecord", p, "Average") for p in producer],
-                width=6,
-            ),
-            graph(
-                title="Producer: errors and expired",
-                left=[
-                    _shardline(namespace, m, p) for p in producer for m in ("AllErrors", "UserRecordExpired")
-                ],
-                width=6,
-            ),
-            graph(
-                title="Producer: not landed, sealed, resent",
-                left=[
-                    _shardline(namespace, m, p)
-                    for p in producer
-                    for m in (
-                        "UserRecordsNotLanded",
-                        "AggregatesSealed",
-                        "SealedAggregatesResent",
-                        "AggregatesRerouted",
-                    )
-                ],
-                width=6,
-            ),
-        ]

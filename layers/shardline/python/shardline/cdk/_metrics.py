@@ -1,0 +1,51 @@
+"""The metrics shardline's alarms and dashboard read: Kinesis's, Lambda's, and the functions' own
+(EMF, in their namespace, by `service` and stream or consumer group)."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+
+from shardline.cdk._stream import Stream
+
+FIVE_MINUTES = Duration.minutes(5)
+ONE_MINUTE = Duration.minutes(1)
+
+
+def kinesis(metric: str, stream: Stream, statistic: str = "Sum") -> cw.Metric:
+    return cw.Metric(
+        namespace="AWS/Kinesis",
+        metric_name=metric,
+        dimensions_map={"StreamName": stream.stream_name},
+        statistic=statistic,
+        period=FIVE_MINUTES,
+    )
+
+
+def lambda_metric(metric: str, function_name: str, statistic: str = "Sum") -> cw.Metric:
+    return cw.Metric(
+        namespace="AWS/Lambda",
+        metric_name=metric,
+        dimensions_map={"FunctionName": function_name},
+        statistic=statistic,
+        period=FIVE_MINUTES,
+    )
+
+
+def shardline(
+    namespace: str,
+    metric: str,
+    dimensions: dict[str, str],
+    statistic: str = "Sum",
+    *,
+    period: Duration = FIVE_MINUTES,
+    label: str | None = None,
+) -> cw.Metric:
+    return cw.Metric(
+        namespace=namespace,
+        metric_name=metric,
+        dimensions_map=dimensions,
+        statistic=statistic,
+        period=period,
+        label=label,
+    )

@@ -3,6 +3,7 @@ configuration, reaches the table, the function's environment and its grants — 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from aws_cdk.assertions import Template
 
 from app import build
 from shardline.cdk import ConfigError, load_config
-from tests.support.cdk import default_context, resources
+from tests.support.cdk import default_context, placeholders, resources
 
 ORDERS = {"partitionKey": {"name": "tenant", "type": "S"}, "sortKey": {"name": "orderId", "type": "N"}}
 
@@ -70,6 +71,44 @@ def test_a_custom_key_schema_reaches_the_table_the_environment_and_the_grants():
     ],
 )
 def test_a_sink_the_table_cannot_have_is_refused_naming_the_key(sink, message):
+    context = default_context()["shardline"]
+    context["consumerGroups"][0]["sink"] = sink
+    with pytest.raises(ConfigError, match=rf"^shardline\.consumerGroups\[0\]\.{message}"):
+        load_config(context)
+
+
+def test_a_custom_sink_may_declare_what_it_holds_for_whoever_checks_the_group():
+    template = synth_with({**ORDERS, "holds": "records", "idAttribute": "orderEventId"})
+    [declared] = [
+        f["Properties"]["Environment"]["Variables"]["SHARDLINE_SINKS"]
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if "orderEventId" in str(f["Properties"]["Environment"]["Variables"].get("SHARDLINE_SINKS"))
+    ]
+    text = placeholders(declared)
+    assert json.loads(text) == [
+        {"table": "token-resolved-at-deploy-time", "holds": "records", "idAttribute": "orderEventId"}
+    ]
+
+
+def test_an_undeclared_custom_sink_declares_nothing():
+    template = synth_with(ORDERS)
+    declared = [
+        f["Properties"]["Environment"]["Variables"].get("SHARDLINE_SINKS")
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if f["Properties"]["Environment"]["Variables"].get("SHARDLINE_GROUP") == "event-sink"
+    ]
+    assert declared == [None]
+
+
+@pytest.mark.parametrize(
+    ("sink", "message"),
+    [
+        ({**ORDERS, "holds": "rows"}, r"sink\.holds: must be one of records, counts"),
+        ({**ORDERS, "idAttribute": "orderEventId"}, r"sink\.holds: required with idAttribute"),
+        ({**ORDERS, "holds": "counts", "countAttribute": ""}, r"sink\.countAttribute: must be 1-64"),
+    ],
+)
+def test_a_custom_sink_s_declaration_is_checked_naming_the_key(sink, message):
     context = default_context()["shardline"]
     context["consumerGroups"][0]["sink"] = sink
     with pytest.raises(ConfigError, match=rf"^shardline\.consumerGroups\[0\]\.{message}"):

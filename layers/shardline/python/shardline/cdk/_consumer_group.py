@@ -159,15 +159,18 @@ class ConsumerGroup(Construct):
         self.failures = dead_letter_queue(
             self, "MappingFailures", key=self.key, removal_policy=dead_letters_removal_policy
         )
+        #: Where its dead-letter bucket's access is logged, and what its logs are encrypted with:
+        #: given, or made here — pass them to the app's other constructs to share them.
+        self.access_logs = access_logs if access_logs is not None else access_log_bucket(self, "AccessLogs")
         self.dead_letter_bucket = dead_letter_bucket(
             self, "DeadLetterBucket", key=self.key, prefix=f"{name}/",
-            removal_policy=dead_letters_removal_policy,
-            access_logs=access_logs if access_logs is not None else access_log_bucket(self, "AccessLogs"),
+            removal_policy=dead_letters_removal_policy, access_logs=self.access_logs,
         )  # fmt: skip
         if log_key is None:
             log_key = logs_key(
                 self, "LogsKey", description=f"shardline consumer group {name}: logs", alias=None
             )
+        self.log_key = log_key
         declarations = tuple(
             declaration
             for sink, table_ in zip(sinks, self.sinks, strict=True)

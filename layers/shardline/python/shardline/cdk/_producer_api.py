@@ -173,6 +173,7 @@ class ProducerApi(Construct):
         self.metrics_namespace = metrics_namespace
         if log_key is None:
             log_key = logs_key(self, "LogsKey", description="shardline producer API: logs", alias=None)
+        self.log_key = log_key  # given, or made here: pass it to the app's other constructs to share it
         self.function = python_function(
             self,
             "Function",

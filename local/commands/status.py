@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from local.app import environments, model
-from local.app.provision import client
+from ..app import environments, model
+from ..app.provision import client
 
 
 def _get_json(url: str) -> Any:

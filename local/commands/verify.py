@@ -45,18 +45,18 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.live import Live
 
-from local.app import environments, model
-from local.app.provision import client
-from local.commands.send import SendReport
-from local.commands.verify_readers import (
+from ..app import environments, model
+from ..app.provision import client
+from .send import SendReport
+from .verify_readers import (
     DeadLetterReader,
     SinkReader,
     StreamCopies,
     StreamReader,
     read_counts,
 )
-from local.commands.verify_render import progress_line
-from local.commands.verify_verdict import Group, GroupResult, StreamResult, Verdict
+from .verify_render import progress_line
+from .verify_verdict import Group, GroupResult, StreamResult, Verdict
 
 POLL_INTERVAL_S = 0.5
 #: Read the stream and the sinks from this long before the run began (the clocks are one machine's).

@@ -13,9 +13,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from local.commands.send import parse_payload
 from shardline.errors import AggregationError
 from shardline.kpl._decode import decode_aggregate, is_aggregated
+
+from .send import parse_payload
 
 SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `sk`
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from local.commands.verify_verdict import GroupResult, StreamResult, Verdict
+from .verify_verdict import GroupResult, StreamResult, Verdict
 
 
 def render(verdict: Verdict) -> str:

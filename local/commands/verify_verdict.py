@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.commands.send import SendReport
+from .send import SendReport
 
 
 @dataclass(frozen=True)

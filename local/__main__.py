@@ -349,6 +349,7 @@ def _send(args: argparse.Namespace) -> int:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
         api_base = f"http://127.0.0.1:{args.api_port}"
+        errors_before = _function_errors(api_base)
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
@@ -361,7 +362,19 @@ def _send(args: argparse.Namespace) -> int:
         return 2
     if args.no_wait:
         return 0
-    verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())
+
+    def errors_since(function: str) -> int | None:
+        now, before = _function_errors(api_base).get(function), errors_before.get(function, 0)
+        return None if now is None else now - before
+
+    verdict = wait_and_verify(
+        endpoint_url,
+        app,
+        report,
+        timeout=args.timeout,
+        progress=sys.stdout.isatty(),
+        function_errors=errors_since,
+    )
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
     return 0 if verdict.ok else 1
 
@@ -375,6 +388,22 @@ def _redrive(args: argparse.Namespace) -> int:
     except RedriveError as error:
         print(f"redrive: {error}", file=sys.stderr)
         return 2
+
+
+def _function_errors(api_base: str) -> dict[str, int]:
+    """Each function's errors so far, as the running app counts them (its status route); empty when
+    it cannot say (no app running on that port)."""
+    import urllib.error
+    import urllib.request
+
+    from .runtime import STATUS_ROUTE
+
+    try:
+        with urllib.request.urlopen(f"{api_base}{STATUS_ROUTE}", timeout=5) as answer:
+            functions = json.loads(answer.read()).get("functions", {})
+    except (OSError, ValueError, urllib.error.URLError):
+        return {}
+    return {name: int(stats.get("errors", 0)) for name, stats in functions.items()}
 
 
 def _first_api_key(app: model.LocalApp) -> str | None:

@@ -171,7 +171,9 @@ def _asset(name: str) -> HttpResponse:
     if path is None:
         return _text(404, f"no such asset: {name}")
     if not path.is_file():
-        return _text(503, f"{name} is not installed ({path}): run `make setup` (npm ci)")
+        return _text(
+            503, f"{name} is not installed ({path}): run `make setup` (npm ci) in shardline's repository"
+        )
     kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
     return HttpResponse(200, (("Content-Type", kind), ("Cache-Control", "max-age=300")), path.read_bytes())
 

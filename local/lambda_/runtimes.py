@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 ROOT = home.cache_dir()
+#: How the runtime's packages get installed, for the notes that say they are not.
+INSTALL_HINT = "make setup" if home.IN_REPOSITORY else "`shardline local up` installs them"
 #: The pins the installed runtime installs from: the lock's entries for the packages below.
 PINS = Path(__file__).with_name("pins.txt")
 LOCK = home.REPOSITORY / "requirements-dev.lock" if home.REPOSITORY is not None else PINS
@@ -110,7 +112,7 @@ def packaging_for(function: Function) -> Packaging:
         )
     if site is None:
         notes.append(
-            f"the {runtime} runtime's packages are not installed (make setup): its imports are unchecked"
+            f"the {runtime} runtime's packages are not installed ({INSTALL_HINT}): its imports are unchecked"
         )
     layers = []
     for layer in function.public_layers:

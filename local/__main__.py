@@ -317,6 +317,8 @@ def _stop_previous_run(console: Console) -> None:
 
 def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
     endpoint_url = f"http://127.0.0.1:{args.endpoint_port}"
+    if not (args.cdk_out / "manifest.json").exists():
+        raise SystemExit(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
     app = load(args.cdk_out, endpoint_url=endpoint_url, stack=args.stack)
     api_url = f"http://127.0.0.1:{args.api_port}/{app.apis[0].stage}" if app.apis else ""
     return app, endpoint_url, api_url
@@ -337,7 +339,7 @@ def _status(args: argparse.Namespace) -> int:
 def _send(args: argparse.Namespace) -> int:
     from .commands.send import send
     from .commands.send_shapes import ShapeError, parse_size
-    from .commands.status import groups_line
+    from .commands.status import function_errors, groups_line
     from .commands.verify import wait_and_verify
     from .commands.verify_render import render
 
@@ -349,7 +351,7 @@ def _send(args: argparse.Namespace) -> int:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
         api_base = f"http://127.0.0.1:{args.api_port}"
-        errors_before = _function_errors(api_base)
+        errors_before = function_errors(api_base)
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
@@ -364,7 +366,7 @@ def _send(args: argparse.Namespace) -> int:
         return 0
 
     def errors_since(function: str) -> int | None:
-        now, before = _function_errors(api_base).get(function), errors_before.get(function, 0)
+        now, before = function_errors(api_base).get(function), errors_before.get(function, 0)
         return None if now is None else now - before
 
     verdict = wait_and_verify(
@@ -388,22 +390,6 @@ def _redrive(args: argparse.Namespace) -> int:
     except RedriveError as error:
         print(f"redrive: {error}", file=sys.stderr)
         return 2
-
-
-def _function_errors(api_base: str) -> dict[str, int]:
-    """Each function's errors so far, as the running app counts them (its status route); empty when
-    it cannot say (no app running on that port)."""
-    import urllib.error
-    import urllib.request
-
-    from .runtime import STATUS_ROUTE
-
-    try:
-        with urllib.request.urlopen(f"{api_base}{STATUS_ROUTE}", timeout=5) as answer:
-            functions = json.loads(answer.read()).get("functions", {})
-    except (OSError, ValueError, urllib.error.URLError):
-        return {}
-    return {name: int(stats.get("errors", 0)) for name, stats in functions.items()}
 
 
 def _first_api_key(app: model.LocalApp) -> str | None:

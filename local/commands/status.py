@@ -35,6 +35,12 @@ def _get_json(url: str) -> Any:
         return {"error": f"{url}: {error}"}
 
 
+def function_errors(api_base: str) -> dict[str, int]:
+    """Each function's errors so far, as the running app counts them; empty when no app answers there."""
+    functions = _get_json(f"{api_base}/_shardline/runtime").get("functions", {})
+    return {name: int(stats.get("errors", 0)) for name, stats in functions.items()}
+
+
 def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
     """The consumer functions (a consumer's environment, `shardline.aws_lambda`'s contract) and their
     tables and queues."""

@@ -241,12 +241,25 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
     console.print(
         f"\n[bold]shardline is up[/] in {runtime.started_in:.1f} s "
         f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"
-        f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
-        f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
-        f"  Dashboard     {runtime.api.url if runtime.api else '?'}{DASHBOARD_ROUTE}   (or: make dashboard)\n"
-        f"\nTry, in another terminal:\n"
-        f"  {_command()} send --count 20000 {ports}{'   # or: make send' if home.IN_REPOSITORY else ''}\n"
-        f"  {_command()} status {ports}{'   # or: make status' if home.IN_REPOSITORY else ''}\n"
+        + (
+            f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
+            if runtime.api is not None
+            else "  REST API      none in this app (`send` needs one; put records with the AWS endpoint)\n"
+        )
+        + f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
+        + (
+            f"  Dashboard     {runtime.api.url}{DASHBOARD_ROUTE}"
+            f"{'   (or: make dashboard)' if home.IN_REPOSITORY else ''}\n"
+            if runtime.api is not None
+            else ""
+        )
+        + "\nTry, in another terminal:\n"
+        + (
+            f"  {_command()} send --count 20000 {ports}{'   # or: make send' if home.IN_REPOSITORY else ''}\n"
+            if runtime.api is not None
+            else ""
+        )
+        + f"  {_command()} status {ports}{'   # or: make status' if home.IN_REPOSITORY else ''}\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {runtime.endpoint_url} "
         f"--region {model.REGION} kinesis list-shards --stream-name {stream}\n"
         f"\n[dim]{route}. Ctrl-C stops everything.[/]"

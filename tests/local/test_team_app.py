@@ -12,8 +12,6 @@ The template refusals Kinesis would give (a bad consumer name, a consumer twice)
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -27,66 +25,13 @@ from local.app.template import TemplateError, load
 from local.limits import CONSUMER_HEADER
 from local.runtime import Runtime, Settings
 from tests.support.runtime import free_port, start_runtime
-
-FORWARDER = Path(__file__).parent / "functions" / "forwarder"
-EXISTING = "arn:aws:kinesis:us-east-1:111122223333:stream/existing-orders"
-
-
-def _template(**extra: Any) -> dict[str, Any]:
-    resources: dict[str, Any] = {
-        "Orders": {"Type": "AWS::Kinesis::Stream", "Properties": {"ShardCount": 2}},
-        "OrdersFanOut": {
-            "Type": "AWS::Kinesis::StreamConsumer",
-            "Properties": {"StreamARN": {"Fn::GetAtt": ["Orders", "Arn"]}, "ConsumerName": "fan-out"},
-        },
-        "Forwarded": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30}},
-        "ForwarderRole": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}},
-        "Forwarder": {
-            "Type": "AWS::Lambda::Function",
-            "Metadata": {"aws:asset:path": "asset.forwarder"},
-            "Properties": {
-                "Runtime": "python3.12",
-                "Handler": "app.handler",
-                "Code": {"S3Bucket": "assets", "S3Key": "forwarder.zip"},
-                "Role": {"Fn::GetAtt": ["ForwarderRole", "Arn"]},
-                "Timeout": 30,
-                "Environment": {"Variables": {"QUEUE_URL": {"Ref": "Forwarded"}}},
-            },
-        },
-        "FanOutMapping": {
-            "Type": "AWS::Lambda::EventSourceMapping",
-            "Properties": {
-                "EventSourceArn": {"Fn::GetAtt": ["OrdersFanOut", "ConsumerARN"]},
-                "FunctionName": {"Ref": "Forwarder"},
-                "StartingPosition": "TRIM_HORIZON",
-                "BatchSize": 10,
-            },
-        },
-        "ExistingMapping": {
-            "Type": "AWS::Lambda::EventSourceMapping",
-            "Properties": {
-                "EventSourceArn": EXISTING,
-                "FunctionName": {"Ref": "Forwarder"},
-                "StartingPosition": "TRIM_HORIZON",
-            },
-        },
-    }
-    resources.update(extra)
-    return {"Resources": resources}
-
-
-def _assembly(folder: Path, template: dict[str, Any]) -> Path:
-    cdk_out = folder / "cdk.out"
-    cdk_out.mkdir()
-    shutil.copytree(FORWARDER, cdk_out / "asset.forwarder", ignore=shutil.ignore_patterns("__pycache__"))
-    (cdk_out / "Team.template.json").write_text(json.dumps(template))
-    artifact = {"type": "aws:cloudformation:stack", "properties": {"templateFile": "Team.template.json"}}
-    (cdk_out / "manifest.json").write_text(json.dumps({"version": "48.0.0", "artifacts": {"Team": artifact}}))
-    return cdk_out
+from tests.support.team_app import team_assembly, team_template
 
 
 def test_a_consumer_arn_and_an_undefined_stream_are_read_from_the_template(tmp_path: Path) -> None:
-    app = load(_assembly(tmp_path, _template()), endpoint_url="http://127.0.0.1:4566", shards={"other": 3})
+    app = load(
+        team_assembly(tmp_path, team_template()), endpoint_url="http://127.0.0.1:4566", shards={"other": 3}
+    )
     (consumer,) = app.stream_consumers
     orders = next(s for s in app.streams if s.logical_id == "Orders")
     assert (consumer.name, consumer.stream_name) == ("fan-out", orders.name)
@@ -119,14 +64,14 @@ def test_the_template_is_refused_where_kinesis_would_refuse_it(
     tmp_path: Path, extra: dict[str, Any], refusal: str
 ) -> None:
     with pytest.raises(TemplateError, match=refusal):
-        load(_assembly(tmp_path, _template(**extra)), endpoint_url="http://127.0.0.1:4566")
+        load(team_assembly(tmp_path, team_template(**extra)), endpoint_url="http://127.0.0.1:4566")
 
 
 @pytest.mark.slow
 def test_a_teams_fan_out_consumer_existing_stream_and_queue_forwarder_run_locally(tmp_path: Path) -> None:
     steps: list[tuple[str, str]] = []
     settings = Settings(
-        cdk_out=_assembly(tmp_path, _template()), endpoint_port=free_port(), api_port=free_port(),
+        cdk_out=team_assembly(tmp_path, team_template()), endpoint_port=free_port(), api_port=free_port(),
         log_dir=tmp_path / "logs", existing_streams={"existing-orders": 2},
     )  # fmt: skip
     runtime = Runtime(settings, on_step=lambda name, detail: steps.append((name, detail))).start()
@@ -168,7 +113,7 @@ def test_a_teams_fan_out_consumer_existing_stream_and_queue_forwarder_run_locall
 
 @pytest.mark.slow
 def test_a_registered_consumer_reads_outside_the_shared_five_calls_a_second(tmp_path: Path) -> None:
-    runtime = start_runtime(_assembly(tmp_path, _template()), tmp_path / "logs")
+    runtime = start_runtime(team_assembly(tmp_path, team_template()), tmp_path / "logs")
     try:
         for runner in runtime.runners:  # the mappings' own reads would share the budget: stop them
             runner.stop(timeout=5)

@@ -13,6 +13,8 @@ from an empty folder with PYTHONPATH and friends removed, so the source tree can
 - The installed runtime starts its endpoint as `python -m shardline.local.endpoint` (derived from its
   package) and keeps its state out of the package (the user's cache and `.shardline/`).
 - Without the extra, `shardline local ...` says `pip install "shardline[local]"` and exits 2.
+- Installed, `shardline local up --app cdk.out` runs a team's app (tests/support/team_app) from the
+  team's folder, installing the Lambda runtime's packages on its first run (from PyPI, as users get them).
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from local.app.provision import client
+from tests.support.runtime import free_port
+from tests.support.team_app import team_assembly, team_template
 
 ROOT = Path(__file__).resolve().parents[2]
 _NOT_COPIED = shutil.ignore_patterns(
@@ -158,3 +166,59 @@ def test_without_the_extra_the_console_script_names_it(wheel: Path, tmp_path: Pa
     assert done.returncode == 2, done
     assert 'pip install "shardline[local]"' in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_an_installed_runtime_runs_a_teams_app_from_its_project_folder(wheel: Path, tmp_path: Path) -> None:
+    """`shardline local up --app cdk.out` from the team's folder: the Lambda runtime's packages
+    installed into the cache on the first `up` (said so), the state in `.shardline/`, the app's
+    fan-out mapping and existing stream running, `status` answering, Ctrl-C stopping everything."""
+    bin_dir = _venv(tmp_path / "venv", wheel, with_extra=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    team_assembly(project, team_template())
+    endpoint_port, api_port = free_port(), free_port()
+    ports = ["--endpoint-port", str(endpoint_port), "--api-port", str(api_port)]
+    env = _env(SHARDLINE_CACHE_DIR=str(tmp_path / "cache"))
+    command = [str(bin_dir / "shardline"), "local", "up", "--app", "cdk.out", "--stream", "existing-orders=2"]
+    up = subprocess.Popen(
+        [*command, *ports],
+        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output: list[str] = []
+    try:
+        assert up.stdout is not None
+        for line in up.stdout:
+            output.append(line)
+            if "Ctrl-C stops everything" in line or "could not" in line:
+                break
+        text = "".join(output)
+        assert "shardline is up" in text, text
+        assert "installing the Lambda runtime's packages" in text and str(tmp_path / "cache") in text, text
+        assert "created locally with 2 shard(s)" in text and "shardline local status" in text, text
+        assert (project / ".shardline" / "up.pid").exists() and (project / ".shardline" / "logs").is_dir()
+        assert (tmp_path / "cache" / "lambda" / "python3.12" / "site" / ".stamp").exists()
+        endpoint = f"http://127.0.0.1:{endpoint_port}"
+        kinesis, sqs = client("kinesis", endpoint), client("sqs", endpoint)
+        orders = next(s for s in kinesis.list_streams()["StreamNames"] if "Orders" in s)
+        sent = {f"order-{n}" for n in range(10)} | {f"existing-{n}" for n in range(5)}
+        for body in sorted(sent):
+            stream = orders if body.startswith("order") else "existing-orders"
+            kinesis.put_record(StreamName=stream, PartitionKey=body, Data=body.encode())
+        queue = next(url for url in sqs.list_queues()["QueueUrls"] if "Forwarded" in url)
+        received: set[str] = set()
+        deadline = time.monotonic() + 60
+        while received != sent and time.monotonic() < deadline:
+            for message in sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+                "Messages", []
+            ):
+                received.add(message["Body"])
+        assert received == sent
+        status = _run(
+            [str(bin_dir / "shardline"), "local", "status", "--app", "cdk.out", "--json", *ports], project
+        )
+        assert "existing-orders" in status.stdout
+    finally:
+        up.send_signal(signal.SIGINT)
+        rest, _ = up.communicate(timeout=60)
+    assert up.returncode == 0 and "stopped: no process left behind" in rest, rest

@@ -1,5 +1,10 @@
 """The local runtime: the synthesized app on one machine, on loopback (`python -m local up`).
 
+In this repository it is the top-level folder `local/`; installed (`pip install "shardline[local]"`)
+the same folder is the package `shardline.local` (setup.py maps it), run as `shardline local ...`
+(`shardline._cli`). Its modules import each other relatively, and whatever names a module for a
+child process derives the name from the package (`home.module`), so both work.
+
 One package per emulated service, as moto and LocalStack arrange theirs; each depends only on the
 ones below it (pyproject's import contract, `make lint`):
 
@@ -16,8 +21,9 @@ ones below it (pyproject's import contract, `make lint`):
   resource), its resources created (`provision`), the functions' environments read through
   `shardline.aws_lambda`'s contract (`environments`).
 - `chaos`: chaos profiles (what goes wrong, how often, when) and a faulty Kinesis client.
-- `_http` (the request and response types shared by the API and the dashboard) and `limits` (the
-  per-shard throughput limits every enforcer counts with): below all of them.
+- `_http` (the request and response types shared by the API and the dashboard), `limits` (the
+  per-shard throughput limits every enforcer counts with) and `home` (where the runtime keeps its
+  state, in this repository and installed): below all of them.
 
 No two modules import each other, even lazily (pyproject's import contract, `make lint`).
 """

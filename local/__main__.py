@@ -5,7 +5,14 @@ python -m local status [--json]    # streams and shards, consumer groups, DLQs, 
 python -m local send --count 20000 # POST records to the API, then prove where they went
 python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
 
-(up, status and send are also make verbs.)
+(up, status and send are also make verbs.) Installed (`pip install "shardline[local]"`), the same
+command line is `shardline local ...` (`shardline._cli`), run from the team's project folder:
+
+shardline local up --app cdk.out [--stack S] [--stream NAME=SHARDS]
+shardline local send --count 1000 && shardline local status
+
+`--app` is `--cdk-out`. What the runtime keeps (the Lambda runtime's packages, a run's pid and logs)
+is in `local.home`; an installed runtime installs the packages on its first `up`, saying so.
 """
 
 from __future__ import annotations
@@ -14,24 +21,28 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from rich.console import Console
 
-from local.app import model
-from local.app.template import load, unsupported_reason
-from local.chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
-from local.cloudwatch.monitor import DASHBOARD_ROUTE
-from local.runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
+from . import home
+from .app import model
+from .app.template import load, unsupported_reason
+from .chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
+from .cloudwatch.monitor import DASHBOARD_ROUTE
+from .runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
 
-STATE_DIR = Path(".local")
+STATE_DIR = home.state_dir()
 PID_FILE = STATE_DIR / "up.pid"
+#: How the user runs this command line, for the lines it prints.
+COMMAND = "python -m local" if home.IN_REPOSITORY else "shardline local"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m local", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     _where(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -45,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PROFILE",
         help=f"inject faults: {', '.join(PROFILE_NAMES)}, or a TOML/JSON profile file (see README)",
     )
+    up.add_argument(
+        "--stream", dest="streams", action="append", default=[], metavar="NAME=SHARDS",
+        help="a stream the app names by ARN but does not define (an existing one): its shards "
+        "(default: 1 each; such streams are created locally either way)",
+    )  # fmt: skip
 
     status = commands.add_parser("status", help="streams, shards, consumer groups, DLQs, functions")
     status.add_argument("--json", action="store_true", help="machine-readable")
@@ -95,7 +111,10 @@ def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
 
-    parser.add_argument("--cdk-out", type=Path, default=default(Path("cdk.out")), help="the synthesized app")
+    parser.add_argument(
+        "--cdk-out", "--app", dest="cdk_out", type=Path, default=default(Path("cdk.out")),
+        help="the synthesized app (the cloud assembly folder `cdk synth` writes)",
+    )  # fmt: skip
     parser.add_argument("--stack", default=default(None), help="the stack to run, when cdk.out holds several")
     parser.add_argument("--endpoint-port", type=int, default=default(DEFAULT_ENDPOINT_PORT))
     parser.add_argument("--api-port", type=int, default=default(DEFAULT_API_PORT))
@@ -108,7 +127,14 @@ def _up(args: argparse.Namespace) -> int:
     except ProfileError as error:
         console.print(f"[red]bad --chaos[/]: {error}")
         return 2
+    try:
+        existing = _parse_streams(args.streams)
+    except ValueError as error:
+        console.print(f"[red]bad --stream[/]: {error}")
+        return 2
     _stop_previous_run(console)
+    if not _runtime_packages(console):
+        return 1
     settings = Settings(
         cdk_out=args.cdk_out,
         stack=args.stack,
@@ -118,6 +144,7 @@ def _up(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         max_workers=args.max_workers,
         chaos=chaos,
+        existing_streams=existing,
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -148,7 +175,8 @@ def _up(args: argparse.Namespace) -> int:
 
         runtime = Runtime(settings, on_step=step)
         if not (settings.cdk_out / "manifest.json").exists():
-            console.print(f"[red]no synthesized app in {settings.cdk_out}[/]: `make local` synthesizes it")
+            hint = "`make local` synthesizes it" if home.IN_REPOSITORY else "run `cdk synth`, or give --app"
+            console.print(f"[red]no synthesized app in {settings.cdk_out}[/]: {hint}")
             return 2
         try:
             runtime.start()
@@ -213,18 +241,68 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
     console.print(
         f"\n[bold]shardline is up[/] in {runtime.started_in:.1f} s "
         f"(stack {app.stack_name}, logs in {runtime.settings.log_dir})\n"
-        f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
-        f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
-        f"  Dashboard     {runtime.api.url if runtime.api else '?'}{DASHBOARD_ROUTE}   (or: make dashboard)\n"
-        f"\nTry, in another terminal:\n"
-        f"  .venv/bin/python -m local send --count 20000 {ports}   # or: make send\n"
-        f"  .venv/bin/python -m local status {ports}   # or: make status\n"
+        + (
+            f"  REST API      {runtime.api_url}   (SigV4, credentials test/test)\n"
+            if runtime.api is not None
+            else "  REST API      none in this app (`send` needs one; put records with the AWS endpoint)\n"
+        )
+        + f"  AWS endpoint  {runtime.endpoint_url}   (region {model.REGION}, account {model.ACCOUNT})\n"
+        + (
+            f"  Dashboard     {runtime.api.url}{DASHBOARD_ROUTE}"
+            f"{'   (or: make dashboard)' if home.IN_REPOSITORY else ''}\n"
+            if runtime.api is not None
+            else ""
+        )
+        + "\nTry, in another terminal:\n"
+        + (
+            f"  {_command()} send --count 20000 {ports}{'   # or: make send' if home.IN_REPOSITORY else ''}\n"
+            if runtime.api is not None
+            else ""
+        )
+        + f"  {_command()} status {ports}{'   # or: make status' if home.IN_REPOSITORY else ''}\n"
         f"  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test aws --endpoint-url {runtime.endpoint_url} "
         f"--region {model.REGION} kinesis list-shards --stream-name {stream}\n"
         f"\n[dim]{route}. Ctrl-C stops everything.[/]"
     )
     for plan in app.apis[0].keys if app.apis else ():
         console.print(f"  API key of {plan.name}: {plan.value}   (header x-api-key)")
+
+
+def _command() -> str:
+    return ".venv/bin/python -m local" if home.IN_REPOSITORY else COMMAND
+
+
+def _parse_streams(values: list[str]) -> dict[str, int]:
+    """`--stream NAME=SHARDS` (repeatable) as {name: shards}."""
+    streams = {}
+    for value in values:
+        name, _, shards = value.partition("=")
+        if not name or not shards.isdigit() or not 1 <= int(shards) <= 10_000:
+            raise ValueError(f"{value!r}: give NAME=SHARDS, SHARDS a whole number from 1")
+        streams[name] = int(shards)
+    return streams
+
+
+def _runtime_packages(console: Console) -> bool:
+    """The Lambda runtime's packages and the Powertools layer, installed the first time (installed
+    runtime; in this repository `make setup` installs them); False when that failed."""
+    from .lambda_ import runtimes
+
+    missing = runtimes.missing()
+    if not missing or home.IN_REPOSITORY:
+        return True
+    console.print(
+        f"installing the Lambda runtime's packages (boto3 ...) and the Powertools layer into "
+        f"{runtimes.ROOT} (once; pinned, hashes checked; $SHARDLINE_CACHE_DIR to choose where)"
+    )
+    try:
+        with console.status("pip install ...", spinner="dots"):
+            runtimes.install()
+    except (OSError, subprocess.CalledProcessError) as error:
+        console.print(f"[red]could not install them[/]: {error}")
+        return False
+    console.print(f"[green]✓[/] {'Lambda runtime':<22} {runtimes.ROOT}")
+    return True
 
 
 def _route_name(app: model.LocalApp) -> str:
@@ -252,13 +330,15 @@ def _stop_previous_run(console: Console) -> None:
 
 def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
     endpoint_url = f"http://127.0.0.1:{args.endpoint_port}"
+    if not (args.cdk_out / "manifest.json").exists():
+        raise SystemExit(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
     app = load(args.cdk_out, endpoint_url=endpoint_url, stack=args.stack)
     api_url = f"http://127.0.0.1:{args.api_port}/{app.apis[0].stage}" if app.apis else ""
     return app, endpoint_url, api_url
 
 
 def _status(args: argparse.Namespace) -> int:
-    from local.commands.status import collect, render
+    from .commands.status import collect, render
 
     app, endpoint_url, _ = _local_app(args)
     report = collect(app, endpoint_url=endpoint_url, api_base=f"http://127.0.0.1:{args.api_port}")
@@ -270,11 +350,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
-    from local.commands.send import send
-    from local.commands.send_shapes import ShapeError, parse_size
-    from local.commands.status import groups_line
-    from local.commands.verify import wait_and_verify
-    from local.commands.verify_render import render
+    from .commands.send import send
+    from .commands.send_shapes import ShapeError, parse_size
+    from .commands.status import function_errors, groups_line
+    from .commands.verify import wait_and_verify
+    from .commands.verify_render import render
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
@@ -284,6 +364,7 @@ def _send(args: argparse.Namespace) -> int:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
         api_base = f"http://127.0.0.1:{args.api_port}"
+        errors_before = function_errors(api_base)
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
@@ -296,13 +377,25 @@ def _send(args: argparse.Namespace) -> int:
         return 2
     if args.no_wait:
         return 0
-    verdict = wait_and_verify(endpoint_url, app, report, timeout=args.timeout, progress=sys.stdout.isatty())
+
+    def errors_since(function: str) -> int | None:
+        now, before = function_errors(api_base).get(function), errors_before.get(function, 0)
+        return None if now is None else now - before
+
+    verdict = wait_and_verify(
+        endpoint_url,
+        app,
+        report,
+        timeout=args.timeout,
+        progress=sys.stdout.isatty(),
+        function_errors=errors_since,
+    )
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
     return 0 if verdict.ok else 1
 
 
 def _redrive(args: argparse.Namespace) -> int:
-    from local.commands.redrive import RedriveError, redrive_group
+    from .commands.redrive import RedriveError, redrive_group
 
     app, endpoint_url, _ = _local_app(args)
     try:
@@ -320,7 +413,7 @@ def _first_api_key(app: model.LocalApp) -> str | None:
 
 def _first_stream_route(app: model.LocalApp) -> str:
     """The producer's name for the first stream (its SHARDLINE_STREAMS key, e.g. "events")."""
-    from local.app import environments
+    from .app import environments
 
     for function in app.functions:
         routes = environments.routes(function)

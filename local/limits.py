@@ -3,10 +3,12 @@
 Writes: each shard admits 1,000 records and 1 MiB (data + UTF-8 partition key) a second, as
 one-second token buckets (a whole second of budget at most, refilled continuously); a record
 larger than 1 MiB (a stream's MaxRecordSizeInKiB allows up to 10 MiB) is admitted when the byte
-budget is whole and leaves the shard in debt for the rest. Reads: 5 GetRecords calls a second (a
-one-second bucket too; GetShardIterator has 5 of its own) and 2 MiB a second, metered as a debt: a
+budget is whole and leaves the shard in debt for the rest. Reads (shared throughput): 5 GetRecords
+calls a second (a one-second bucket too; GetShardIterator has 5 of its own) and 2 MiB a second,
+metered as a debt: a
 call that returns `n` bytes holds the shard's reads back for `n / 2 MiB` seconds, so a 10 MiB answer
-refuses the calls of the next 5 seconds, as the service documents.
+refuses the calls of the next 5 seconds, as the service documents. A registered consumer (enhanced
+fan-out) reads with 2 MiB a second of its own per shard, outside the 5 calls (`admit_subscribed_read`).
 
 `local.chaos.faults.ShardLimitedKinesis` (client side) and the local endpoint (server side, for every
 client) both count with `ShardLimits`; keys are whatever identifies a shard to the caller,
@@ -24,6 +26,15 @@ KiB = 1024
 MiB = 1024 * KiB
 
 THROTTLED = "ProvisionedThroughputExceededException"
+#: Set by the local event-source mapping of a registered consumer (enhanced fan-out) on its reads: Lambda
+#: reads such a mapping with SubscribeToShard, which pushes records over HTTP/2; locally the mapping
+#: keeps reading with GetRecords, named as the consumer's, and the endpoint charges those reads to
+#: the consumer's own budget (`admit_subscribed_read`). A consumer that is not registered on the
+#: stream is refused ResourceNotFoundException, as SubscribeToShard refuses it.
+CONSUMER_HEADER = "X-Shardline-Consumer"
+#: How often such a mapping reads when idle: records reach a subscriber as they arrive (AWS says
+#: about 70 ms), where a shared-throughput mapping polls once a second.
+SUBSCRIBED_POLL_INTERVAL = 0.1
 
 
 def rate_exceeded_message(shard_id: str | None, stream: str, account: str) -> str:
@@ -135,6 +146,14 @@ class ShardLimits:
                 return False
             state.calls.tokens -= 1
             return True
+
+    def admit_subscribed_read(self, key: Hashable) -> bool:
+        """Whether a registered consumer's read (enhanced fan-out) may go ahead: such a consumer has
+        its own 2 MiB a second per shard (the byte debt under `key`, the shard and the consumer) and
+        no share of the shard's 5 calls a second, which are the shared-throughput readers'."""
+        with self._lock:
+            now = self._clock()
+            return now >= self._state(key, now).read_free_at
 
     def admit_iterator(self, key: Hashable) -> bool:
         """Whether a GetShardIterator call on the shard may go ahead now (and spend one if so)."""

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local._http import HttpRequest, HttpResponse
-from local.apigw.server import ApiServer
-from local.app import model
-from local.app.provision import provision
-from local.app.template import load
-from local.chaos.profiles import ChaosProfile
-from local.cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
-from local.endpoint.handle import Endpoint
-from local.lambda_.esm.runner import MappingRunner
-from local.lambda_.workers import Functions
+from ._http import HttpRequest, HttpResponse
+from .apigw.server import ApiServer
+from .app import model
+from .app.provision import provision
+from .app.template import load
+from .chaos.profiles import ChaosProfile
+from .cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
+from .endpoint.handle import Endpoint
+from .lambda_.esm.runner import MappingRunner
+from .lambda_.workers import Functions
 
 DEFAULT_ENDPOINT_PORT = 4566
 DEFAULT_API_PORT = 3000
@@ -47,6 +47,8 @@ class Settings:
     max_workers: int = 4
     extra_functions: tuple[model.Function, ...] = field(default_factory=tuple)
     chaos: ChaosProfile = field(default_factory=ChaosProfile)
+    #: Shards of the streams the app names by ARN but does not define (created locally; default 1).
+    existing_streams: dict[str, int] = field(default_factory=dict)
 
 
 class Runtime:
@@ -81,7 +83,12 @@ class Runtime:
                 port=settings.endpoint_port, limits=settings.limits, chaos=settings.chaos
             ).start()
             self._on_step("endpoint", f"{self.endpoint_url} (limits {'on' if settings.limits else 'off'})")
-            self.app = load(settings.cdk_out, endpoint_url=self.endpoint_url, stack=settings.stack)
+            self.app = load(
+                settings.cdk_out,
+                endpoint_url=self.endpoint_url,
+                stack=settings.stack,
+                shards=settings.existing_streams,
+            )
             provision(self.app, self.endpoint_url)
             self._on_step("resources", _count_resources(self.app))
             settings.log_dir.mkdir(parents=True, exist_ok=True)
@@ -108,6 +115,16 @@ class Runtime:
             for mapping in self.app.mappings:
                 function = self.app.function(mapping.function_name)
                 stream = next(s for s in self.app.streams if s.name == mapping.stream_name)
+                consumer = next(
+                    (c for c in self.app.stream_consumers
+                     if (c.stream_name, c.name) == (mapping.stream_name, mapping.consumer_name)),
+                    None,
+                )  # fmt: skip
+                if mapping.consumer_name is not None and consumer is None:
+                    raise ValueError(
+                        f"{mapping.logical_id}: its EventSourceArn names consumer {mapping.consumer_name} "
+                        f"of stream {mapping.stream_name}, which the app does not register"
+                    )
                 runner = MappingRunner(
                     mapping,
                     self.functions,
@@ -196,4 +213,13 @@ def _count_resources(app: model.LocalApp) -> str:
     counts = {label: sum(1 for r in app.resources if r.type == kind) for kind, label in kinds.items()}
     shards = sum(stream.shard_count for stream in app.streams)
     parts = [f"{n} {label}" for label, n in counts.items()]
-    return ", ".join([f"{len(app.streams)} stream(s), {shards} shards", *parts])
+    if app.stream_consumers:
+        parts.append(f"{len(app.stream_consumers)} registered stream consumer(s) (enhanced fan-out)")
+    line = ", ".join([f"{len(app.streams)} stream(s), {shards} shards", *parts])
+    for stream in app.streams:
+        if not stream.defined:
+            line += (
+                f"\n  stream {stream.name} is named by the app but not defined (an existing stream): "
+                f"created locally with {stream.shard_count} shard(s) (up --stream {stream.name}=N to choose)"
+            )
+    return line

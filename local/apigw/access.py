@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from local.apigw.steps import ThrottleBucket
-from local.app.model import KeyPlan
+from ..app.model import KeyPlan
+from .steps import ThrottleBucket
 
 __all__ = ["KeyPlans", "PolicyCaller", "QuotaExceeded", "invoke_allowed"]
 

@@ -33,10 +33,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from local._http import HttpRequest, HttpResponse, RouteHandler
-from local.apigw import sigv4
-from local.apigw.access import KeyPlans, PolicyCaller, QuotaExceeded, invoke_allowed
-from local.apigw.steps import (
+from .._http import HttpRequest, HttpResponse, RouteHandler
+from ..app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
+from ..cloudwatch.metrics import Publish, no_metrics
+from . import sigv4
+from .access import KeyPlans, PolicyCaller, QuotaExceeded, invoke_allowed
+from .steps import (
     DEFAULT_BURST,
     DEFAULT_RATE,
     FORBIDDEN,
@@ -60,8 +62,6 @@ from local.apigw.steps import (
     route,
     wants_binary,
 )
-from local.app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
-from local.cloudwatch.metrics import Publish, no_metrics
 
 __all__ = ["ApiServer", "ApiStats", "HttpRequest", "HttpResponse", "RouteHandler"]
 

@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
-from local.app.model import ACCOUNT, REGION
+from ..app.model import ACCOUNT, REGION
 
 SERVICE = "execute-api"
 ALGORITHM = "AWS4-HMAC-SHA256"

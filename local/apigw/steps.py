@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
-from local._http import HttpRequest
-from local.apigw import sigv4
-from local.apigw.schema import Check, compile_model
-from local.app.model import ACCOUNT, Method, RestApi
+from .._http import HttpRequest
+from ..app.model import ACCOUNT, Method, RestApi
+from . import sigv4
+from .schema import Check, compile_model
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload quota
 MAX_EVENT_BYTES = 6 * 1024 * 1024  # Lambda's synchronous invocation payload quota

@@ -3,9 +3,10 @@ which function is a consumer group, with its tables and queues, and which routes
 
 from __future__ import annotations
 
-from local.app import model
 from shardline.aws_lambda import ConsumerEnvironment, ProducerEnvironment, StreamRoute, parse_streams
 from shardline.errors import ConfigurationError
+
+from . import model
 
 
 def consumer(function: model.Function) -> ConsumerEnvironment | None:

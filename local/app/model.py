@@ -24,6 +24,11 @@ def stream_arn(name: str) -> str:
     return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{name}"
 
 
+def consumer_arn(stream: str, name: str, created: int) -> str:
+    """A registered stream consumer's ARN, as Kinesis shapes it (its creation time last, epoch s)."""
+    return f"{stream_arn(stream)}/consumer/{name}:{created}"
+
+
 def function_arn(name: str) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
 
@@ -45,10 +50,22 @@ class Stream:
     shard_count: int
     retention_hours: int = 24
     max_record_size_kib: int = 1024  # MaxRecordSizeInKiB: the largest record it takes (up to 10 MiB)
+    #: False for a stream the app names by ARN but does not define (an existing one): created locally.
+    defined: bool = True
 
     @property
     def arn(self) -> str:
         return stream_arn(self.name)
+
+
+@dataclass(frozen=True)
+class StreamConsumer:
+    """An `AWS::Kinesis::StreamConsumer`: a registered (enhanced fan-out) consumer of a stream."""
+
+    logical_id: str
+    name: str
+    stream_name: str
+    arn: str
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,8 @@ class EventSourceMapping:
     on_failure_arn: str | None = None  # an SQS queue ARN
     enabled: bool = True
     filter_criteria: str | None = None  # FilterCriteria as JSON (local.lambda_.esm.filters reads it)
+    #: The registered consumer it reads through (enhanced fan-out), or None: shared throughput.
+    consumer_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,7 @@ class LocalApp:
 
     stack_name: str
     streams: tuple[Stream, ...] = ()
+    stream_consumers: tuple[StreamConsumer, ...] = ()
     resources: tuple[Resource, ...] = ()
     functions: tuple[Function, ...] = ()
     mappings: tuple[EventSourceMapping, ...] = ()

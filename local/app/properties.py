@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.app.model import NotEmulated
+from .model import NotEmulated
 
 __all__ = ["HONOURED", "not_emulated"]
 

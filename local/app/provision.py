@@ -1,4 +1,5 @@
-"""Create the app's streams, tables, queues and buckets on the local endpoint, from the template.
+"""Create the app's streams (and their registered consumers), tables, queues and buckets on the local
+endpoint, from the template.
 
     provision(app, endpoint_url)
 
@@ -20,8 +21,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from local.app import model
-from local.chaos.profiles import OBSERVER_AGENT
+from ..chaos.profiles import OBSERVER_AGENT
+from . import model
 
 TABLE_PROPERTIES = (
     "AttributeDefinitions",
@@ -115,6 +116,11 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
     with ThreadPoolExecutor(max_workers=4) as pool:
         for _ in pool.map(lambda resource: create[resource.type](resource), app.resources):
             pass
+    _streams_ready(kinesis, app, timeout)
+
+
+def _streams_ready(kinesis: Any, app: model.LocalApp, timeout: float) -> None:
+    """Wait for every stream to be ACTIVE, then set its retention and register its consumers."""
     deadline = time.monotonic() + timeout
     for stream in app.streams:
         while (
@@ -130,3 +136,7 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
             kinesis.increase_stream_retention_period(
                 StreamName=stream.name, RetentionPeriodHours=stream.retention_hours
             )
+    for consumer in app.stream_consumers:  # enhanced fan-out: registered once the stream is ACTIVE
+        kinesis.register_stream_consumer(
+            StreamARN=model.stream_arn(consumer.stream_name), ConsumerName=consumer.name
+        )

@@ -17,12 +17,14 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from local.app import model
-from local.app.properties import not_emulated
-from local.app.template_api import ApiReader, TemplateError
+from . import environments, model
+from .properties import not_emulated
+from .template_api import ApiReader, TemplateError
+from .template_streams import StreamReader, parse_source, undefined_streams
 
 # Types the runtime reads but has nothing to run for: why each is left out.
 __all__ = ["NOT_RUN", "PARTS", "TemplateError", "find_template", "load", "unsupported_reason"]
@@ -98,15 +100,18 @@ def find_template(cdk_out: Path, stack: str | None = None) -> Path:
     return cdk_out / stacks[stack]
 
 
-def load(cdk_out: Path, *, endpoint_url: str, stack: str | None = None) -> model.LocalApp:
-    """The app of the synthesized template in `cdk_out`, resolved to local names."""
+def load(
+    cdk_out: Path, *, endpoint_url: str, stack: str | None = None, shards: Mapping[str, int] | None = None
+) -> model.LocalApp:
+    """The app of the synthesized template in `cdk_out`, resolved to local names; `shards` gives the
+    shard count of streams the app names but does not define (`local.app.template_streams`)."""
     path = find_template(cdk_out, stack)
     return _Reader(
         json.loads(path.read_text()), path.stem.removesuffix(".template"), cdk_out, endpoint_url
-    ).app()
+    ).app(shards or {})
 
 
-class _Reader(ApiReader):
+class _Reader(ApiReader, StreamReader):
     def __init__(self, template: dict[str, Any], stack: str, cdk_out: Path, endpoint_url: str) -> None:
         self.resources: dict[str, dict[str, Any]] = template.get("Resources", {})
         self.parameters: dict[str, Any] = template.get("Parameters", {})
@@ -149,6 +154,8 @@ class _Reader(ApiReader):
             return model.queue_url(self.endpoint_url, name)
         if kind in ("AWS::SNS::Topic", "AWS::Lambda::LayerVersion", "AWS::KMS::Key"):
             return self.get_att(logical_id, "Arn")
+        if kind == "AWS::Kinesis::StreamConsumer":  # its Ref is its ARN
+            return self.get_att(logical_id, "ConsumerARN")
         if kind == "AWS::ApiGateway::Stage":  # a stage's Ref is its name
             return str(self.resolve(self.resources[logical_id].get("Properties", {}).get("StageName")))
         if kind.startswith("AWS::ApiGateway::"):
@@ -161,6 +168,13 @@ class _Reader(ApiReader):
                 f"{self._where}: Fn::GetAtt of {logical_id!r}, which the template does not define"
             )
         kind = self.resources[logical_id]["Type"]
+        if kind == "AWS::Kinesis::StreamConsumer":
+            value = self.consumer_att(logical_id, attribute)
+            if value is None:
+                raise TemplateError(
+                    f"{self._where}: Fn::GetAtt {logical_id}.{attribute} is not known locally"
+                )
+            return value
         name = self.name(logical_id)
         arns = {
             "AWS::Kinesis::Stream": model.stream_arn(name),
@@ -242,28 +256,34 @@ class _Reader(ApiReader):
     def of_type(self, kind: str) -> list[str]:
         return [logical_id for logical_id, resource in self.resources.items() if resource["Type"] == kind]
 
-    def app(self) -> model.LocalApp:
+    def app(self, shards: Mapping[str, int]) -> model.LocalApp:
         known = {"AWS::Kinesis::Stream", "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping"}
+        known.add("AWS::Kinesis::StreamConsumer")
         known |= {"AWS::ApiGateway::RestApi", *ENDPOINT_RESOURCES, *MONITORING_RESOURCES, *PARTS}
         unsupported = tuple(
             (logical_id, resource["Type"])
             for logical_id, resource in self.resources.items()
             if resource["Type"] not in known
         )
+        streams = tuple(self.stream(logical_id) for logical_id in self.of_type("AWS::Kinesis::Stream"))
+        consumers = self.stream_consumers(self.of_type("AWS::Kinesis::StreamConsumer"))
+        functions = tuple(self.function(logical_id) for logical_id in self.of_type("AWS::Lambda::Function"))
+        mappings = tuple(
+            self.mapping(logical_id) for logical_id in self.of_type("AWS::Lambda::EventSourceMapping")
+        )
+        named = [m.stream_name for m in mappings] + [c.stream_name for c in consumers]
+        named += [route.stream_name for f in functions for route in environments.routes(f).values()]
         return model.LocalApp(
             stack_name=self.stack,
-            streams=tuple(self.stream(logical_id) for logical_id in self.of_type("AWS::Kinesis::Stream")),
+            streams=streams + undefined_streams(streams, named, shards),
+            stream_consumers=consumers,
             resources=tuple(
                 model.Resource(logical_id, kind, self.name(logical_id), self.properties(logical_id))
                 for kind in ENDPOINT_RESOURCES
                 for logical_id in self.of_type(kind)
             ),
-            functions=tuple(
-                self.function(logical_id) for logical_id in self.of_type("AWS::Lambda::Function")
-            ),
-            mappings=tuple(
-                self.mapping(logical_id) for logical_id in self.of_type("AWS::Lambda::EventSourceMapping")
-            ),
+            functions=functions,
+            mappings=mappings,
             apis=tuple(self.rest_api(logical_id) for logical_id in self.of_type("AWS::ApiGateway::RestApi")),
             monitoring=tuple(
                 model.Resource(logical_id, kind, self.name(logical_id), self.properties(logical_id))
@@ -276,21 +296,6 @@ class _Reader(ApiReader):
                 for logical_id, resource in self.resources.items()
                 for entry in not_emulated(logical_id, resource["Type"], resource.get("Properties", {}))
             ),
-        )
-
-    def stream(self, logical_id: str) -> model.Stream:
-        properties = self.properties(logical_id)
-        mode = properties.get("StreamModeDetails", {}).get("StreamMode", "PROVISIONED")
-        if mode != "PROVISIONED":
-            raise TemplateError(
-                f"{logical_id}: StreamMode {mode} is not supported locally (PROVISIONED only)"
-            )
-        return model.Stream(
-            logical_id,
-            self.name(logical_id),
-            int(properties.get("ShardCount", 1)),
-            int(properties.get("RetentionPeriodHours", 24)),
-            int(properties.get("MaxRecordSizeInKiB", 1024)),
         )
 
     def asset_dir(self, logical_id: str) -> Path:
@@ -367,12 +372,14 @@ class _Reader(ApiReader):
             raise TemplateError(
                 f"{logical_id}: event source {source}: only Kinesis streams are mapped locally"
             )
+        stream_name, consumer_name = parse_source(source)
         timestamp = properties.get("StartingPositionTimestamp")
         return model.EventSourceMapping(
             logical_id=logical_id,
             uuid=str(_stable_uuid(f"{self.stack}/{logical_id}")),
             function_name=properties["FunctionName"].rsplit(":", 1)[-1],
-            stream_name=source.rsplit("/", 1)[-1],
+            stream_name=stream_name,
+            consumer_name=consumer_name,
             batch_size=int(properties.get("BatchSize", 100)),
             batching_window_seconds=float(properties.get("MaximumBatchingWindowInSeconds", 0)),
             starting_position=properties.get("StartingPosition", "LATEST"),

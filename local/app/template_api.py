@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from local.app import model
+from . import model
 
 _INTEGRATION_FUNCTION = re.compile(r"functions/arn:aws:lambda:[^:]+:[^:]+:function:([^/:]+)")
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from local.limits import THROTTLED, Rates, ShardLimits, rate_exceeded_message
 from shardline.kinesis._limits import DEFAULT_LIMITS
+
+from ..limits import THROTTLED, Rates, ShardLimits, rate_exceeded_message
 
 THROTTLED_MESSAGE = "Rate exceeded for shard (injected)"
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.cloudwatch.metrics import MetricId, MetricStore
-from local.cloudwatch.statistics import check_statistic
+from .metrics import MetricId, MetricStore
+from .statistics import check_statistic
 
 __all__ = ["ALARM", "INSUFFICIENT_DATA", "OK", "Alarm", "AlarmError", "Transition"]
 

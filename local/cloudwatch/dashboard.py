@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from local.app import model
-from local.cloudwatch.insights import InsightsError, parse
-from local.cloudwatch.metrics import MetricId, MetricStore
-from local.cloudwatch.sources import LogEvent
-from local.cloudwatch.statistics import StatisticError, check_statistic
+from ..app import model
+from .insights import InsightsError, parse
+from .metrics import MetricId, MetricStore
+from .sources import LogEvent
+from .statistics import StatisticError, check_statistic
 
 __all__ = ["Dashboard", "ExpressionError"]
 

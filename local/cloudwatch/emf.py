@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from local.cloudwatch.metrics import MetricId
+from .metrics import MetricId
 
 __all__ = ["EmfError", "extract", "is_emf"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from local.app import model
-from local.cloudwatch.sources import LogEvent
+from ..app import model
+from .sources import LogEvent
 
 __all__ = ["InsightsError", "Query", "parse"]
 

@@ -26,7 +26,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from local.cloudwatch.statistics import statistic
+from .statistics import statistic
 
 __all__ = ["MetricId", "MetricStore", "Point", "Publish", "no_metrics"]
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from local._http import HttpRequest, HttpResponse
-from local.app import model
-from local.cloudwatch.alarms import Alarm, AlarmError
-from local.cloudwatch.dashboard import Dashboard
-from local.cloudwatch.metrics import MetricStore
-from local.cloudwatch.sources import Collector
+from .._http import HttpRequest, HttpResponse
+from ..app import model
+from .alarms import Alarm, AlarmError
+from .dashboard import Dashboard
+from .metrics import MetricStore
+from .sources import Collector
 
 __all__ = ["DASHBOARD_ROUTE", "Monitor", "auto_period"]
 
@@ -38,10 +38,23 @@ DASHBOARD_ROUTE = "/_dashboard"
 RANGES_S = (300, 900, 3600)
 WEB = Path(__file__).with_name("web")
 NODE_MODULES = Path(__file__).resolve().parents[2] / "node_modules"
+#: Installed, the chart and markdown libraries ship in the package (setup.py copies them there).
+VENDOR = WEB / "vendor"
+
+
+def _library(installed: Path) -> Path:
+    """A library of the page: npm's copy in this repository, else the one the package ships."""
+    return (
+        installed
+        if installed.is_file() or not (VENDOR / installed.name).is_file()
+        else VENDOR / installed.name
+    )
+
+
 ASSETS = {
-    "uPlot.iife.min.js": NODE_MODULES / "uplot" / "dist" / "uPlot.iife.min.js",
-    "uPlot.min.css": NODE_MODULES / "uplot" / "dist" / "uPlot.min.css",
-    "marked.umd.js": NODE_MODULES / "marked" / "lib" / "marked.umd.js",
+    "uPlot.iife.min.js": _library(NODE_MODULES / "uplot" / "dist" / "uPlot.iife.min.js"),
+    "uPlot.min.css": _library(NODE_MODULES / "uplot" / "dist" / "uPlot.min.css"),
+    "marked.umd.js": _library(NODE_MODULES / "marked" / "lib" / "marked.umd.js"),
     "dashboard.js": WEB / "dashboard.js",
     "dashboard.css": WEB / "dashboard.css",
     "favicon.svg": WEB / "favicon.svg",
@@ -158,7 +171,9 @@ def _asset(name: str) -> HttpResponse:
     if path is None:
         return _text(404, f"no such asset: {name}")
     if not path.is_file():
-        return _text(503, f"{name} is not installed ({path}): run `make setup` (npm ci)")
+        return _text(
+            503, f"{name} is not installed ({path}): run `make setup` (npm ci) in shardline's repository"
+        )
     kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
     return HttpResponse(200, (("Content-Type", kind), ("Cache-Control", "max-age=300")), path.read_bytes())
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.app import model
-from local.cloudwatch.emf import EmfError, extract, is_emf
-from local.cloudwatch.metrics import MetricId, MetricStore
+from ..app import model
+from .emf import EmfError, extract, is_emf
+from .metrics import MetricId, MetricStore
 
 __all__ = ["Collector", "LogEvent"]
 
@@ -132,7 +132,7 @@ class Collector:
             return
         self._queues_read_at = time.time()
         if self._sqs is None:
-            from local.app.provision import client  # an observer's client: chaos never touches it
+            from ..app.provision import client  # an observer's client: chaos never touches it
 
             self._sqs = client("sqs", self.endpoint_url, retries={"max_attempts": 1})
         sqs = self._sqs

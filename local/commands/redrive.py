@@ -21,12 +21,12 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from local.app import model
-from local.app.provision import client
-from local.commands.status import consumer_groups
-from local.lambda_.process import log_stream_name
-from local.lambda_.runtimes import packaging_for
-from local.lambda_.workers import function_environment
+from ..app import model
+from ..app.provision import client
+from ..lambda_.process import log_stream_name
+from ..lambda_.runtimes import packaging_for
+from ..lambda_.workers import function_environment
+from .status import consumer_groups
 
 WORKER_MAIN = Path(__file__).resolve().parents[1] / "lambda_" / "redrive_worker.py"
 #: How long a received message stays hidden from others while its redrive runs (released at the end).

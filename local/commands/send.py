@@ -57,8 +57,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from local.commands.send_http import Client, Pacer, backoff, retry_after
-from local.commands.send_shapes import LoadShape, ShapeError
+from .send_http import Client, Pacer, backoff, retry_after
+from .send_shapes import LoadShape, ShapeError
 
 MAX_ATTEMPTS = 20  # posts of a record at most; a record still not accepted after that is refused
 BODY_BUDGET = 5_000_000  # bytes of one request body at most (the API takes 6,000,000)

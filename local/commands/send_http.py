@@ -16,7 +16,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from local.app import model
+from ..app import model
 
 SERVICE = "execute-api"
 MAX_BACKOFF_S = 2.0

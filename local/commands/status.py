@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from local.app import environments, model
-from local.app.provision import client
+from ..app import environments, model
+from ..app.provision import client
 
 
 def _get_json(url: str) -> Any:
@@ -33,6 +33,12 @@ def _get_json(url: str) -> Any:
             return json.load(response)
     except (urllib.error.URLError, OSError, ValueError) as error:
         return {"error": f"{url}: {error}"}
+
+
+def function_errors(api_base: str) -> dict[str, int]:
+    """Each function's errors so far, as the running app counts them; empty when no app answers there."""
+    functions = _get_json(f"{api_base}/_shardline/runtime").get("functions", {})
+    return {name: int(stats.get("errors", 0)) for name, stats in functions.items()}
 
 
 def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:

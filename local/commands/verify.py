@@ -6,14 +6,15 @@
 This module waits and reads; the verdict it returns is data (`local.commands.verify_verdict`), the
 readers of sinks, DLQs and the stream are `local.commands.verify_readers`.
 
-A consumer group is a function with `SINK_TABLE` in its environment, on the stream the records were
-sent to (its event-source mapping). What its sink is, is read from the table's key schema, not from
-names: `pk`/`sk` is an event sink (one item per user record, carrying the record's `recordId`:
-checked for exactly-once, records lost or duplicated, latency); a lone `partitionKey` hash key is a
-counter (checked for exact per-key counts). Its `DLQ_URL` is read for dead letters of the run: an
-event sink's poison records (over a DynamoDB item) must be there, whole (the data byte for byte,
-the partition key), and nothing else; a counter counts poison records like the others, and its DLQ
-must hold none of the run's.
+Which consumer groups are checked, and how, is what each declares its sinks hold
+(`SHARDLINE_SINKS`; `local.commands.verify_groups` says how to declare): a `records` sink is checked
+by identity (every accepted record's id exactly once: lost, duplicated, latency), a `counts` sink
+for exact per-key counts, and a group that declares nothing (or has no sink) by lag and errors
+(`local.commands.verify_lag`: caught up with every shard the run wrote to, no function error, no
+healthy record dead-lettered, nothing in its on-failure queue from the run). Its `DLQ_URL` is read
+for dead letters of the run: an event sink's poison records (over a DynamoDB item) must be there,
+whole (the data byte for byte, the partition key), and nothing else; a counter counts poison
+records like the others, and its DLQ must hold none of the run's.
 
 By identity, record by record: every accepted record (its id) is in each event sink exactly once,
 with its own `recordId`, and counted exactly once; every refused record is in no sink and not in
@@ -26,8 +27,9 @@ duplicates are counted — copies of one aggregate id (the producer resent it af
 records that reached the stream in more than one aggregate (a client's re-post). Under lost replies
 they are above zero: it is the consumers' dedup, not luck, that keeps the sinks exact.
 
-The sinks are read incrementally: each partition `<stream>#<shard>` is queried with `sk` greater
-than the last item seen, starting at the first record the shard took after the run began (an
+A `pk`/`sk` records sink (the event-sink layout) is read incrementally: each partition
+`<stream>#<shard>` is queried with `sk` greater than the last item seen, starting at the first
+record the shard took after the run began (an
 aggregate's first copy, which the consumers apply, may precede the copy the API answered with), so
 a poll reads only what is new. Latency is POST (the time in the payload) to the poll that first saw
 the record: its resolution is the poll interval, reported with it.
@@ -35,46 +37,43 @@ the record: its resolution is the poll interval, reported with it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.live import Live
 
-from local.app import environments, model
-from local.app.provision import client
-from local.commands.send import SendReport
-from local.commands.verify_readers import (
+from ..app import environments, model
+from ..app.provision import client
+from .send import SendReport
+from .verify_groups import consumer_groups
+from .verify_lag import LagReader, OnFailureReader
+from .verify_readers import (
     DeadLetterReader,
+    ScanSinkReader,
     SinkReader,
     StreamCopies,
     StreamReader,
     read_counts,
 )
-from local.commands.verify_render import progress_line
-from local.commands.verify_verdict import Group, GroupResult, StreamResult, Verdict
+from .verify_render import progress_line
+from .verify_verdict import COUNTER, LAG, RECORDS, Group, GroupResult, StreamResult, Verdict
+
+__all__ = ["consumer_groups", "physical_stream", "read_stream", "run_starts", "wait_and_verify"]
+
+#: A function's errors since the run began (None: not known), by function name.
+FunctionErrors = Callable[[str], int | None]
 
 POLL_INTERVAL_S = 0.5
 #: Read the stream and the sinks from this long before the run began (the clocks are one machine's).
 SINCE_SLACK_S = 2.0
 #: Records lost or applied twice whose copies in the stream the verdict lists, at most.
 WATCHED = 50
-
-
-def _sink_kind(resource: model.Resource | None) -> str:
-    schema = {
-        key["AttributeName"]: key["KeyType"]
-        for key in (resource.properties if resource else {}).get("KeySchema", [])
-    }
-    if schema == {"pk": "HASH", "sk": "RANGE"}:
-        return "records"
-    if schema == {"partitionKey": "HASH"}:
-        return "counter"
-    return "unchecked"
 
 
 def physical_stream(app: model.LocalApp, route: str) -> str:
@@ -84,21 +83,6 @@ def physical_stream(app: model.LocalApp, route: str) -> str:
         if route in routes:
             return routes[route].stream_name
     return app.streams[0].name if len(app.streams) == 1 else route
-
-
-def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
-    """The functions with a SINK_TABLE whose event-source mapping reads `stream_name`."""
-    tables = {r.name: r for r in app.resources if r.type == "AWS::DynamoDB::Table"}
-    groups = []
-    for function in app.functions:
-        env = environments.consumer(function)
-        mapped = {m.stream_name for m in app.mappings if m.function_name == function.name}
-        if env is not None and env.sink_table is not None and stream_name in mapped:
-            kind = _sink_kind(tables.get(env.sink_table))
-            groups.append(
-                Group(env.group, function.name, kind, env.sink_table, stream_name, env.dlq_url or "")
-            )
-    return groups
 
 
 def _stream_result(copies: StreamCopies, report: SendReport) -> StreamResult:
@@ -132,17 +116,50 @@ class _Watch:
     """The readers of one group, and its result as it stands."""
 
     def __init__(
-        self, group: Group, report: SendReport, endpoint_url: str, starts: dict[str, str | None]
+        self,
+        group: Group,
+        report: SendReport,
+        endpoint_url: str,
+        starts: dict[str, str | None],
+        function_errors: FunctionErrors | None = None,
     ) -> None:
-        self.group, self.report = group, report
+        self.report, self.function_errors = report, function_errors
         self.dynamodb = client("dynamodb", endpoint_url)
         expected = report.id_of if report.ids else None
-        self.sink = SinkReader(self.dynamodb, group.sink_table, group.stream_name, report.run_id, expected)
-        for shard_id, sequence in starts.items():
-            self.sink.add_shard(shard_id, sequence)
+        seq_of_id = {record_id: seq for seq in range(report.count) if (record_id := report.id_of(seq))}
+        self.sink: SinkReader | ScanSinkReader | None = None
+        if group.kind == RECORDS and group.incremental:
+            self.sink = SinkReader(
+                self.dynamodb, group.sink_table, group.stream_name, report.run_id, expected,
+                id_attribute=group.id_attribute, seq_of_id=seq_of_id,
+            )  # fmt: skip
+            for shard_id, sequence in starts.items():
+                self.sink.add_shard(shard_id, sequence)
+        elif group.kind == RECORDS and report.ids:
+            self.sink = ScanSinkReader(self.dynamodb, group.sink_table, group.id_attribute, seq_of_id)
+        elif group.kind == RECORDS:  # no ids to know the run's items by
+            group = dataclasses.replace(
+                group, kind=LAG, source="records sink, run without ids: checked by lag and errors only"
+            )
+        self.group = group
+        self.lag = (
+            LagReader(self.dynamodb, group.lease_table, group.stream_name, report)
+            if group.kind == LAG
+            else None
+        )
         self.dlq = (
             DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id)
             if group.dlq_url
+            else None
+        )
+        self.on_failure = (
+            OnFailureReader(
+                client("sqs", endpoint_url),
+                model.queue_url(endpoint_url, group.on_failure_queue),
+                model.stream_arn(group.stream_name),
+                since=report.started - SINCE_SLACK_S,
+            )
+            if group.on_failure_queue
             else None
         )
         self.counts: dict[str, int] = {}
@@ -150,21 +167,34 @@ class _Watch:
 
     def poll(self, shard_ids: Iterable[str]) -> None:
         """Read what is new."""
-        result = self.result
+        result, group = self.result, self.group
         if self.dlq is not None:
             self.dlq.poll()
             result.dlq_depth = self.dlq.depth
+        if self.on_failure is not None:
+            self.on_failure.poll()
         letters = set(self.dlq.letters) if self.dlq else set()
-        if self.group.kind == "records":
+        if isinstance(self.sink, SinkReader):
             for shard_id in shard_ids:  # shards no answer named (a child after a split): from their start
                 self.sink.add_shard(shard_id)
+        if self.sink is not None:
             self.sink.poll()
             result.processed = len((set(self.sink.positions) | letters) & set(self.report.accepted))
             result.queries, result.items_read = self.sink.queries, self.sink.items_read
-        elif self.group.kind == "counter":
-            self.counts = read_counts(self.dynamodb, self.group.sink_table, self.report.key_names())
+        elif group.kind == COUNTER:
+            self.counts = read_counts(
+                self.dynamodb,
+                group.sink_table,
+                self.report.key_names(),
+                group.key_attribute,
+                group.count_attribute,
+            )
             result.processed = sum(self.counts.values())
-        if result.done_at is None and (self.group.kind == "unchecked" or result.processed >= result.expected):
+        elif self.lag is not None:
+            self.lag.poll()
+            result.processed, result.queries = self.lag.processed, self.lag.queries
+        drained = not self.lag.behind if self.lag is not None else result.processed >= result.expected
+        if result.done_at is None and drained:
             result.done_at = time.time()
             result.drain_s = max(0.0, result.done_at - self.report.finished)
 
@@ -172,10 +202,15 @@ class _Watch:
         """Compare what the readers found with what the API answered, record by record."""
         result, report = self.result, self.report
         letters = self.dlq.letters if self.dlq else {}
+        result.on_failure = len(self.on_failure.messages) if self.on_failure else 0
         # Without ids, a re-posted record may be applied once per post that may have been written.
         extra = {} if report.ids else report.reposted
-        if self.group.kind == "records":
-            poison = {seq for seq, record in report.accepted.items() if record.poison}
+        if self.sink is not None:
+            # Poison records (450 KiB) are over a DynamoDB item in the event-sink layout, which keeps
+            # their data: there they must be in the DLQ. Another records sink may hold them.
+            poison = (
+                {seq for seq, r in report.accepted.items() if r.poison} if self.group.incremental else set()
+            )
             self._check_poison(poison, letters)
             result.dead_lettered = sorted(set(letters) - poison)
             seen = self.sink.positions
@@ -189,7 +224,7 @@ class _Watch:
             result.poison_in_sink = sorted(poison & set(seen))
             result.wrong_ids = dict(sorted(self.sink.wrong_ids.items()))
             result.latency_s = _latencies(self.sink.first_seen, report)
-        elif self.group.kind == "counter":
+        elif self.group.kind == COUNTER:
             result.dead_lettered = sorted(letters)  # a counter takes every record, poison too
             expected = report.expected_counts()
             maybe: Counter[str] = Counter()
@@ -199,6 +234,12 @@ class _Watch:
                 counted, low = self.counts.get(key, 0), expected.get(key, 0)
                 if not low <= counted <= low + maybe.get(key, 0):
                     result.wrong_counts[key] = (low, counted)
+        elif self.lag is not None:
+            result.behind = dict(self.lag.behind)
+            poison = {seq for seq, r in report.accepted.items() if r.poison}
+            result.dead_lettered = sorted(set(letters) - poison)  # a poison record may be refused
+            if self.function_errors is not None:
+                result.function_errors = self.function_errors(self.group.function)
         return result
 
     def _check_poison(self, poison: set[int], letters: dict[int, dict[str, Any]]) -> None:
@@ -295,14 +336,16 @@ def wait_and_verify(
     progress: bool = True,
     poll_interval: float = POLL_INTERVAL_S,
     stream: bool = True,
+    function_errors: FunctionErrors | None = None,
 ) -> Verdict:
     """Poll every consumer group of the report's stream until it has processed every accepted record
     (or `timeout` seconds pass), then compare: lost, duplicated, counts, ids, dead letters, latency,
-    drain; and (`stream`) read the stream: positions, Kinesis-level duplicates."""
+    drain, lag; and (`stream`) read the stream: positions, Kinesis-level duplicates. `function_errors`
+    says how many errors a function had since the run began (a group checked by lag must have none)."""
     stream_name = physical_stream(app, report.stream)
     groups = consumer_groups(app, stream_name)
     starts = run_starts(endpoint_url, stream_name, report.started - SINCE_SLACK_S)
-    watches = [_Watch(group, report, endpoint_url, starts) for group in groups]
+    watches = [_Watch(group, report, endpoint_url, starts, function_errors) for group in groups]
     deadline = time.monotonic() + timeout
     console = Console(stderr=True)
     live = Live(console=console, refresh_per_second=4) if progress and console.is_terminal else None

@@ -1,5 +1,6 @@
-"""The readers of `verify`: a run's records in an event sink, counts in a counter table, letters
-in a dead-letter queue, copies in the stream — each read incrementally or without consuming anything."""
+"""The readers of `verify`: a run's records in an event sink (incrementally, or any records sink by
+scanning it for ids), counts in a counts sink, letters in a dead-letter queue, copies in the stream —
+each read without consuming anything."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from local.commands.send import parse_payload
 from shardline.errors import AggregationError
 from shardline.kpl._decode import decode_aggregate, is_aggregated
+
+from .send import parse_payload
 
 SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `sk`
 
@@ -23,8 +25,9 @@ SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `s
 class SinkReader:
     """A run's records in an event sink, read partition by partition from the last `sk` seen.
 
-    With `expected_id(seq)` (the id a record was sent with), an item whose `recordId` is not its
-    record's id (or is absent) is kept in `wrong_ids`."""
+    With `expected_id(seq)` (the id a record was sent with), an item whose id (`id_attribute`) is not
+    its record's id (or is absent) is kept in `wrong_ids`. An item without the record's payload in
+    `data` is known by its id alone (`seq_of_id`)."""
 
     def __init__(
         self,
@@ -33,9 +36,13 @@ class SinkReader:
         stream_name: str,
         run_id: str,
         expected_id: Callable[[int], str | None] | None = None,
+        *,
+        id_attribute: str = "recordId",
+        seq_of_id: dict[str, int] | None = None,
     ) -> None:
         self._dynamodb, self._table, self._stream, self._run = dynamodb, table, stream_name, run_id
         self._expected_id = expected_id
+        self._id_attribute, self._seq_of_id = id_attribute, seq_of_id or {}
         self.after: dict[str, str] = {}  # pk -> the last sk read (exclusive lower bound)
         self.positions: dict[int, list[str]] = {}  # seq -> every "pk|sk" it was found at
         self.wrong_ids: dict[int, list[str | None]] = {}  # seq -> `recordId`s not its id (None: absent)
@@ -57,8 +64,8 @@ class SinkReader:
                 "TableName": self._table,
                 "KeyConditionExpression": "pk = :pk AND sk > :after",
                 "ExpressionAttributeValues": {":pk": {"S": pk}, ":after": {"S": self.after[pk]}},
-                "ProjectionExpression": "sk, #data, recordId",
-                "ExpressionAttributeNames": {"#data": "data"},
+                "ProjectionExpression": "sk, #data, #id",
+                "ExpressionAttributeNames": {"#data": "data", "#id": self._id_attribute},
                 "ConsistentRead": True,
             }
             while True:
@@ -67,34 +74,83 @@ class SinkReader:
                 for item in page["Items"]:
                     self.items_read += 1
                     self.after[pk] = item["sk"]["S"]
+                    found = item.get(self._id_attribute, {}).get("S")
                     fields = parse_payload(item.get("data", {}).get("B", b""))
-                    if fields is None or fields["run"] != self._run:
+                    if fields is not None and fields["run"] == self._run:
+                        seq = fields["seq"]
+                    elif fields is None and found in self._seq_of_id:
+                        seq = self._seq_of_id[found]
+                    else:
                         continue
-                    self.positions.setdefault(fields["seq"], []).append(f"{pk}|{item['sk']['S']}")
-                    found = item.get("recordId", {}).get("S")
-                    if self._expected_id is not None and found != self._expected_id(fields["seq"]):
-                        self.wrong_ids.setdefault(fields["seq"], []).append(found)
-                    self.first_seen.setdefault(fields["seq"], now)
+                    self.positions.setdefault(seq, []).append(f"{pk}|{item['sk']['S']}")
+                    if self._expected_id is not None and found != self._expected_id(seq):
+                        self.wrong_ids.setdefault(seq, []).append(found)
+                    self.first_seen.setdefault(seq, now)
                 if "LastEvaluatedKey" not in page:
                     break
                 query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def read_counts(dynamodb: Any, table: str, keys: Iterable[str]) -> dict[str, int]:
-    """The counter table's `count` for each of `keys` (absent: 0), by BatchGetItem."""
+class ScanSinkReader:
+    """A run's records in a records sink of any key schema, known by their ids: the table scanned
+    whole (consistently) on each poll, each item whose `id_attribute` is one of the run's ids counted
+    at its key. `positions` is the last scan's (seq -> every item key holding its id)."""
+
+    def __init__(self, dynamodb: Any, table: str, id_attribute: str, seq_of_id: dict[str, int]) -> None:
+        self._dynamodb, self._table, self._id, self._seq_of_id = dynamodb, table, id_attribute, seq_of_id
+        self.positions: dict[int, list[str]] = {}
+        self.first_seen: dict[int, float] = {}
+        self.wrong_ids: dict[int, list[str | None]] = {}  # never: an item is the run's by its id
+        self.queries = 0
+        self.items_read = 0
+        self._keys: list[str] | None = None
+
+    def poll(self) -> None:
+        now = time.time()
+        if self._keys is None:
+            schema = self._dynamodb.describe_table(TableName=self._table)["Table"]["KeySchema"]
+            self._keys = [key["AttributeName"] for key in schema]
+        positions: dict[int, list[str]] = {}
+        request: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
+        while True:
+            page = self._dynamodb.scan(**request)
+            self.queries += 1
+            for item in page["Items"]:
+                self.items_read += 1
+                seq = self._seq_of_id.get(item.get(self._id, {}).get("S", ""))
+                if seq is None:
+                    continue
+                where = "|".join(str(next(iter(item[key].values()), "")) for key in self._keys if key in item)
+                positions.setdefault(seq, []).append(where)
+                self.first_seen.setdefault(seq, now)
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        self.positions = positions
+
+
+def read_counts(
+    dynamodb: Any,
+    table: str,
+    keys: Iterable[str],
+    key_attribute: str = "partitionKey",
+    count_attribute: str = "count",
+) -> dict[str, int]:
+    """A counts sink's count (`count_attribute`) for each of `keys` (`key_attribute`, strings; absent:
+    0), by BatchGetItem."""
     counts: dict[str, int] = {}
     keys = list(keys)
     for start in range(0, len(keys), 100):
         request = {
             table: {
-                "Keys": [{"partitionKey": {"S": key}} for key in keys[start : start + 100]],
+                "Keys": [{key_attribute: {"S": key}} for key in keys[start : start + 100]],
                 "ConsistentRead": True,
             }
         }
         while request:
             answer = dynamodb.batch_get_item(RequestItems=request)
             for item in answer["Responses"].get(table, []):
-                counts[item["partitionKey"]["S"]] = int(item.get("count", {}).get("N", "0"))
+                counts[item[key_attribute]["S"]] = int(item.get(count_attribute, {}).get("N", "0"))
             request = answer.get("UnprocessedKeys") or {}
     return counts
 

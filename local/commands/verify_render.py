@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from local.commands.verify_verdict import GroupResult, StreamResult, Verdict
+from .verify_verdict import LAG, GroupResult, StreamResult, Verdict
 
 
 def render(verdict: Verdict) -> str:
@@ -46,7 +46,7 @@ def render(verdict: Verdict) -> str:
             f"{g.poison_whole}/{g.poison_whole + len(g.poison_missing)}",
             f"{lat['p50']:.2f}/{lat['p99']:.2f}/{lat['max']:.2f} s" if lat else "-",
             f"{g.drain_s:.1f} s" if g.drain_s is not None else "not drained",
-            "unchecked" if g.group.kind == "unchecked" else ("yes" if g.ok else "NO"),
+            "yes" if g.ok else "NO",
         )
     console = Console(width=170, record=True, file=io.StringIO())
     console.print(table)
@@ -57,10 +57,30 @@ def render(verdict: Verdict) -> str:
     )
     note = f"latency: POST -> first poll that saw it in the sink (resolution {verdict.poll_interval_s} s)"
     lines = [console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
+    lines += [group_note(g) for g in verdict.groups if group_note(g)]
     for g in verdict.groups:
         for seq, items in list(g.duplicated_at.items())[:10]:
             lines.append(f"  record {seq} in {g.group.name} {len(items)} times: {'; '.join(items)}")
     return "\n".join(lines) + ("\ntimed out" if verdict.timed_out else "")
+
+
+def group_note(g: GroupResult) -> str:
+    """What a group checked by lag shows (it has no sink to count), and a guessed kind's reason."""
+    if g.group.kind != LAG:
+        guessed = g.group.source == "key schema"
+        return (
+            f"{g.group.name}: sink kind guessed from its key schema (declare it: SHARDLINE_SINKS)"
+            if guessed
+            else ""
+        )
+    errors = "unknown" if g.function_errors is None else f"{g.function_errors:,}"
+    behind = "; ".join(f"{shard} {where}" for shard, where in sorted(g.behind.items())[:5])
+    return (
+        f"{g.group.name}: {g.group.source}; caught up with the stream: "
+        f"{'yes' if not g.behind else f'NO ({len(g.behind)} shard(s) behind: {behind})'}; "
+        f"function errors: {errors}; healthy records in its DLQ: {len(g.dead_lettered):,}; "
+        f"on-failure messages of the run: {g.on_failure:,}"
+    )
 
 
 def stream_line(stream: StreamResult) -> str:

@@ -1,8 +1,10 @@
 """The verdict of a `send` run, as data: per consumer group where each record went, and what the stream holds.
 
 `wait_and_verify` (`local.commands.verify`) fills it in; `local.commands.verify_render` prints it.
-A group is `ok` when it drained and nothing is lost, applied twice, miscounted, dead-lettered
-that should not be, or altered; the verdict is `ok` when every checked group is, the stream backs
+A group with a sink is `ok` when it drained and nothing is lost, applied twice, miscounted,
+dead-lettered that should not be, or altered; a group checked by lag (no sink declared) when it
+caught up with every shard the run wrote to, with no function error, no healthy record dead-lettered
+and no on-failure message of the run. The verdict is `ok` when every group is, the stream backs
 every answer, and no answer echoed another record's id.
 """
 
@@ -11,19 +13,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.commands.send import SendReport
+from .send import SendReport
+
+#: The kinds of check: a sink holding records (by id), one holding counts (per key), or lag and errors.
+RECORDS, COUNTER, LAG = "records", "counter", "lag"
+NOT_DECLARED = "sink not declared: checked by lag and errors only"
 
 
 @dataclass(frozen=True)
 class Group:
-    """A consumer group as the verdict checks it."""
+    """A consumer group (one of its sinks) as the verdict checks it (`local.commands.verify_groups`)."""
 
     name: str
     function: str
-    kind: str  # "records" (pk/sk sink), "counter" (partitionKey -> count) or "unchecked"
-    sink_table: str
+    kind: str  # RECORDS, COUNTER or LAG
+    sink_table: str  # "" for LAG
     stream_name: str
     dlq_url: str
+    id_attribute: str = "recordId"  # RECORDS: the attribute holding the record's id
+    key_attribute: str = "partitionKey"  # COUNTER: the hash key, a partition key
+    count_attribute: str = "count"  # COUNTER: that key's count
+    #: RECORDS: the sink is shardline's event-sink layout (`pk` = `<stream>#<shard>`, `sk` = the
+    #: zero-padded position): read partition by partition from the last `sk`; else scanned whole.
+    incremental: bool = False
+    #: How the kind was known: "declared" (SHARDLINE_SINKS), "key schema" (guessed, this repository's
+    #: own app until its groups declare) or NOT_DECLARED.
+    source: str = "declared"
+    lease_table: str = ""  # LAG: its checkpoints say how far it got
+    on_failure_queue: str = ""  # the name of its mapping's on-failure queue, if any
 
 
 @dataclass
@@ -52,14 +69,19 @@ class GroupResult:
     latency_s: dict[str, float] = field(default_factory=dict)  # p50, p99, max (records groups)
     queries: int = 0
     items_read: int = 0
+    #: LAG: shards the run wrote to that the group's checkpoint has not passed: shard -> "at X, last Y"
+    behind: dict[str, str] = field(default_factory=dict)
+    function_errors: int | None = None  # LAG: its function's errors since the run began (None: unknown)
+    on_failure: int = 0  # messages of the run in its mapping's on-failure queue
 
     @property
     def ok(self) -> bool:
-        if self.group.kind == "unchecked":
-            return True
+        if self.group.kind == LAG:
+            errors = bool(self.function_errors) or bool(self.on_failure)
+            return self.done_at is not None and not (self.behind or self.dead_lettered or errors)
         problems = (self.lost, self.duplicated, self.wrong_counts, self.dead_lettered, self.refused_present)
         poison_problems = (self.poison_altered, self.poison_missing, self.poison_in_sink, self.wrong_ids)
-        return self.done_at is not None and not any(problems + poison_problems)
+        return self.done_at is not None and not any(problems + poison_problems) and not self.on_failure
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "group"}
@@ -67,7 +89,12 @@ class GroupResult:
         out["duplicated"] = {str(k): v for k, v in self.duplicated.items()}
         out["duplicated_at"] = {str(k): v for k, v in self.duplicated_at.items()}
         out["wrong_ids"] = {str(k): v for k, v in list(self.wrong_ids.items())[:20]}
-        group = {"group": self.group.name, "kind": self.group.kind, "sink_table": self.group.sink_table}
+        group = {
+            "group": self.group.name,
+            "kind": self.group.kind,
+            "sink_table": self.group.sink_table,
+            "source": self.group.source,
+        }
         return {**group, "ok": self.ok, **out}
 
 
@@ -123,10 +150,10 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        checked = [g for g in self.groups if g.group.kind != "unchecked"]
         answers = self.report.echo_mismatches == 0
+        groups = self.groups
         return (
-            bool(checked) and all(g.ok for g in checked) and not self.timed_out and self.stream.ok and answers
+            bool(groups) and all(g.ok for g in groups) and not self.timed_out and self.stream.ok and answers
         )
 
     @property

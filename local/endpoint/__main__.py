@@ -1,5 +1,5 @@
 """`python -m local.endpoint`: the endpoint's child program (`local.endpoint.server`)."""
 
-from local.endpoint.server import main
+from .server import main
 
 main()

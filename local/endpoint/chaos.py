@@ -40,16 +40,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from local.chaos.profiles import (
+from ..chaos.profiles import (
     OBSERVER_AGENT,
     PRODUCER_MARKER,
     REQUEST_ERROR_CODES,
     ChaosProfile,
     rng_for,
 )
-from local.endpoint.callers import caller_environment, socket_inode
-from local.endpoint.service_metrics import SERVICE_METRICS
-from local.limits import THROTTLED
+from ..limits import THROTTLED
+from .callers import caller_environment, socket_inode
+from .service_metrics import SERVICE_METRICS
 
 StartResponse = Callable[..., Any]
 

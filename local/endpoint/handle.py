@@ -1,4 +1,5 @@
-"""The endpoint seen from its parent: `python -m local.endpoint` started as a child, awaited, stopped.
+"""The endpoint seen from its parent: `python -m local.endpoint` (installed: `shardline.local.endpoint`)
+started as a child, awaited, stopped.
 
     with Endpoint(port=0) as endpoint:   # port 0: a free one, chosen by the child
         boto3.client("kinesis", endpoint_url=endpoint.url, ...)
@@ -18,9 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from local.chaos.profiles import ChaosProfile
+from .. import home
+from ..chaos.profiles import ChaosProfile
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The folder holding the runtime's top package: the child imports it from there, wherever it is.
+IMPORT_ROOT = home.import_root()
 READY_LINE = "shardline-endpoint-ready"
 
 
@@ -58,22 +61,22 @@ class Endpoint:
 
     def start(self) -> Endpoint:
         began = time.monotonic()
-        command = [sys.executable, "-m", "local.endpoint", "--host", self.host, "--port", str(self.port),
-                   "--parent-pid", str(os.getpid())]  # fmt: skip
+        command = [sys.executable, "-m", home.module("endpoint"), "--host", self.host,
+                   "--port", str(self.port), "--parent-pid", str(os.getpid())]  # fmt: skip
         if not self.limits:
             command.append("--no-limits")
         if self.chaos is not None and self.chaos.active:
             command += ["--chaos", self.chaos.to_json()]
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(IMPORT_ROOT), os.environ.get("PYTHONPATH", "")]),
         }
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("a", encoding="utf-8")
         self._process = subprocess.Popen(
             command,
-            cwd=REPO_ROOT,
+            cwd=IMPORT_ROOT,
             env=env,
             stdout=subprocess.PIPE,
             stderr=self._log,

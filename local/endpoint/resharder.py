@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from local.chaos.profiles import Reshard
-from local.endpoint.chaos import ChaosState
+from ..chaos.profiles import Reshard
+from .chaos import ChaosState
 
 
 class Resharder:
@@ -40,7 +40,7 @@ class Resharder:
         self._stop.set()
 
     def _run(self) -> None:
-        from local.app.provision import client
+        from ..app.provision import client
 
         kinesis = client("kinesis", self.endpoint_url)
         first_record: dict[str, float] = {}
@@ -107,7 +107,7 @@ def _reshard(kinesis: Any, stream: str, reshard: Reshard, stop: threading.Event)
 
 def _records_by_shard(kinesis: Any, stream: str) -> dict[str, int]:
     """Records written per shard of `stream`, from the endpoint's counters (in this process)."""
-    from local.endpoint.kinesis.fixes import STATE
+    from .kinesis.fixes import STATE
 
     with STATE.lock:
         return {shard: counts[0] for (_, name, shard), counts in STATE.counters.items() if name == stream}

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from local.app.model import ACCOUNT, REGION
-from local.chaos.profiles import ChaosProfile, profile_from_dict
-from local.endpoint.handle import READY_LINE
-from local.endpoint.service_metrics import SERVICE_METRICS
+from ..app.model import ACCOUNT, REGION
+from ..chaos.profiles import ChaosProfile, profile_from_dict
+from .handle import READY_LINE
+from .service_metrics import SERVICE_METRICS
 
 _PRELOADED = ("kinesis", "dynamodb", "sqs", "s3", "logs")
 
@@ -64,7 +64,7 @@ class ShardlineRoutes:
             none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
             return _json(start_response, self.chaos.report() if self.chaos is not None else none)
         if path == "/_shardline/limits":
-            from local.endpoint.kinesis.fixes import STATE
+            from .kinesis.fixes import STATE
 
             if method == "PUT":
                 length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -108,7 +108,7 @@ def kinesis_counters() -> dict[str, Any]:
     """The `/_shardline/kinesis` answer: per stream, per shard, state and counts (no record is touched)."""
     from moto.kinesis.models import kinesis_backends
 
-    from local.endpoint.kinesis.fixes import COUNTER_NAMES, STATE
+    from .kinesis.fixes import COUNTER_NAMES, STATE
 
     streams: dict[str, Any] = {}
     with STATE.lock:
@@ -162,10 +162,10 @@ def serve(
     )
     from werkzeug.serving import ThreadedWSGIServer, make_server
 
-    from local.endpoint import dynamodb
-    from local.endpoint.kinesis import control, responses, writes
-    from local.endpoint.kinesis.fixes import STATE, apply
-    from local.limits import ShardLimits
+    from ..limits import ShardLimits
+    from . import dynamodb
+    from .kinesis import control, responses, writes
+    from .kinesis.fixes import STATE, apply
 
     STATE.limits = ShardLimits()
     STATE.writes_limited = STATE.reads_limited = limits
@@ -187,8 +187,8 @@ def serve(
     app: Callable[..., Iterable[bytes]] = dispatcher
     chaos_state = resharder = None
     if chaos is not None and chaos.active:
-        from local.endpoint.chaos import ChaosMiddleware, ChaosState
-        from local.endpoint.resharder import Resharder
+        from .chaos import ChaosMiddleware, ChaosState
+        from .resharder import Resharder
 
         chaos_state = ChaosState(chaos)
         STATE.entry_fault = chaos_state.entry_fault
@@ -223,7 +223,7 @@ def serve(
 
 def _records_written() -> dict[str, int]:
     """Stream name -> records written so far (every account), from the Kinesis counters."""
-    from local.endpoint.kinesis.fixes import STATE
+    from .kinesis.fixes import STATE
 
     totals: dict[str, int] = {}
     with STATE.lock:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from local.chaos.profiles import CONSUMERS, KILL_POINTS, WorkerFaults
+from ..chaos.profiles import CONSUMERS, KILL_POINTS, WorkerFaults
 
 #: Counter names, per function: "kill_<point>" for each KILL_POINTS entry, then these.
 OTHER_FAULTS = ("kill_no_commit", "hang", "oom")

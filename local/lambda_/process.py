@@ -28,8 +28,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from local.app.model import Function, InvokeResult
-from local.lambda_.runtimes import Packaging
+from ..app.model import Function, InvokeResult
+from .runtimes import Packaging
 
 WORKER_MAIN = Path(__file__).with_name("worker.py")
 RUNTIME = "python3.12"

@@ -4,12 +4,16 @@ runtime ships, and the public layers a template names.
     packaging = packaging_for(function)        # its interpreter, runtime packages and layers, or why not
     public_layer_dir("/aws/service/powertools/python/arm64/python3.12/3.37.0")  # a Powertools layer
     python -m local.lambda_.runtimes install   # what `make setup` runs: the sites and layers, pinned
+    python -m local.lambda_.runtimes pins      # rewrite pins.txt from requirements-dev.lock
 
 Deployed, a function imports from its code, its layers (`/opt/python`) and the runtime's own
 packages — boto3 and its dependencies — never from a developer's virtualenv. Locally each runtime
-gets a site folder holding exactly those packages (`.local/lambda/<runtime>/site`), and each public
-Powertools layer a folder of its own (`.local/lambda/layers/powertools-<version>/python`), both
-installed from requirements-dev.lock (the versions the tests run, every file's hash checked).
+gets a site folder holding exactly those packages (`<cache>/<runtime>/site`), and each public
+Powertools layer a folder of its own (`<cache>/layers/powertools-<version>/python`), both installed
+with every file's hash checked: in this repository from requirements-dev.lock (the versions the
+tests run) into `.local/lambda`; installed, from `pins.txt` (the same entries of the lock, shipped
+with the package; `python -m local.lambda_.runtimes pins` rewrites it, a test keeps it equal) into
+the user's cache (`local.home.cache_dir`), on the first `up`.
 AWS updates the runtime's boto3 over time and per Region (the Lambda guide, "Runtime-included SDK
 versions", says to print it from a function); the local one is the lock's.
 
@@ -30,8 +34,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from local.app.model import Function
 from shardline.cdk._interpreters import find_python
+
+from .. import home
+from ..app.model import Function
 
 __all__ = [
     "RUNTIMES",
@@ -42,9 +48,12 @@ __all__ = [
     "public_layer_dir",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-ROOT = REPO / ".local" / "lambda"
-LOCK = REPO / "requirements-dev.lock"
+ROOT = home.cache_dir()
+#: How the runtime's packages get installed, for the notes that say they are not.
+INSTALL_HINT = "make setup" if home.IN_REPOSITORY else "`shardline local up` installs them"
+#: The pins the installed runtime installs from: the lock's entries for the packages below.
+PINS = Path(__file__).with_name("pins.txt")
+LOCK = home.REPOSITORY / "requirements-dev.lock" if home.REPOSITORY is not None else PINS
 #: The runtimes the local runtime runs (the app's functions declare one of them).
 RUNTIMES = ("python3.12",)
 #: What the Lambda Python runtime ships besides the standard library.
@@ -103,7 +112,7 @@ def packaging_for(function: Function) -> Packaging:
         )
     if site is None:
         notes.append(
-            f"the {runtime} runtime's packages are not installed (make setup): its imports are unchecked"
+            f"the {runtime} runtime's packages are not installed ({INSTALL_HINT}): its imports are unchecked"
         )
     layers = []
     for layer in function.public_layers:
@@ -217,8 +226,26 @@ def _pinned_version(package: str) -> str:
     return _lock_entries()[package].split("==", 1)[1].split()[0].rstrip("\\").strip()
 
 
+def pins_text() -> str:
+    """What `pins.txt` holds: the lock's entries (hashes included) for every package installed here."""
+    packages = tuple(dict.fromkeys(RUNTIME_PACKAGES + POWERTOOLS_PACKAGES))
+    return "# Written by `python -m local.lambda_.runtimes pins` from requirements-dev.lock: the pins an\n" \
+        "# installed runtime installs the Lambda runtime's packages and the Powertools layer from.\n" \
+        + _pinned(packages)  # fmt: skip
+
+
+def missing(runtimes: tuple[str, ...] = RUNTIMES) -> list[Path]:
+    """The folders `install()` would write (the runtime sites and the pinned Powertools layer)."""
+    powertools = ROOT / "layers" / f"powertools-{_pinned_version('aws-lambda-powertools')}" / "python"
+    return [folder for folder in [*map(site_dir, runtimes), powertools] if not _installed(folder)]
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["install"]:
-        raise SystemExit("usage: python -m local.lambda_.runtimes install")
-    for folder in install():
-        print(f"installed {folder.relative_to(REPO)}")
+    if sys.argv[1:] == ["pins"]:
+        PINS.write_text(pins_text())
+        print(f"wrote {PINS}")
+    elif sys.argv[1:] == ["install"]:
+        for folder in install():
+            print(f"installed {folder}")
+    else:
+        raise SystemExit("usage: python -m local.lambda_.runtimes install | pins")

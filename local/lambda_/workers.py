@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.app.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
-from local.chaos.profiles import WorkerFaults
-from local.cloudwatch.metrics import Publish, no_metrics
-from local.lambda_.chaos import WorkerChaos
-from local.lambda_.process import (
+from ..app.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
+from ..chaos.profiles import WorkerFaults
+from ..cloudwatch.metrics import Publish, no_metrics
+from .chaos import WorkerChaos
+from .process import (
     FunctionLog,
     InitFailure,
     Outcome,
@@ -45,7 +45,7 @@ from local.lambda_.process import (
     log_stream_name,
     start_worker,
 )
-from local.lambda_.runtimes import packaging_for
+from .runtimes import packaging_for
 
 INIT_TIMEOUT_SECONDS = 10.0  # Lambda's limit on the init phase (imports and module-level code)
 MAX_PAYLOAD_BYTES = 6_291_456  # synchronous Invoke: 6 MB each way

@@ -38,6 +38,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "layers" / "shardline" / "python" / "shardline"
+#: The local runtime's folder, shipped as `shardline.local` (setup.py maps it).
+LOCAL = ROOT / "local"
 #: Files of the source tree that are never part of the package (bytecode caches).
 _CACHES = ("__pycache__",)
 #: Left out of the copy the tests build from: VCS, local environments, tool output and caches.
@@ -58,8 +60,12 @@ _NOT_COPIED = shutil.ignore_patterns(
     ".hypothesis",
 )
 #: What an sdist may hold besides the package (paths inside `shardline-<version>/`).
-_SDIST_PROJECT_FILES = {"PKG-INFO", "setup.cfg", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"}
-_SDIST_PACKAGE_DIRS = ("layers/shardline/python/shardline/", "layers/shardline/python/shardline.egg-info/")
+_SDIST_PROJECT_FILES = {
+    "PKG-INFO", "setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"
+}  # fmt: skip
+_SDIST_PACKAGE_DIRS = (
+    "layers/shardline/python/shardline/", "layers/shardline/python/shardline.egg-info/", "local/"
+)  # fmt: skip
 _SUBPROCESS_TIMEOUT = 240  # seconds; pytest's own timeout (pyproject) is the outer bound
 
 # Run by the clean virtualenv's interpreter: argv[1] is JSON {"extras": bool, "modules": [...]}.
@@ -98,9 +104,10 @@ base = sorted(name(r) for r in requirements if ";" not in r)
 extra = [r for r in requirements if ";" in r]
 assert base == ["boto3", "botocore"], requirements
 extras = {name(r): r.split('extra == "', 1)[1].rstrip('"') for r in extra}
-expected = {"aws-lambda-powertools": "lambda", "aws-cdk-lib": "cdk", "constructs": "cdk", "cdk-nag": "cdk"}
+expected = {"aws-lambda-powertools": "lambda", "aws-cdk-lib": "cdk", "constructs": "cdk", "cdk-nag": "cdk",
+            "moto": "local", "rich": "local", "jsonschema": "local", "werkzeug": "local"}
 assert extras == expected, requirements
-assert metadata.metadata("shardline").get_all("Provides-Extra") == ["lambda", "cdk"]
+assert metadata.metadata("shardline").get_all("Provides-Extra") == ["lambda", "cdk", "local"]
 powertools = importlib.util.find_spec("aws_lambda_powertools")
 assert (powertools is not None) == with_lambda, f"aws_lambda_powertools installed: {powertools}"
 
@@ -116,6 +123,8 @@ needs_powertools = {}
 cdk_installed = importlib.util.find_spec("aws_cdk") is not None
 for module_name in installed:
     module = importlib.import_module(module_name)
+    if module_name == "shardline.local":
+        continue  # the local runtime: its public surface is its command line (`shardline local`)
     assert module.__all__, f"{module_name}: empty __all__"
     for public in module.__all__:
         try:
@@ -189,22 +198,32 @@ print(json.dumps({"version": shardline.__version__, "needs_powertools": needs_po
 '''
 
 
-def _library_files() -> set[str]:
-    """The source package's files, as paths inside the wheel (`shardline/...`)."""
+def _files(folder: Path) -> set[str]:
+    """The files of a source folder, relative to it (caches left out)."""
     return {
-        path.relative_to(LIBRARY.parent).as_posix()
-        for path in LIBRARY.rglob("*")
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
         if path.is_file() and not any(part in _CACHES for part in path.parts) and path.suffix != ".pyc"
     }
 
 
+def _library_files() -> set[str]:
+    """The source package's files and the local runtime's, as paths inside the wheel (`shardline/...`,
+    `shardline/local/...`); the runtime's vendored dashboard libraries are checked where npm is."""
+    local = {
+        f"shardline/local/{name}" for name in _files(LOCAL) if not name.startswith("cloudwatch/web/vendor/")
+    }
+    return {f"shardline/{name}" for name in _files(LIBRARY)} | local
+
+
 def _public_modules() -> list[str]:
     """shardline's public modules in the source tree: subpackages and top-level modules, no `_`."""
-    return sorted(
+    modules = [
         f"shardline.{path.stem if path.suffix else path.name}"
         for path in LIBRARY.iterdir()
         if not path.name.startswith("_") and (path.suffix == ".py" or (path / "__init__.py").is_file())
-    )
+    ]
+    return sorted([*modules, "shardline.local"])  # the local runtime, from local/
 
 
 def _source_version() -> str:
@@ -298,7 +317,13 @@ def test_the_built_sdist_and_wheel_install_the_library_into_a_clean_virtualenv(t
         if member not in _SDIST_PROJECT_FILES and not member.startswith(_SDIST_PACKAGE_DIRS)
     }
     assert not strays, f"the sdist holds files outside the package: {sorted(strays)}"
-    missing = {f"layers/shardline/python/{file}" for file in library} - members
+    in_source = {
+        f"layers/shardline/python/{file}"
+        if not file.startswith("shardline/local/")
+        else file.removeprefix("shardline/")
+        for file in library
+    }
+    missing = in_source - members
     assert not missing, f"the sdist lacks: {sorted(missing)}"
     assert {"pyproject.toml", "README.md", "LICENSE"} <= members
 

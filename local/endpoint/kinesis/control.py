@@ -25,7 +25,7 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses
 
-from local.endpoint.kinesis.fixes import (
+from .fixes import (
     DEFAULT_MAX_RECORD_KIB,
     STATE,
     check_merge,

@@ -35,7 +35,7 @@ from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, utils
 from moto.utilities.utils import md5_hash
 
-from local.limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
+from ...limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
 
 #: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then microseconds.
 _SEQUENCE_BASE = 49 * 10**54

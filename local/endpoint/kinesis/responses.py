@@ -28,7 +28,9 @@ from moto.core.responses import ActionResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses, utils
 
-from local.endpoint.kinesis.fixes import (
+from ...limits import CONSUMER_HEADER, rate_exceeded_message
+from ..service_metrics import SERVICE_METRICS
+from .fixes import (
     MAX_GET_RECORDS,
     NAMESPACE,
     STATE,
@@ -36,8 +38,6 @@ from local.endpoint.kinesis.fixes import (
     fixed,
     read_after,
 )
-from local.endpoint.service_metrics import SERVICE_METRICS
-from local.limits import rate_exceeded_message
 
 _FILTERS = (
     "AFTER_SHARD_ID",
@@ -86,8 +86,16 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
         shard = stream.get_shard(shard_id)
         STATE.count(account, stream.stream_name, shard_id, 4)
         limits = STATE.limits if STATE.reads_limited else None
-        key = (stream.arn, shard_id)
-        if limits is not None and not limits.admit_read(key):
+        consumer = self.headers.get(CONSUMER_HEADER)
+        key: tuple[str, ...] = (stream.arn, shard_id)
+        if consumer is not None:  # a registered consumer's read: its own budget (`CONSUMER_HEADER`)
+            if not any(c.consumer_name == consumer for c in stream.consumers):
+                raise kinesis_errors.ConsumerNotFound(consumer=consumer, account_id=account)
+            key = (stream.arn, shard_id, "consumer", consumer)
+        admitted = limits is None or (
+            limits.admit_subscribed_read(key) if consumer is not None else limits.admit_read(key)
+        )
+        if not admitted:
             STATE.count(account, stream.stream_name, shard_id, 3)
             throttled = {"StreamName": stream.stream_name}
             SERVICE_METRICS.add(NAMESPACE, "ReadProvisionedThroughputExceeded", throttled, 1)

@@ -14,7 +14,9 @@ from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models
 
-from local.endpoint.kinesis.fixes import (
+from ...limits import THROTTLED, MiB, rate_exceeded_message
+from ..service_metrics import SERVICE_METRICS
+from .fixes import (
     NAMESPACE,
     STATE,
     InternalFailure,
@@ -24,8 +26,6 @@ from local.endpoint.kinesis.fixes import (
     open_shard_for,
     record_hash_key,
 )
-from local.endpoint.service_metrics import SERVICE_METRICS
-from local.limits import THROTTLED, MiB, rate_exceeded_message
 
 __all__ = ["RecordTooLarge", "install"]
 

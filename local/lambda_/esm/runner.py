@@ -13,6 +13,8 @@ the 6 MB event cut; LATEST / TRIM_HORIZON / AT_TIMESTAMP; one batch in flight pe
 retries with backoff until success, MaximumRetryAttempts or MaximumRecordAgeInSeconds; bisect;
 partial batch responses; the on-failure SQS message; children only after their parents are drained.
 ParallelizationFactor above 1 runs as 1 (said at start): order per shard is kept, parallelism is not.
+A mapping on a registered consumer (enhanced fan-out) reads with the consumer's own budget and every
+100 ms when idle (`local.limits.CONSUMER_HEADER`), in place of SubscribeToShard's push.
 The rules that need no I/O are in `local.lambda_.esm.batches`; a shard's poller in `local.lambda_.esm.shard`.
 """
 
@@ -30,10 +32,11 @@ import boto3
 import botocore.config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from local.app import model
-from local.cloudwatch.metrics import Publish, no_metrics
-from local.lambda_.esm.filters import FilterError, RecordFilter
-from local.lambda_.esm.shard import (
+from ...app import model
+from ...cloudwatch.metrics import Publish, no_metrics
+from ...limits import CONSUMER_HEADER, SUBSCRIBED_POLL_INTERVAL
+from .filters import FilterError, RecordFilter
+from .shard import (
     DONE,
     POLLING,
     WAITING_FOR_PARENT,
@@ -81,6 +84,8 @@ class MappingRunner:
         self.invoker = invoker
         self.shard_refresh_interval = shard_refresh_interval
         max_age = mapping.maximum_record_age_seconds
+        if mapping.consumer_name is not None:  # records are pushed to a subscriber as they arrive
+            poll_interval = min(poll_interval, SUBSCRIBED_POLL_INTERVAL)
         self.settings = MappingSettings(
             poll_interval=poll_interval,
             retry_base_delay=retry_base_delay,
@@ -105,6 +110,13 @@ class MappingRunner:
             region_name=model.REGION,
         )
         self.kinesis = session.client("kinesis", endpoint_url=endpoint_url, config=config)
+        if mapping.consumer_name is not None:  # enhanced fan-out: the consumer's reads, its own budget
+            consumer = mapping.consumer_name
+
+            def name_the_consumer(request: Any, **_: Any) -> None:
+                request.headers[CONSUMER_HEADER] = consumer
+
+            self.kinesis.meta.events.register("before-sign.kinesis.GetRecords", name_the_consumer)
         self.sqs = session.client("sqs", endpoint_url=endpoint_url, config=config)
         self.notices = tuple(self._notices())
         self.last_discovery_error: str | None = None

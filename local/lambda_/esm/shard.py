@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from local.app import model
-from local.cloudwatch.metrics import Publish, no_metrics
-from local.lambda_.esm.batches import (
+from ...app import model
+from ...cloudwatch.metrics import Publish, no_metrics
+from .batches import (
     FAILURE,
     PARTIAL,
     RECORD_AGE_EXCEEDED,
@@ -30,7 +30,7 @@ from local.lambda_.esm.batches import (
     make_event,
     on_failure_message,
 )
-from local.lambda_.esm.filters import RecordFilter
+from .filters import RecordFilter
 
 log = logging.getLogger("local.lambda_.esm.runner")
 

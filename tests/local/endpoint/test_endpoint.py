@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError
 
-from local.endpoint.handle import REPO_ROOT, Endpoint
+from local.endpoint.handle import IMPORT_ROOT, Endpoint
 from shardline.kinesis import UserRecord
 from shardline.kpl import decode, is_aggregated
 from shardline.producer import Producer
@@ -293,11 +293,11 @@ def test_stop_leaves_no_process_and_frees_the_port(tmp_path):
 
 def test_a_killed_parent_leaves_no_endpoint_behind(tmp_path):
     script = (
-        "import sys, time; from local.endpoint.handle import REPO_ROOT, Endpoint; "
+        "import sys, time; from local.endpoint.handle import IMPORT_ROOT, Endpoint; "
         "e = Endpoint(port=0).start(); print(e._process.pid, flush=True); time.sleep(60)"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=IMPORT_ROOT
     )
     try:
         child = int(parent.stdout.readline())

@@ -128,8 +128,17 @@ class _Reader(ApiReader, StreamReader):
         if explicit is not None:
             return str(self.resolve(explicit))
         suffix = hashlib.sha256(f"{self.stack}/{logical_id}".encode()).hexdigest()[:12].upper()
+        # CloudFormation names a FIFO queue it names itself with the `.fifo` SQS requires.
+        fifo = (
+            resource["Type"] == "AWS::SQS::Queue"
+            and str(self.resolve(resource.get("Properties", {}).get("FifoQueue", False))).lower() == "true"
+        )
+        if fifo:
+            suffix += ".fifo"
         room = NAME_LIMIT.get(resource["Type"], 128) - len(self.stack) - len(suffix) - 2
-        name = f"{self.stack}-{logical_id[: max(room, 1)]}-{suffix}"
+        prefix = f"{self.stack}-{logical_id[: max(room, 1)]}"
+        limit = NAME_LIMIT.get(resource["Type"], 128) - len(suffix) - 1  # a long stack name is cut too
+        name = f"{prefix[:limit]}-{suffix}"
         return name.lower() if resource["Type"] == "AWS::S3::Bucket" else name
 
     def ref(self, logical_id: str) -> str:

@@ -104,6 +104,10 @@ def test_the_example_synthesizes_offline_and_passes_nag_and_cfn_lint(cdk_out: Pa
     types = [resource["Type"] for resource in template["Resources"].values()]
     assert types.count("AWS::Lambda::EventSourceMapping") == 2
     assert "AWS::Kinesis::Stream" in types and "AWS::ApiGateway::RestApi" in types
+    # The layer built from the installed package: the library, not its constructs nor the local runtime.
+    (layer,) = [path.parent for path in cdk_out.glob("asset.*/python/shardline/__init__.py")]
+    shipped = {path.relative_to(layer).parts[0] for path in layer.rglob("*.py")}
+    assert {"consumer", "producer", "kpl"} <= shipped and not shipped & {"cdk", "local"}, shipped
     cfn_lint = str(Path(sys.executable).parent / "cfn-lint")
     template_file = str(cdk_out / "orders.template.json")
     lint = subprocess.run([cfn_lint, "--format", "parseable", template_file], capture_output=True, text=True,
@@ -172,7 +176,9 @@ def test_orders_sent_through_its_api_land_once_in_its_table_and_its_queue(
         f"{order_ids[0].rsplit('-', 1)[0]}-k{k}" for k in range(20)
     }
     sqs = aws("sqs", running["endpoint"])
-    url = next(url for url in sqs.list_queues()["QueueUrls"] if "OrdersOut" in url)
+    (url,) = [
+        url for url in sqs.list_queues()["QueueUrls"] if "OrdersOut" in url and "Undelivered" not in url
+    ]
     forwarded: list[str] = []
     while True:
         messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]).get(
@@ -186,6 +192,18 @@ def test_orders_sent_through_its_api_land_once_in_its_table_and_its_queue(
     assert sorted(forwarded) == sorted(order_ids)
 
 
-def test_its_dashboard_is_drawn(running: dict[str, Any]) -> None:
+def test_its_dashboard_is_drawn_with_what_the_orders_did(running: dict[str, Any]) -> None:
+    """After the send (this module's tests run in order): the app's own dashboard, every widget drawn
+    (none "unsupported"), its charts carrying data points, and the page's chart library served."""
     with urllib.request.urlopen(f"{running['api']}/_dashboard", timeout=30) as page:
         assert page.status == 200 and b"<html" in page.read().lower()
+    with urllib.request.urlopen(f"{running['api']}/_dashboard/assets/uPlot.iife.min.js", timeout=30) as asset:
+        assert asset.status == 200 and len(asset.read()) > 10_000
+    with urllib.request.urlopen(f"{running['api']}/_dashboard/api/board?range=900", timeout=60) as answer:
+        board = json.loads(answer.read())
+    assert board["dashboards"] == ["orders"]
+    widgets = board["widgets"]
+    assert widgets and not [w["title"] for w in widgets if w["kind"] == "unsupported"]
+    charts = [w for w in widgets if w["kind"] == "chart"]
+    drawn = [w["title"] for w in charts if any(v for line in w["series"] for _, v in line["points"] if v)]
+    assert any("order-writer" in title for title in drawn), drawn

@@ -202,3 +202,20 @@ def test_provision_creates_every_stream_table_queue_and_bucket(cdk_out, tmp_path
         assert {r.name for r in app.resources if r.type == "AWS::SQS::Queue"} <= queues
         buckets = {b["Name"] for b in client("s3", endpoint.url).list_buckets()["Buckets"]}
         assert {r.name for r in app.resources if r.type == "AWS::S3::Bucket"} <= buckets
+
+
+def test_a_fifo_queue_cloudformation_names_ends_in_fifo_and_fits(tmp_path):
+    """CloudFormation names a FIFO queue without a QueueName `<stack>-<id>-<suffix>.fifo`; SQS refuses
+    a FIFO queue whose name does not end in `.fifo`."""
+    from local.app.template import _Reader
+
+    resources = {
+        "Outbox": {"Type": "AWS::SQS::Queue", "Properties": {"FifoQueue": True}},
+        "Plain": {"Type": "AWS::SQS::Queue", "Properties": {}},
+        "Named": {"Type": "AWS::SQS::Queue", "Properties": {"FifoQueue": True, "QueueName": "orders.fifo"}},
+    }
+    reader = _Reader({"Resources": resources}, "a-stack-with-a-rather-long-name-" * 2, tmp_path, ENDPOINT)
+    outbox, plain = reader.name("Outbox"), reader.name("Plain")
+    assert outbox.endswith(".fifo") and len(outbox) <= 80, outbox
+    assert not plain.endswith(".fifo")
+    assert reader.name("Named") == "orders.fifo"

@@ -72,7 +72,8 @@ def build_layer() -> tuple[Path, bool]:
         relative = source.relative_to(PACKAGE)
         if (
             source.is_file()
-            and relative.parts[0] != "cdk"
+            # The constructs and the local runtime (installed as shardline.local) never run in Lambda.
+            and relative.parts[0] not in ("cdk", "local")
             and "__pycache__" not in relative.parts
             and any(source.match(pattern) for pattern in LAYER_FILES)
         ):

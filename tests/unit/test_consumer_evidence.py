@@ -315,10 +315,9 @@ def test_good_a_poison_record_still_reaches_the_dlq_after_its_spaced_attempts() 
     assert len(failed_at) == 3 and gaps[0] >= 2.0 and gaps[1] >= 4.0, "attempts spaced by doubling backoff"
 
 
-def test_good_a_death_in_the_write_counting_a_pinned_crash_is_not_pinned_again() -> None:
-    """r0 dies twice, the second time alone: pinned, counted once. The function then dies in
-    shardline's own write of that count, before r0 runs again: no second count (with
-    max_attempts 2 it would be dead-lettered), and r0 applies when it runs."""
+def r0_pinned_once() -> tuple[KinesisConsumer, InMemoryLeaseTable, RecordingSQS, MappingReplay]:
+    """max_attempts 2; r0 of three records dies twice, the second time alone (the next delivery
+    pins it and counts it once): the consumer, its table and DLQ, and the replay after two deliveries."""
     consumer, table, sqs = setup(max_attempts=2)
     deaths = {"r0": 2}
 
@@ -332,6 +331,14 @@ def test_good_a_death_in_the_write_counting_a_pinned_crash_is_not_pinned_again()
     replay = MappingReplay(kinesis_event(records(3))["Records"], 10)
     replay.invoke(consumer.process)  # r0 dies among others: nothing pinned
     replay.invoke(consumer.process)  # careful: r0 alone, dies
+    return consumer, table, sqs, replay
+
+
+def test_good_a_death_in_the_write_counting_a_pinned_crash_is_not_pinned_again() -> None:
+    """r0 dies twice, the second time alone: pinned, counted once. The function then dies in
+    shardline's own write of that count, before r0 runs again: no second count (with
+    max_attempts 2 it would be dead-lettered), and r0 applies when it runs."""
+    consumer, table, sqs, replay = r0_pinned_once()
     table.fail_next("record_failure", ProcessDied("timed out after counting"), landed=True)
     replay.invoke(consumer.process)  # the death is pinned on r0 and counted; then the function dies
     row = table.row(SHARD)
@@ -346,19 +353,7 @@ def test_good_a_lost_reply_to_the_mark_that_a_careful_record_starts_is_not_pinne
     r0 starts alone; the write lands, its reply is lost (the client times out): the shard stalls,
     noting it on the row as it stands (its counter moved past the lease held). The delivery after
     finds no crash to pin: with max_attempts 2, r0 is not dead-lettered, and applies."""
-    consumer, table, sqs = setup(max_attempts=2)
-    deaths = {"r0": 2}
-
-    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
-        if deaths.get(record_id(record), 0) > 0:
-            deaths[record_id(record)] -= 1
-            raise ProcessDied("out of memory")
-        return [effect(record)]
-
-    consumer.handler(handle)
-    replay = MappingReplay(kinesis_event(records(3))["Records"], 10)
-    replay.invoke(consumer.process)  # r0 dies among others: nothing pinned
-    replay.invoke(consumer.process)  # careful: r0 alone, dies
+    consumer, table, sqs, replay = r0_pinned_once()
     table.fail_next("mark_careful", ReadTimeoutError(endpoint_url="https://dynamodb"), landed=True)
     replay.invoke(consumer.process)  # pinned and counted; r0's start mark lands, its reply is lost
     row = table.row(SHARD)

@@ -94,9 +94,9 @@ def entry(index: int, record: Any, errors: list[dict[str, Any]]) -> dict[str, An
     if record_id is not None and (
         not isinstance(record_id, str)
         or not 1 <= len(record_id) <= MAX_ID_LENGTH
-        or not record_id.isprintable()
+        or not all("!" <= c <= "~" for c in record_id)
     ):
-        error("id", f"1 to {MAX_ID_LENGTH} printable characters")
+        error("id", f"1 to {MAX_ID_LENGTH} visible ASCII characters, no spaces")
         return None
     try:
         payload = base64.b64decode(data, validate=True) if isinstance(data, str) else None

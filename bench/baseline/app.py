@@ -2,6 +2,17 @@
 `python -m bench.baseline.app` (writes `cdk.out` here, or to `$CDK_OUTDIR`).
 
 Context `shards` (default 4, shardline's app's stream): the stream's shard count.
+
+Under the local runtime, from the repository root:
+
+    (cd bench/baseline && ../../node_modules/.bin/cdk synth -q -o /tmp/baseline.out)
+    python -m local up --cdk-out /tmp/baseline.out
+    python -m local send --cdk-out /tmp/baseline.out --count 1000 --keys 100
+
+`send`'s verdict checks the two sinks the consumer declares (exactly once, exact counts) and finds
+them right; it still exits 1, because its stream check expects each record's id inside the Kinesis
+record (shardline's aggregate), where an unaggregated record has none ("ids not as sent": all).
+`python -m local status` fails on this app (it reads the consumer's LEASE_TABLE as a lease table).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ Under the local runtime, from the repository root:
     python -m local up --cdk-out /tmp/baseline.out
     python -m local send --cdk-out /tmp/baseline.out --count 1000 --keys 100
 
-`send`'s verdict checks the two sinks the consumer declares (exactly once, exact counts) and finds
-them right; it still exits 1, because its stream check expects each record's id inside the Kinesis
-record (shardline's aggregate), where an unaggregated record has none ("ids not as sent": all).
-`python -m local status` fails on this app (it reads the consumer's LEASE_TABLE as a lease table).
+`send`'s verdict checks the two sinks the consumer declares (exactly once, exact counts) and the
+stream (each record a Kinesis record of its own, known by its payload). The consumer names its
+idempotency table as its LEASE_TABLE (the local tools find a consumer group by it); `status` shows
+no lease rows there.
 """
 
 from __future__ import annotations

@@ -71,7 +71,8 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
     for group in consumer_groups(app):
         leases: list[dict[str, Any]] = []
         for page in dynamodb.get_paginator("scan").paginate(TableName=group["lease_table"]):
-            leases += [lease_of(item) for item in page["Items"]]
+            # Only lease rows: a group not built on shardline's consumer may name another table.
+            leases += [lease_of(item) for item in page["Items"] if "leaseKey" in item]
         depths: dict[str, int] = {}
         for label, url in (
             ("dlq", group["dlq_url"]),

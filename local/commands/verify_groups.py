@@ -22,7 +22,7 @@ were sent to. What its sinks hold it declares in `SHARDLINE_SINKS`, a JSON list 
   with no function error, no healthy record in its DLQ and no on-failure message of the run. The
   verdict says "sink not declared: checked by lag and errors only".
 
-Until this repository's own groups declare, a `SINK_TABLE` without declarations is guessed from its
+A `SINK_TABLE` without declarations (an app synthesized before its groups declared) is guessed from its
 key schema (`pk`/`sk`: records by `recordId`; a lone `partitionKey`: counts in `count`), and the
 verdict says the kind was guessed.
 """

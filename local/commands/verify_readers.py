@@ -218,7 +218,7 @@ class StreamCopies:
         self.aggregate_copies = 0  # Kinesis records that repeat an aggregate id already seen
         self.records_in_aggregate_copies = 0  # the run's user records in those copies
         self.reposted_copies = 0  # copies of user records in an aggregate other than their first
-        self.wrong_ids = 0  # user records whose `sl.id` is not the id `send` gave them
+        self.wrong_ids = 0  # user records in aggregates whose `sl.id` is not the id `send` gave them
         self.undecodable = 0  # Kinesis records that look aggregated but do not decode
         self.shards_read = 0
         self.copies = array("I", [0]) * count  # per seq: copies in the stream
@@ -319,7 +319,8 @@ class StreamReader:
         data, sequence = record["Data"], record["SequenceNumber"]
         aggregate_id: str | None = None
         members: list[tuple[bytes, str | None]]
-        if is_aggregated(data):
+        aggregated = is_aggregated(data)
+        if aggregated:
             try:
                 users, aggregate_id = decode_aggregate(data)
             except AggregationError:
@@ -350,7 +351,9 @@ class StreamReader:
                 note = f"{shard_id}@{sequence}#{index} aggregate={aggregate_id}{' (copy)' if copy else ''}"
                 copies.where.setdefault(seq, []).append(note)
             copies.user_records += 1
-            if member_id != self._expected_id(seq):
+            # Only a KPL aggregate carries a record's id (its tags); a plain Kinesis record, from a
+            # producer that does not aggregate, is known by its payload alone.
+            if aggregated and member_id != self._expected_id(seq):
                 copies.wrong_ids += 1
             if self._positions.get(seq) == (shard_id, sequence):
                 copies.backed[seq] = 1

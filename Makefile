@@ -1,4 +1,4 @@
-# The verbs of shardline: setup, lock, test, lint, unit, bench, soak, local, dashboard, status, send, synth, deploy, clean.
+# The verbs of shardline: setup, lock, test, lint, unit, bench, cost, soak, local, dashboard, status, send, synth, deploy, clean.
 
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +9,7 @@ LAMBDA_RUNTIME := .local/lambda
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock browser test lint unit bench soak local dashboard status send synth deploy clean
+.PHONY: help setup lock browser test lint unit bench cost soak local dashboard status send synth deploy clean
 
 help:
 	@echo "make setup   create .venv from requirements-dev.lock (every package pinned, hashes checked)"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench, local), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
 	@echo "make bench   run the benchmarks (python -m bench, bench.consumer_cost, bench.worker_invoke)"
+	@echo "make cost    what a million records cost, shardline against the usual build, per component (COST_ARGS=--quick)"
 	@echo "make soak    1,000,000 records under heavy chaos, kills every 10 invocations: verdict, memory (SOAK_ARGS=...)"
 	@echo "make local   run the app on loopback from the synthesized template (LOCAL_ARGS=--no-limits ...)"
 	@echo "make dashboard  open the running app's dashboard and alarms (http://127.0.0.1:3000/_dashboard)"
@@ -98,6 +99,10 @@ bench: setup
 	$(PY) -m bench
 	$(PY) -m bench.consumer_cost
 	$(PY) -m bench.worker_invoke
+
+COST_ARGS ?=
+cost: setup
+	$(PY) -m bench.cost $(COST_ARGS)
 
 # The synthesized app is rebuilt only when a source it is made of changed.
 APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cost_model import Measured, price, total
-from bench.up_process import REPO_ROOT, UpProcess, synthesize
+from bench.up_process import REPO_ROOT, UpProcess, child_env, synthesize
 
 RATES = (1_000, 10_000, 100_000)
 SIZES = (100, 1024, 10_240)
@@ -44,11 +45,17 @@ def _log(message: str) -> None:
     print(f"[cost] {message}", file=sys.stderr, flush=True)
 
 
-def synthesize_baseline(outdir: Path) -> Path:
-    """The usual build (`bench/baseline`), synthesized into `outdir`."""
-    from bench.baseline.app import synthesize as baseline_synthesize
-
-    return baseline_synthesize(outdir)
+def synthesize_baseline(outdir: Path, shards: int = 4) -> Path:
+    """The usual build (`bench/baseline`) synthesized into `outdir`, in a child as `synthesize` does."""
+    code = (
+        "import os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
+        "from bench.baseline.app import build; "
+        f"build(outdir={str(outdir)!r}, shards={shards})[0].synth()"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=child_env(), check=True, capture_output=True
+    )
+    return outdir
 
 
 def usage(up: UpProcess, *, reset: bool = False) -> dict[str, Any]:

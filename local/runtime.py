@@ -124,7 +124,7 @@ class Runtime:
                     api, self.functions, port=settings.api_port, publish=publish, usage=self.ledger
                 )
                 self.api.add_route(STATUS_ROUTE, self._status_route)
-                self.api.add_route(USAGE_ROUTE, self._usage_route)
+                self.api.add_route(USAGE_ROUTE, self.usage_route)
                 self.api.add_route(DASHBOARD_ROUTE, self.monitor.route)
                 self.api.start()
                 self._on_step("api", self.api_url)
@@ -220,7 +220,7 @@ class Runtime:
             endpoint = json.load(response)
         return merge(self.ledger.snapshot(reset=reset), endpoint)
 
-    def _usage_route(self, request: HttpRequest) -> HttpResponse:
+    def usage_route(self, request: HttpRequest) -> HttpResponse:
         reset = request.method == "POST" or "reset=1" in request.query.split("&")
         body = json.dumps(self.usage(reset=reset)).encode()
         return HttpResponse(200, (("content-type", "application/json"),), body)

@@ -114,7 +114,8 @@ def _write(original: Callable[..., Any], *, deletes: bool = False) -> Any:
 
     @functools.wraps(original)
     def metered(self: Any, table_name: str, *args: Any, **kwargs: Any) -> Any:
-        before = _stored(self, table_name, args[0] if args else kwargs.get("key") or kwargs["item_attrs"])
+        key = args[0] if args else kwargs.get("key") or kwargs.get("item_attrs") or {}
+        before = _stored(self, table_name, key)
         try:
             item = original(self, table_name, *args, **kwargs)
         except ConditionalCheckFailed:

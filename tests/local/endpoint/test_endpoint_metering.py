@@ -117,6 +117,31 @@ def test_an_update_costs_the_larger_of_the_item_before_and_after(local_endpoint_
     assert write_units(url, name) - before == 3  # back to 1000 bytes: the larger, before, counts
 
 
+def test_a_batch_write_costs_each_item_and_an_update_that_creates_its_item_after(
+    local_endpoint_no_limits, table
+):
+    dynamodb, name = table
+    url = local_endpoint_no_limits
+    before = write_units(url, name)
+    dynamodb.batch_write_item(
+        RequestItems={
+            name: [{"PutRequest": {"Item": sized("a", 1 * KiB)}}, {"PutRequest": {"Item": sized("b", 1536)}}]
+        }
+    )
+    assert write_units(url, name) - before == 1 + 2
+    before = write_units(url, name)
+    dynamodb.batch_write_item(RequestItems={name: [{"DeleteRequest": {"Key": {"pk": {"S": "b"}}}}]})
+    assert write_units(url, name) - before == 2
+    before = write_units(url, name)
+    dynamodb.update_item(
+        TableName=name,
+        Key={"pk": {"S": "created"}},
+        UpdateExpression="SET more = :v",
+        ExpressionAttributeValues={":v": {"S": "y" * 2100}},
+    )
+    assert write_units(url, name) - before == 3  # 2 + 7 + 4 + 2100 bytes
+
+
 def test_a_failed_conditional_write_still_costs_a_unit_and_a_delete_its_item(local_endpoint_no_limits, table):
     dynamodb, name = table
     url = local_endpoint_no_limits

@@ -8,15 +8,17 @@ child process derives the name from the package (`home.module`), so both work.
 One package per emulated service, as moto and LocalStack arrange theirs; each depends only on the
 ones below it (pyproject's import contract, `make lint`):
 
-- `__main__`: the command line (`up`, `status`, `send`, `redrive`).
+- `__main__`: the command line (`up`, `status`, `send`, `redrive`, `usage`).
 - `runtime`: the whole app, started and stopped together.
-- `commands`: `status`, `send` and its verdict (`verify`), `redrive`: clients of a running app.
+- `commands`: `status`, `send` and its verdict (`verify`), `redrive`, `usage` (the billable
+  operations counted so far): clients of a running app.
 - `lambda_`: functions in warm worker processes, packaged as Lambda packages them (`runtimes`), and
   the Kinesis event-source mappings (`esm`).
 - `apigw`: the REST API, as API Gateway serves it (SigV4, resource policy, keys, validator, throttling).
 - `endpoint`: one AWS endpoint (moto in a child process; `kinesis` and `dynamodb` corrected, the
   metrics AWS would publish, the endpoint's part of chaos).
-- `cloudwatch`: metrics, alarms and the dashboard's data, in the runtime's process.
+- `cloudwatch`: metrics, alarms and the dashboard's data, in the runtime's process; and the usage
+  ledger (`usage`: what each part bills, counted where it is served, the endpoint's part included).
 - `app`: the synthesized app (`model`, `template`, and `properties`: what it honours of each
   resource), its resources created (`provision`), the functions' environments read through
   `shardline.aws_lambda`'s contract (`environments`).

@@ -4,6 +4,7 @@ python -m local up                 # the app of cdk.out on loopback, until Ctrl-
 python -m local status [--json]    # streams and shards, consumer groups, DLQs, functions
 python -m local send --count 20000 # POST records to the API, then prove where they went
 python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
+python -m local usage [--reset]    # the billable operations so far, per component (--json)
 
 (up, status and send are also make verbs.) Installed (`pip install "shardline[local]"`), the same
 command line is `shardline local ...` (`shardline._cli`), run from the team's project folder:
@@ -99,10 +100,15 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     redrive.add_argument("group", help="the consumer group (SHARDLINE_GROUP) or its function's name")
     redrive.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
 
-    for command in (up, status, send, redrive):
+    usage = commands.add_parser("usage", help="the billable operations so far, per component")
+    usage.add_argument("--json", action="store_true", help="machine-readable")
+    usage.add_argument("--reset", action="store_true", help="zero the counters (after showing them)")
+
+    for command in (up, status, send, redrive, usage):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
-    return {"up": _up, "status": _status, "send": _send, "redrive": _redrive}[args.command](args)
+    verbs = {"up": _up, "status": _status, "send": _send, "redrive": _redrive, "usage": _usage}
+    return verbs[args.command](args)
 
 
 def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -347,6 +353,17 @@ def _status(args: argparse.Namespace) -> int:
     else:
         render(report, Console(highlight=False, soft_wrap=True))
     return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    from .commands.usage import fetch, render
+
+    reading = fetch(f"http://127.0.0.1:{args.api_port}", reset=args.reset)
+    if args.json:
+        print(json.dumps(reading, indent=2))
+    else:
+        render(reading, Console(highlight=False))
+    return 1 if "error" in reading else 0
 
 
 def _send(args: argparse.Namespace) -> int:

@@ -6,6 +6,12 @@
 
 `python -m local up` is this plus a progress display; the end-to-end tests use it directly.
 Each step reports through `on_step(name, detail)` so the caller can show progress.
+
+    runtime.usage(reset=True)   # the billable operations since the start (or the last reset), zeroed
+
+is also served on the API port: `GET /_shardline/usage` (`?reset=1`, or POST, zeroes what it
+answers), the runtime's ledger (Lambda, API Gateway, logs, EMF) merged with the endpoint's
+(Kinesis, DynamoDB, SQS, PutMetricData); `local.cloudwatch.usage` says what each counter means.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +32,7 @@ from .app.provision import provision
 from .app.template import load
 from .chaos.profiles import ChaosProfile
 from .cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
+from .cloudwatch.usage import Usage, merge
 from .endpoint.handle import Endpoint
 from .lambda_.esm.runner import MappingRunner
 from .lambda_.workers import Functions
@@ -32,6 +40,7 @@ from .lambda_.workers import Functions
 DEFAULT_ENDPOINT_PORT = 4566
 DEFAULT_API_PORT = 3000
 STATUS_ROUTE = "/_shardline/runtime"  # on the API port: what `python -m local status` reads from this process
+USAGE_ROUTE = "/_shardline/usage"  # on the API port: what `python -m local usage` reads
 
 
 @dataclass
@@ -64,6 +73,7 @@ class Runtime:
         self.runners: list[MappingRunner] = []
         self.monitor: Monitor | None = None
         self.started_in: float = 0.0
+        self.ledger = Usage()  # the runtime's part of the usage ledger (the endpoint keeps its own)
 
     @property
     def endpoint_url(self) -> str:
@@ -92,7 +102,9 @@ class Runtime:
             provision(self.app, self.endpoint_url)
             self._on_step("resources", _count_resources(self.app))
             settings.log_dir.mkdir(parents=True, exist_ok=True)
-            self.monitor = Monitor(self.app, endpoint_url=self.endpoint_url, log_dir=settings.log_dir)
+            self.monitor = Monitor(
+                self.app, endpoint_url=self.endpoint_url, log_dir=settings.log_dir, usage=self.ledger
+            )
             publish = self.monitor.publish
             self.functions = Functions(
                 self.app.functions + settings.extra_functions,
@@ -102,13 +114,17 @@ class Runtime:
                 chaos=settings.chaos.workers,
                 consumers={mapping.function_name for mapping in self.app.mappings},
                 publish=publish,
+                usage=self.ledger,
             )
             self.functions.start()
             self._on_step("functions", f"{len(self.app.functions)} warm, logs in {settings.log_dir}")
             if self.app.apis:
                 api = self.app.apis[0]
-                self.api = ApiServer(api, self.functions, port=settings.api_port, publish=publish)
+                self.api = ApiServer(
+                    api, self.functions, port=settings.api_port, publish=publish, usage=self.ledger
+                )
                 self.api.add_route(STATUS_ROUTE, self._status_route)
+                self.api.add_route(USAGE_ROUTE, self.usage_route)
                 self.api.add_route(DASHBOARD_ROUTE, self.monitor.route)
                 self.api.start()
                 self._on_step("api", self.api_url)
@@ -191,6 +207,23 @@ class Runtime:
             "api": _plain(self.api.stats()) if self.api else {},
             "mappings": {runner.mapping.function_name: _plain(runner.stats()) for runner in self.runners},
         }
+
+    def usage(self, *, reset: bool = False) -> dict[str, Any]:
+        """The billable operations since the start or the last reset, every part's (see the module);
+        `reset`: each ledger zeroed as it is read. The functions' logs are read first, so every line
+        written so far is counted."""
+        if self.monitor is not None:
+            self.monitor.collector.read_logs()
+        url = f"{self.endpoint_url}{USAGE_ROUTE}"
+        request = urllib.request.Request(url, method="POST" if reset else "GET")
+        with urllib.request.urlopen(request, timeout=60) as response:  # a big table's storage takes a while
+            endpoint = json.load(response)
+        return merge(self.ledger.snapshot(reset=reset), endpoint)
+
+    def usage_route(self, request: HttpRequest) -> HttpResponse:
+        reset = request.method == "POST" or "reset=1" in request.query.split("&")
+        body = json.dumps(self.usage(reset=reset)).encode()
+        return HttpResponse(200, (("content-type", "application/json"),), body)
 
     def _status_route(self, request: HttpRequest) -> HttpResponse:
         body = json.dumps(self.stats(), default=str).encode()

@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl, urlsplit
 from .._http import HttpRequest, HttpResponse, RouteHandler
 from ..app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
 from ..cloudwatch.metrics import Publish, no_metrics
+from ..cloudwatch.usage import Usage
 from . import sigv4
 from .access import KeyPlans, PolicyCaller, QuotaExceeded, invoke_allowed
 from .steps import (
@@ -96,6 +97,7 @@ class ApiServer:
         clock: Callable[[], float] = time.time,  # the server's wall clock, for SigV4's window
         api_keys: Collection[str] | None = None,  # for api_key_required methods; None: the template's
         publish: Publish = no_metrics,  # Count, 4XXError, 5XXError, Latency, as API Gateway's metrics
+        usage: Usage | None = None,  # the ledger each request to the stage is billed in
     ) -> None:
         self.api, self.invoker, self.host, self.port = api, invoker, host, port
         self.integration_timeout = integration_timeout
@@ -106,6 +108,7 @@ class ApiServer:
         # no usage plan, every keyed request is refused.
         self._api_keys = frozenset(api_keys if api_keys is not None else (plan.value for plan in api.keys))
         self._publish = publish
+        self.usage = usage if usage is not None else Usage()
         self._tree = resource_tree(api)
         self._bucket = ThrottleBucket(api.throttle_rate or DEFAULT_RATE, api.throttle_burst or DEFAULT_BURST)
         self._validator = RequestValidator(api)
@@ -194,6 +197,7 @@ class ApiServer:
             self._counts[str(status)[0]] = self._counts.get(str(status)[0], 0) + 1
             self._counts["throttled"] += status == 429
             self._latencies.append(elapsed_ms)
+        self.usage.add("apigateway", self.api.name, requests=1)
         dimensions = {"ApiName": self.api.name, "Stage": self.api.stage}
         for name, value in (("Count", 1), ("4XXError", status // 100 == 4), ("5XXError", status // 100 == 5)):
             self._publish("AWS/ApiGateway", name, dimensions, int(value))

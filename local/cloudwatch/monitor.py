@@ -29,6 +29,7 @@ from .alarms import Alarm, AlarmError
 from .dashboard import Dashboard
 from .metrics import MetricStore
 from .sources import Collector
+from .usage import Usage
 
 __all__ = ["DASHBOARD_ROUTE", "Monitor", "auto_period"]
 
@@ -77,10 +78,11 @@ class Monitor:
         log_dir: Path,
         clock: Callable[[], float] = time.time,
         evaluate_every: float = 10.0,
+        usage: Usage | None = None,
     ) -> None:
         self.clock, self.evaluate_every = clock, evaluate_every
         self.store = MetricStore(clock=clock)
-        self.collector = Collector(self.store, app, endpoint_url=endpoint_url, log_dir=log_dir)
+        self.collector = Collector(self.store, app, endpoint_url=endpoint_url, log_dir=log_dir, usage=usage)
         self.alarms: list[Alarm] = []
         self.not_evaluated: list[str] = []  # alarms this evaluator refuses, with the reason
         self.dashboards: list[Dashboard] = []

@@ -5,7 +5,9 @@
 
 - **Function logs**: each function's log file (`local.lambda_.workers` writes it) is read as CloudWatch
   Logs ingests it. An EMF line's metrics go to the store (`local.cloudwatch.emf`); every line is
-  kept as a log event (the last `MAX_LOG_EVENTS`), JSON lines with their fields, for Logs Insights.
+  kept as a log event (the last `MAX_LOG_EVENTS`), JSON lines with their fields, for Logs Insights;
+  and billed in the usage ledger (`local.cloudwatch.usage`: events and bytes ingested, EMF documents
+  and the distinct metrics they define). `read_logs()` reads them now (a reading of the ledger).
 - **The endpoint's service metrics**: Kinesis and DynamoDB (`local.endpoint.service_metrics`), by cursor.
 - **Queue depths**: SQS's ApproximateNumberOfMessagesVisible and ...NotVisible per queue, read
   every `QUEUE_EVERY_S` (SQS publishes them once a minute; more often shows a DLQ filling sooner).
@@ -28,6 +30,7 @@ from typing import Any
 from ..app import model
 from .emf import EmfError, extract, is_emf
 from .metrics import MetricId, MetricStore
+from .usage import Usage
 
 __all__ = ["Collector", "LogEvent"]
 
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MAX_LOG_EVENTS = 20_000
 QUEUE_EVERY_S = 5.0
+#: How the runtime prefixes what it writes into a function's log about the function: not Lambda's output.
+RUNTIME_NOTE = "local runtime: "
 
 
 @dataclass(frozen=True)
@@ -48,29 +53,49 @@ class LogEvent:
 
 
 class _LogFile:
-    """One function's log, read from where the last read stopped; a partial last line waits."""
+    """One function's log, read from where the last read stopped; a partial last line waits.
+
+    The file may hold earlier runs' lines (workers append): shown as log events, never billed."""
 
     def __init__(self, path: Path, log_group: str) -> None:
         self.path, self.log_group = path, log_group
         self.offset, self.partial = 0, b""
+        self.billed_from = path.stat().st_size if path.is_file() else 0
 
-    def new_lines(self) -> list[str]:
+    def new_lines(self) -> list[tuple[str, bool]]:
+        """Each new whole line, and whether this run wrote it (billed)."""
         try:
             with self.path.open("rb") as handle:
                 handle.seek(self.offset)
                 data = handle.read()
         except FileNotFoundError:
             return []
+        position = self.offset - len(self.partial)  # where the first line starts
         self.offset += len(data)
         *lines, self.partial = (self.partial + data).split(b"\n")
-        return [line.decode("utf-8", "replace") for line in lines if line]
+        out = []
+        for line in lines:
+            position += len(line) + 1
+            if line:
+                out.append((line.decode("utf-8", "replace"), position > self.billed_from))
+        return out
 
 
 class Collector:
     """Reads every source into `store` once a second, in one daemon thread."""
 
-    def __init__(self, store: MetricStore, app: model.LocalApp, *, endpoint_url: str, log_dir: Path) -> None:
+    def __init__(
+        self,
+        store: MetricStore,
+        app: model.LocalApp,
+        *,
+        endpoint_url: str,
+        log_dir: Path,
+        usage: Usage | None = None,
+    ) -> None:
         self.store, self.app, self.endpoint_url = store, app, endpoint_url
+        self.usage = usage if usage is not None else Usage()
+        self._logs_lock = threading.Lock()  # the thread's round and a reading's may overlap
         self.log_events: deque[LogEvent] = deque(maxlen=MAX_LOG_EVENTS)
         self.emf_errors = 0  # EMF lines CloudWatch would not extract
         self._files = [
@@ -99,25 +124,46 @@ class Collector:
 
     def collect_once(self) -> None:
         """One round of every source (the thread's loop; tests call it directly)."""
-        for source in (self._read_logs, self._read_service_metrics, self._read_queues):
+        for source in (self.read_logs, self._read_service_metrics, self._read_queues):
             try:
                 source()
             except Exception as exc:  # an endpoint gone or busy: the next round tries again
                 log.debug("collecting %s: %r", source.__name__, exc)
 
-    def _read_logs(self) -> None:
-        now = time.time()
-        for log_file in self._files:
-            for line in log_file.new_lines():
-                fields = _json_object(line)
-                if fields is not None and is_emf(fields):
-                    try:
-                        for metric, values, timestamp in extract(fields):
-                            self.store.put_id(metric, values, timestamp)
-                    except EmfError as exc:
-                        self.emf_errors += 1
-                        log.debug("%s: not extracted: %s", log_file.log_group, exc)
-                self.log_events.append(LogEvent(now, log_file.log_group, line, fields or {}))
+    def read_logs(self) -> None:
+        """Every function's new log lines: to the store (EMF), the log events and the usage ledger."""
+        with self._logs_lock:
+            now = time.time()
+            for log_file in self._files:
+                self._read_log(log_file, now)
+
+    def _read_log(self, log_file: _LogFile, now: float) -> None:
+        group, usage = log_file.log_group, self.usage
+        events = size = documents = 0
+        metrics: list[MetricId] = []
+        for line, billed in log_file.new_lines():
+            fields = _json_object(line)
+            if fields is not None and is_emf(fields):
+                try:
+                    extracted = extract(fields)
+                except EmfError as exc:
+                    self.emf_errors += 1
+                    log.debug("%s: not extracted: %s", group, exc)
+                else:
+                    documents += billed
+                    for metric, values, timestamp in extracted:
+                        self.store.put_id(metric, values, timestamp)
+                        if billed:
+                            metrics.append(metric)
+            if billed and not line.startswith(RUNTIME_NOTE):
+                events += 1
+                size += len(line.encode())
+            self.log_events.append(LogEvent(now, group, line, fields or {}))
+        if events:
+            usage.add("logs", group, events=events, bytes=size)
+        if documents:
+            usage.add("emf", group, documents=documents)
+            usage.distinct("emf", group, "metrics", metrics)
 
     def _read_service_metrics(self) -> None:
         url = f"{self.endpoint_url}/_shardline/metrics?after={self._cursor}"

@@ -15,6 +15,8 @@ few routes of its own under `/_shardline/`:
   `iterator_ttl_seconds`) changes one while running;
 - `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
   (`local.endpoint.service_metrics`);
+- `GET /_shardline/usage[?reset=1]`, `POST /_shardline/usage`: the billable operations served
+  since the start or the last reset (`local.endpoint.metering`); a reset answers the reading it zeroed;
 - `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos.profiles`), every
   fault injected so far by type, and the reshards done (`local.endpoint.chaos`, `local.endpoint.resharder`).
 
@@ -60,6 +62,13 @@ class ShardlineRoutes:
 
             after = parse_qs(environ.get("QUERY_STRING", "")).get("after", ["0"])[0]
             return _json(start_response, SERVICE_METRICS.since(int(after) if after.isdigit() else 0))
+        if path == "/_shardline/usage":
+            from urllib.parse import parse_qs
+
+            from .metering import reading
+
+            reset = method == "POST" or parse_qs(environ.get("QUERY_STRING", "")).get("reset") == ["1"]
+            return _json(start_response, reading(reset=reset))
         if path == "/_shardline/chaos" and method == "GET":
             none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
             return _json(start_response, self.chaos.report() if self.chaos is not None else none)
@@ -163,7 +172,7 @@ def serve(
     from werkzeug.serving import ThreadedWSGIServer, make_server
 
     from ..limits import ShardLimits
-    from . import dynamodb
+    from . import dynamodb, metering
     from .kinesis import control, responses, writes
     from .kinesis.fixes import STATE, apply
 
@@ -173,6 +182,7 @@ def serve(
     responses.install(kinesis_moto_responses.KinesisResponse)
     control.install(kinesis_moto_responses.KinesisResponse)
     writes.install()
+    metering.install()  # before dynamodb.apply: its lock then holds a write with its metering
     dynamodb.apply()
     # moto lists its own package folder on every request, under its dispatcher's lock (~1.3 ms each)
     moto_modules = tuple(moto_backends.list_of_moto_modules())

@@ -36,6 +36,7 @@ from typing import Any
 from ..app.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
 from ..chaos.profiles import WorkerFaults
 from ..cloudwatch.metrics import Publish, no_metrics
+from ..cloudwatch.usage import Usage, billed_ms
 from .chaos import WorkerChaos
 from .process import (
     FunctionLog,
@@ -102,6 +103,8 @@ class FunctionPool:
         self._stats = PoolStats()
         self._replacers: list[threading.Thread] = []
         self._not_isolated: str | None = None
+        self._usage = functions.usage
+        self._usage.describe("lambda", function.name, memory_mb=function.memory_mb)
 
     # -- starting workers ---------------------------------------------------------------------
 
@@ -132,6 +135,9 @@ class FunctionPool:
         with self._cond:
             self._starting = {process for process in self._starting if process.returncode is None}
             if isinstance(worker, Worker):
+                self._usage.add(
+                    "lambda", self.function.name, inits=1, init_billed_ms=billed_ms(worker.init_ms)
+                )
                 self._starting.discard(worker.process)
                 self._alive.add(worker)
                 if worker.not_isolated and not self._not_isolated:
@@ -206,6 +212,7 @@ class FunctionPool:
             stats.invocations += 1
             stats.errors += result.function_error is not None
             stats.durations.append(result.duration_ms)
+        self._usage.add("lambda", self.function.name, invocations=1, billed_ms=billed_ms(result.duration_ms))
         self._publish("Invocations", 1)
         self._publish("Errors", int(result.function_error is not None))
         self._publish("Duration", result.duration_ms)
@@ -336,13 +343,17 @@ class Functions:
         consumers: Iterable[str] = (),
         publish: Publish = no_metrics,
         packaged: bool = True,
+        usage: Usage | None = None,
     ) -> None:
         """`chaos`: a profile's worker faults, for the functions it chooses (`consumers`: the names
         its `@consumers` stands for, the event-source mappings' targets). `publish`: Lambda's
         Invocations, Errors, Throttles and Duration per function, as CloudWatch would have them.
         `packaged`: each function runs as Lambda packages it (`local.lambda_.runtimes`); False runs
-        it on this interpreter with its site-packages (tests of the runtime's own machinery)."""
+        it on this interpreter with its site-packages (tests of the runtime's own machinery).
+        `usage`: the ledger each invocation's billed duration and each init go to
+        (`local.cloudwatch.usage`)."""
         self.packaged = packaged
+        self.usage = usage if usage is not None else Usage()
         self.endpoint_url = endpoint_url
         self.publish = publish
         self.chaos = WorkerChaos(chaos, consumers) if chaos is not None and chaos.active else None

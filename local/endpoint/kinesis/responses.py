@@ -29,6 +29,7 @@ from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses, utils
 
 from ...limits import CONSUMER_HEADER, rate_exceeded_message
+from ..metering import USAGE
 from ..service_metrics import SERVICE_METRICS
 from .fixes import (
     MAX_GET_RECORDS,
@@ -106,6 +107,10 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
         position = records[-1].sequence_number if records else int(last)
         behind = 0 if not more else int((time.time() - records[-1].created_at) * 1000)
         _get_metrics(stream.stream_name, records, total)
+        # billed apart: a registered consumer's reads (enhanced fan-out, per GB), the shared reads
+        service, reader = ("kinesis", stream.stream_name) if consumer is None else (
+            "kinesis_consumers", f"{stream.stream_name}/{consumer}")  # fmt: skip
+        USAGE.add(service, reader, get_records_calls=1, records_read=len(records), bytes_read=total)
         answer: dict[str, Any] = {
             "Records": [_record(record) for record in records],
             "MillisBehindLatest": behind,

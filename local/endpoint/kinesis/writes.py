@@ -14,7 +14,9 @@ from moto.core.exceptions import JsonRESTError
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models
 
-from ...limits import THROTTLED, MiB, rate_exceeded_message
+from ...cloudwatch.usage import payload_units
+from ...limits import THROTTLED, KiB, MiB, rate_exceeded_message
+from ..metering import USAGE
 from ..service_metrics import SERVICE_METRICS
 from .fixes import (
     NAMESPACE,
@@ -155,9 +157,15 @@ def _backend_put_records(self: models.KinesisBackend, stream_arn: str, stream_na
 
 def _put_metrics(stream: str, action: str, entries: list[dict[str, Any]], sizes: list[int],
                  answers: list[tuple[str, str] | Refused], throttled: int) -> None:  # fmt: skip
-    """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given)."""
+    """What Kinesis publishes for one PutRecord(s) call (stream level; the per-entry sizes given),
+    and what it bills: the call, and each record written in PUT payload units (`local.cloudwatch.usage`)."""
     add, dims = SERVICE_METRICS.add, {"StreamName": stream}
     written = [size for size, answer in zip(sizes, answers, strict=True) if not isinstance(answer, Refused)]
+    calls = "put_records_calls" if action == "PutRecords" else "put_record_calls"
+    units = sum(payload_units(size) for size in written)
+    kib = sum(-(-size // KiB) for size in written)  # on-demand mode's data in: each record in whole KiB
+    USAGE.add("kinesis", stream, **{calls: 1}, records_written=len(written), bytes_written=sum(written),
+              put_payload_units=units, kib_written=kib)  # fmt: skip
     add(NAMESPACE, "IncomingRecords", dims, len(written))
     add(NAMESPACE, "IncomingBytes", dims, sum(written))
     add(NAMESPACE, "WriteProvisionedThroughputExceeded", dims, throttled)

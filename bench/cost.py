@@ -1,7 +1,7 @@
 """`make cost`: what a million records cost through shardline and through the usual build, per component.
 
     python -m bench.cost                      # 1,000,000 records of 100 B over 1,000 keys, each app
-    python -m bench.cost --quick              # 20,000 records: a few minutes
+    python -m bench.cost --quick              # 5,000 records: a few minutes
     python -m bench.cost --records 200000 --sizes 100,1024 --keys 500
 
 The same load goes through each app under the local runtime (`python -m local up`, limits on):
@@ -86,11 +86,11 @@ def measure(
                 f"{cdk_out.parent.name}: the verdict failed; nothing priced:\n{verdict.as_dict()}"
             )
         counted = usage(up)
-        counted["reading_groups"] = len({m.function_name for m in app.mappings})
+        groups = len({m.function_name for m in app.mappings})
         seconds = time.monotonic() - began
     accepted = len(report.accepted)
     _log(f"{cdk_out.parent.name}: {accepted:,} records of {size} B in {seconds:,.0f} s, verdict ok")
-    return Measured.from_usage(counted, records=accepted), counted
+    return Measured.from_usage(counted, records=accepted, reading_groups=groups), counted
 
 
 def _producer(app: Any) -> Any:
@@ -147,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keys", type=int, default=1_000, help="distinct partition keys")
     parser.add_argument("--rates", default=",".join(map(str, RATES)), help="records/s sustained, priced")
-    parser.add_argument("--quick", action="store_true", help="20,000 records (a few minutes)")
+    parser.add_argument("--quick", action="store_true", help="5,000 records (a few minutes)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "cost")
     args = parser.parse_args(argv)
-    records = 20_000 if args.quick else args.records
+    records = 5_000 if args.quick else args.records
     sizes = [int(size) for size in args.sizes.split(",")]
     rates = [int(rate) for rate in args.rates.split(",")]
     out = args.out.resolve()

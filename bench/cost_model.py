@@ -49,6 +49,8 @@ WRITE_RECORDS_PER_SHARD = 1000
 WRITE_BYTES_PER_SHARD = 1 << 20
 READ_BYTES_PER_SHARD = 2 << 20
 MILLION = 1_000_000
+#: Bytes CloudWatch Logs adds to each event's message when it meters ingestion.
+LOG_EVENT_OVERHEAD = 26
 
 
 @dataclass(frozen=True)
@@ -81,31 +83,43 @@ class Measured:
     custom_metrics: int = 0
 
     @classmethod
-    def from_usage(cls, usage: Mapping[str, Any], *, records: int) -> Measured:
-        """From `shardline local usage --json` taken over a load of `records` user records."""
+    def from_usage(cls, usage: Mapping[str, Any], *, records: int, reading_groups: int = 1) -> Measured:
+        """From a reading of the runtime's usage ledger (`shardline local usage --json`, or
+        `GET /_shardline/usage`) taken over a load of `records` user records. A function's init
+        phases are billed with its invocations (Lambda bills INIT); a log event costs its bytes and
+        `LOG_EVENT_OVERHEAD` more, as CloudWatch Logs meters ingestion."""
+        services = usage.get("services", usage)
         functions = {
-            name: FunctionUse(int(f["invocations"]), float(f["billed_ms"]), int(f["memory_mb"]))
-            for name, f in usage.get("lambda", {}).items()
+            name: FunctionUse(
+                int(f["invocations"]),
+                float(f["billed_ms"]) + float(f.get("init_billed_ms", 0)),
+                int(f["memory_mb"]),
+            )
+            for name, f in services.get("lambda", {}).items()
         }
-        streams = usage.get("kinesis", {}).values()
-        tables = usage.get("dynamodb", {}).values()
-        queues = usage.get("sqs", {}).values()
+        streams = services.get("kinesis", {}).values()
+        tables = services.get("dynamodb", {}).values()
+        queues = services.get("sqs", {}).items()
         return cls(
             records=records,
-            api_requests=sum(int(api["requests"]) for api in usage.get("apigateway", {}).values()),
+            api_requests=sum(int(api["requests"]) for api in services.get("apigateway", {}).values()),
             functions=functions,
             kinesis_records=sum(int(s["records_written"]) for s in streams),
             kinesis_bytes=sum(int(s["bytes_written"]) for s in streams),
             put_payload_units=sum(int(s["put_payload_units"]) for s in streams),
-            kinesis_in_kib_rounded=sum(int(s.get("kib_rounded_written", 0)) for s in streams),
-            reading_groups=max(1, int(usage.get("reading_groups", 1))),
-            dynamodb_wru=sum(float(t["write_request_units"]) for t in tables),
-            dynamodb_rru=sum(float(t["read_request_units"]) for t in tables),
+            kinesis_in_kib_rounded=sum(int(s.get("kib_written", 0)) for s in streams),
+            reading_groups=max(1, reading_groups),
+            dynamodb_wru=sum(float(t["write_units"]) for t in tables),
+            dynamodb_rru=sum(float(t["read_units"]) for t in tables),
             dynamodb_bytes_stored=sum(int(t.get("bytes_stored", 0)) for t in tables),
-            sqs_requests=sum(int(q["requests"]) for q in queues if not q.get("fifo")),
-            sqs_fifo_requests=sum(int(q["requests"]) for q in queues if q.get("fifo")),
-            log_bytes=sum(int(g["bytes"]) for g in usage.get("logs", {}).values()),
-            custom_metrics=int(usage.get("emf", {}).get("distinct_metrics", 0)),
+            sqs_requests=sum(int(q["requests"]) for name, q in queues if not name.endswith(".fifo")),
+            sqs_fifo_requests=sum(int(q["requests"]) for name, q in queues if name.endswith(".fifo")),
+            log_bytes=sum(
+                int(g["bytes"]) + LOG_EVENT_OVERHEAD * int(g.get("events", 0))
+                for g in services.get("logs", {}).values()
+            ),
+            custom_metrics=int(services.get("emf", {}).get("metrics", 0))
+            + int(services.get("cloudwatch", {}).get("metrics", 0)),
         )
 
 

@@ -74,28 +74,27 @@ def test_the_other_capacity_modes():
 
 def test_a_usage_reading_becomes_the_counts_the_model_prices():
     usage = {
-        "apigateway": {"api": {"requests": 7}},
-        "lambda": {"f": {"invocations": 3, "billed_ms": 12.0, "memory_mb": 256}},
-        "kinesis": {
-            "s": {
-                "records_written": 5,
-                "bytes_written": 900,
-                "put_payload_units": 5,
-                "kib_rounded_written": 5,
-            }
+        "since": 0.0,
+        "services": {
+            "apigateway": {"api": {"requests": 7}},
+            "lambda": {
+                "f": {"memory_mb": 256, "invocations": 3, "billed_ms": 12, "inits": 1, "init_billed_ms": 100}
+            },
+            "kinesis": {
+                "s": {"records_written": 5, "bytes_written": 900, "put_payload_units": 5, "kib_written": 5}
+            },
+            "dynamodb": {"t": {"write_units": 4, "read_units": 1.5, "items": 3, "bytes_stored": 300}},
+            "sqs": {"q": {"requests": 2, "messages_sent": 2}, "o.fifo": {"requests": 3, "messages_sent": 3}},
+            "logs": {"g": {"events": 10, "bytes": 1000}},
+            "emf": {"documents": 4, "metrics": 9},
         },
-        "dynamodb": {"t": {"write_request_units": 4, "read_request_units": 1.5, "bytes_stored": 300}},
-        "sqs": {"q": {"requests": 2}, "f": {"requests": 3, "fifo": True}},
-        "logs": {"g": {"bytes": 1000}},
-        "emf": {"distinct_metrics": 9},
-        "reading_groups": 2,
     }
-    app = Measured.from_usage(usage, records=5)
+    app = Measured.from_usage(usage, records=5, reading_groups=2)
     assert (app.api_requests, app.kinesis_records, app.kinesis_bytes, app.put_payload_units) == (7, 5, 900, 5)
-    assert app.functions == {"f": FunctionUse(3, 12.0, 256)}
+    assert app.functions == {"f": FunctionUse(3, 112.0, 256)}  # the init phase billed too
     assert (app.dynamodb_wru, app.dynamodb_rru, app.dynamodb_bytes_stored) == (4, 1.5, 300)
-    assert (app.sqs_requests, app.sqs_fifo_requests, app.log_bytes, app.custom_metrics) == (2, 3, 1000, 9)
-    assert app.reading_groups == 2
+    assert (app.sqs_requests, app.sqs_fifo_requests, app.custom_metrics) == (2, 3, 9)
+    assert app.log_bytes == 1000 + 26 * 10 and app.reading_groups == 2 and app.kinesis_in_kib_rounded == 5
 
 
 def test_every_price_names_its_source_and_how_sure_it_is():

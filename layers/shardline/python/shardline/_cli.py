@@ -1,7 +1,7 @@
 """`shardline`: the command line of the installed package (`[project.scripts]`).
 
     shardline local up --app cdk.out [--stack S]   # a synthesized app on loopback, until Ctrl-C
-    shardline local status | send ... | redrive GROUP
+    shardline local status | send ... | redrive GROUP | usage
 
 `local` is the local runtime's command line (`shardline.local`, the `local` extra): the same as
 `python -m local ...` in shardline's repository. Nothing heavy is imported until a subcommand runs,
@@ -43,7 +43,7 @@ def _local(argv: list[str]) -> int:
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "local": (_local, "run a synthesized CDK app on this machine (up, status, send, redrive)"),
+    "local": (_local, "run a synthesized CDK app on this machine (up, status, send, redrive, usage)"),
 }
 
 

@@ -91,9 +91,9 @@ class Measured:
         services = usage.get("services", usage)
         functions = {
             name: FunctionUse(
-                int(f["invocations"]),
-                float(f["billed_ms"]) + float(f.get("init_billed_ms", 0)),
-                int(f["memory_mb"]),
+                int(f.get("invocations", 0)),
+                float(f.get("billed_ms", 0)) + float(f.get("init_billed_ms", 0)),
+                int(f.get("memory_mb", 0)),
             )
             for name, f in services.get("lambda", {}).items()
         }
@@ -102,20 +102,20 @@ class Measured:
         queues = services.get("sqs", {}).items()
         return cls(
             records=records,
-            api_requests=sum(int(api["requests"]) for api in services.get("apigateway", {}).values()),
+            api_requests=sum(int(api.get("requests", 0)) for api in services.get("apigateway", {}).values()),
             functions=functions,
-            kinesis_records=sum(int(s["records_written"]) for s in streams),
-            kinesis_bytes=sum(int(s["bytes_written"]) for s in streams),
-            put_payload_units=sum(int(s["put_payload_units"]) for s in streams),
+            kinesis_records=sum(int(s.get("records_written", 0)) for s in streams),
+            kinesis_bytes=sum(int(s.get("bytes_written", 0)) for s in streams),
+            put_payload_units=sum(int(s.get("put_payload_units", 0)) for s in streams),
             kinesis_in_kib_rounded=sum(int(s.get("kib_written", 0)) for s in streams),
             reading_groups=max(1, reading_groups),
-            dynamodb_wru=sum(float(t["write_units"]) for t in tables),
-            dynamodb_rru=sum(float(t["read_units"]) for t in tables),
+            dynamodb_wru=sum(float(t.get("write_units", 0)) for t in tables),
+            dynamodb_rru=sum(float(t.get("read_units", 0)) for t in tables),
             dynamodb_bytes_stored=sum(int(t.get("bytes_stored", 0)) for t in tables),
-            sqs_requests=sum(int(q["requests"]) for name, q in queues if not name.endswith(".fifo")),
-            sqs_fifo_requests=sum(int(q["requests"]) for name, q in queues if name.endswith(".fifo")),
+            sqs_requests=sum(int(q.get("requests", 0)) for name, q in queues if not name.endswith(".fifo")),
+            sqs_fifo_requests=sum(int(q.get("requests", 0)) for name, q in queues if name.endswith(".fifo")),
             log_bytes=sum(
-                int(g["bytes"]) + LOG_EVENT_OVERHEAD * int(g.get("events", 0))
+                int(g.get("bytes", 0)) + LOG_EVENT_OVERHEAD * int(g.get("events", 0))
                 for g in services.get("logs", {}).values()
             ),
             custom_metrics=int(services.get("emf", {}).get("metrics", 0))

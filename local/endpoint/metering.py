@@ -4,7 +4,8 @@ PutMetricData, counted where moto serves them (Kinesis counts in `kinesis.writes
     install()          # before `dynamodb.apply()`, so its lock holds each write and its metering together
     USAGE.snapshot()   # what `GET /_shardline/usage` answers, with `storage()` per table
 
-What each counter means, and the AWS page that defines its metering: `local.cloudwatch.usage`.
+What each counter means, and the AWS page that defines its metering: `local.cloudwatch.usage`. Only
+the app's calls are counted: a call from an observer's client (`OBSERVER_AGENT`) is not (`serving`).
 
 DynamoDB is metered on moto's backend: a write wrapper reads the stored item before the write (its
 size decides an update's and a failed condition's units) and the item after; a transaction runs its
@@ -19,15 +20,37 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from ..chaos.profiles import OBSERVER_AGENT
 from ..cloudwatch.usage import Usage, read_units, sqs_requests, write_units
 
-__all__ = ["USAGE", "install", "item_size", "reading"]
+__all__ = ["USAGE", "install", "item_size", "reading", "serving"]
 
-USAGE = Usage()
+_REQUEST = threading.local()  # .observer: the request being served is an observer's
+
+
+class _AppUsage(Usage):
+    """The ledger of the app's own calls: an observer's (provisioning, `status`, `send`'s verdict, a
+    benchmark's reads — their clients carry `OBSERVER_AGENT`) are no cost of the app's."""
+
+    def add(self, service: str, resource: str, **amounts: float) -> None:
+        if not getattr(_REQUEST, "observer", False):
+            super().add(service, resource, **amounts)
+
+    def distinct(self, service: str, resource: str, counter: str, keys: Iterable[Hashable]) -> None:
+        if not getattr(_REQUEST, "observer", False):
+            super().distinct(service, resource, counter, keys)
+
+
+def serving(user_agent: str) -> None:
+    """The request this thread serves now comes with `user_agent` (an observer's is not metered)."""
+    _REQUEST.observer = OBSERVER_AGENT in user_agent
+
+
+USAGE = _AppUsage()
 _CTX = threading.local()  # .factor: 2 inside a transaction; .reads: (consistency by table, factor); .sqs_*
 _INSTALLED = False
 

@@ -36,6 +36,7 @@ from typing import Any, cast
 from ..app.model import ACCOUNT, REGION
 from ..chaos.profiles import ChaosProfile, profile_from_dict
 from .handle import READY_LINE
+from .metering import serving
 from .service_metrics import SERVICE_METRICS
 
 _PRELOADED = ("kinesis", "dynamodb", "sqs", "s3", "logs")
@@ -50,6 +51,7 @@ class ShardlineRoutes:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        serving(environ.get("HTTP_USER_AGENT", ""))  # before moto answers: what it meters is whose
         if not path.startswith("/_shardline/"):
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")

@@ -41,7 +41,7 @@ def test_a_running_app_answers_its_usage_and_the_command_prints_and_resets_it(
         )  # from here: start-up (provisioning, the warm workers' init) is not the load
         logged_before, invoked_before = log.stat().st_size, functions.stats()[forwarder.name]["invocations"]
         bodies = [f"order-{n:03d}" for n in range(20)]  # 9 bytes of data + 9 of partition key each
-        kinesis = client("kinesis", runtime.endpoint_url)
+        kinesis = client("kinesis", runtime.endpoint_url, user_agent_extra="an-app/1.0")  # the app's, metered
         kinesis.put_records(
             StreamName=orders.name, Records=[{"Data": b.encode(), "PartitionKey": b} for b in bodies]
         )

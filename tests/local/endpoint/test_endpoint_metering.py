@@ -19,6 +19,9 @@ pytestmark = pytest.mark.integration
 KiB = 1024
 
 
+APP = "an-app/1.0"  # the app's clients; `client()`'s default is an observer's, which is not metered
+
+
 def usage(url: str, *, reset: bool = False) -> dict:
     with urllib.request.urlopen(f"{url}/_shardline/usage{'?reset=1' if reset else ''}", timeout=10) as answer:
         return json.load(answer)["services"]
@@ -36,7 +39,7 @@ def sized(pk: str, size: int, **more: dict) -> dict:
 
 @pytest.fixture
 def table(local_endpoint_no_limits):
-    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0})
+    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0}, user_agent_extra=APP)
     name = f"metered-{uuid.uuid4().hex[:8]}"
     dynamodb.create_table(
         TableName=name,
@@ -183,7 +186,7 @@ def test_reads_cost_4_kilobytes_a_unit_half_when_eventually_consistent(local_end
 
 
 def test_a_query_sums_its_items_then_rounds(local_endpoint_no_limits):
-    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0})
+    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0}, user_agent_extra=APP)
     url, name = local_endpoint_no_limits, f"metered-{uuid.uuid4().hex[:8]}"
     dynamodb.create_table(
         TableName=name,
@@ -211,7 +214,7 @@ def test_a_query_sums_its_items_then_rounds(local_endpoint_no_limits):
 
 
 def test_kinesis_meters_records_in_25_kib_payload_units(local_endpoint_no_limits):
-    kinesis = client("kinesis", local_endpoint_no_limits, retries={"max_attempts": 0})
+    kinesis = client("kinesis", local_endpoint_no_limits, retries={"max_attempts": 0}, user_agent_extra=APP)
     url, stream = local_endpoint_no_limits, f"metered-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=stream, ShardCount=1)
     kinesis.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.1})
@@ -238,7 +241,7 @@ def test_kinesis_meters_records_in_25_kib_payload_units(local_endpoint_no_limits
 
 
 def test_sqs_bills_a_request_per_64_kib_of_payload(local_endpoint_no_limits):
-    sqs = client("sqs", local_endpoint_no_limits, retries={"max_attempts": 0})
+    sqs = client("sqs", local_endpoint_no_limits, retries={"max_attempts": 0}, user_agent_extra=APP)
     url, queue = local_endpoint_no_limits, f"metered-{uuid.uuid4().hex[:8]}"
     queue_url = sqs.create_queue(QueueName=queue)["QueueUrl"]
     assert counted(url, "sqs", queue) == {"requests": 1, "messages_sent": 0}  # CreateQueue
@@ -255,7 +258,9 @@ def test_sqs_bills_a_request_per_64_kib_of_payload(local_endpoint_no_limits):
 
 
 def test_put_metric_data_counts_calls_and_distinct_metrics(local_endpoint_no_limits):
-    cloudwatch = client("cloudwatch", local_endpoint_no_limits, retries={"max_attempts": 0})
+    cloudwatch = client(
+        "cloudwatch", local_endpoint_no_limits, retries={"max_attempts": 0}, user_agent_extra=APP
+    )
     namespace = f"Metered/{uuid.uuid4().hex[:8]}"
     data = [
         {"MetricName": "Sent", "Value": 1, "Dimensions": [{"Name": "Group", "Value": "a"}]},
@@ -282,3 +287,17 @@ def test_a_reset_answers_what_it_zeroed(local_endpoint_no_limits, table):
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert json.load(answer)["services"]["dynamodb"][name]["write_units"] == 1
     assert usage(url)["dynamodb"][name]["write_units"] == 0
+
+
+def test_an_observers_calls_are_no_cost_of_the_app(local_endpoint_no_limits, table):
+    """Provisioning, `status`, `send`'s verdict and a benchmark's reads use observer clients: the
+    same put and read from one are not counted; from the app's client they are."""
+    app_client, name = table
+    observer = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0})
+    usage(local_endpoint_no_limits, reset=True)
+    observer.put_item(TableName=name, Item=sized("seen", 1000))
+    observer.get_item(TableName=name, Key={"pk": {"S": "seen"}}, ConsistentRead=True)
+    observer.scan(TableName=name)
+    assert (write_units(local_endpoint_no_limits, name), read_units(local_endpoint_no_limits, name)) == (0, 0)
+    app_client.get_item(TableName=name, Key={"pk": {"S": "seen"}}, ConsistentRead=True)
+    assert read_units(local_endpoint_no_limits, name) == 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,9 +114,38 @@ def provision(app: model.LocalApp, endpoint_url: str, *, timeout: float = 30.0) 
             MaxRecordSizeInKiB=stream.max_record_size_kib,
         )
     with ThreadPoolExecutor(max_workers=4) as pool:
-        for _ in pool.map(lambda resource: create[resource.type](resource), app.resources):
-            pass
+        for wave in _waves(app.resources):  # a queue after the dead-letter queue its RedrivePolicy names
+            for _ in pool.map(lambda resource: create[resource.type](resource), wave):
+                pass
     _streams_ready(kinesis, app, timeout)
+
+
+def _waves(resources: Sequence[model.Resource]) -> list[list[model.Resource]]:
+    """`resources` in waves, each created after the ones before: SQS refuses a queue whose
+    RedrivePolicy names a dead-letter queue that does not exist yet (CloudFormation orders them by
+    that reference)."""
+    waiting = list(resources)
+    made: set[str] = set()
+    waves = []
+    while waiting:
+        ready = [r for r in waiting if _redrive_target(r) in made or _redrive_target(r) is None]
+        if not ready:  # a target outside the app, or a cycle: SQS says which
+            ready = waiting
+        waves.append(ready)
+        made.update(model.queue_arn(r.name) for r in ready if r.type == "AWS::SQS::Queue")
+        waiting = [r for r in waiting if r not in ready]
+    return waves
+
+
+def _redrive_target(resource: model.Resource) -> str | None:
+    policy = resource.properties.get("RedrivePolicy") if resource.type == "AWS::SQS::Queue" else None
+    if isinstance(policy, str):
+        policy = json.loads(policy)
+    return (
+        str(policy["deadLetterTargetArn"])
+        if isinstance(policy, dict) and "deadLetterTargetArn" in policy
+        else None
+    )
 
 
 def _streams_ready(kinesis: Any, app: model.LocalApp, timeout: float) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 import urllib.request
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cost_model import Measured, price, total
-from bench.up_process import REPO_ROOT, UpProcess, child_env, synthesize
+from bench.up_process import REPO_ROOT, UpProcess, synthesize
 
 RATES = (1_000, 10_000, 100_000)
 SIZES = (100, 1024, 10_240)
@@ -43,19 +42,6 @@ APPS = ("shardline", "usual build")
 
 def _log(message: str) -> None:
     print(f"[cost] {message}", file=sys.stderr, flush=True)
-
-
-def synthesize_baseline(outdir: Path, shards: int = 4) -> Path:
-    """The usual build (`bench/baseline`) synthesized into `outdir`, in a child as `synthesize` does."""
-    code = (
-        "import os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
-        "from bench.baseline.app import build; "
-        f"build(outdir={str(outdir)!r}, shards={shards})[0].synth()"
-    )
-    subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, env=child_env(), check=True, capture_output=True
-    )
-    return outdir
 
 
 def usage(up: UpProcess, *, reset: bool = False) -> dict[str, Any]:
@@ -157,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     apps = {
         APPS[0]: synthesize(out / "shardline" / "cdk.out"),
-        APPS[1]: synthesize_baseline(out / "baseline" / "cdk.out"),
+        APPS[1]: synthesize(out / "baseline" / "cdk.out", "baseline"),
     }
     measured: dict[str, dict[int, Measured]] = {name: {} for name in APPS}
     raw: dict[str, dict[int, Any]] = {name: {} for name in APPS}

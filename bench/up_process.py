@@ -39,14 +39,19 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def synthesize(outdir: Path) -> Path:
-    """The default app synthesized into `outdir` (in a child, so jsii's node process ends with it)."""
-    code = (
-        "import json, os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
-        "from app import CDK_JSON, build; "
-        f"build(json.loads(CDK_JSON.read_text())['context'], outdir={str(outdir)!r})[0].synth()"
-    )
-    command = [sys.executable, "-c", code]
+#: How each app is built: the `build(...)` call its module makes, `{outdir}` filled in.
+APPS = {
+    "shardline": "from app import CDK_JSON, build; import json; "
+    "build(json.loads(CDK_JSON.read_text())['context'], outdir={outdir!r})[0].synth()",
+    "baseline": "from bench.baseline.app import build; build(outdir={outdir!r})[0].synth()",
+}
+
+
+def synthesize(outdir: Path, app: str = "shardline") -> Path:
+    """`app` (this repository's, or the cost benchmark's baseline) synthesized into `outdir`, in a
+    child, so jsii's node process ends with it."""
+    code = "import os; os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20'); "
+    command = [sys.executable, "-c", code + APPS[app].format(outdir=str(outdir))]
     subprocess.run(command, cwd=REPO_ROOT, env=child_env(), check=True, capture_output=True)
     return outdir
 

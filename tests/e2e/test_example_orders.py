@@ -50,8 +50,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
-    if "PIP_CACHE_DIR" in os.environ or (Path.home() / ".cache" / "pip").exists():
-        env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
+    # HOME is the team's own; pip keeps the machine's cache (what it downloaded for .venv).
+    env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
     wheels = root / "wheels"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
          str(REPO)], cwd=root, env=env)  # fmt: skip

@@ -270,7 +270,10 @@ def test_a_group_may_start_at_a_time():
     ("sink", "message"),
     [
         (lambda stack: Sink(), r"either a table or"),
-        (lambda stack: Sink(orders_table(stack), holds="rows"), r"holds must be records, counts or None"),  # type: ignore[arg-type]
+        (
+            lambda stack: Sink(orders_table(stack), holds="rows"),
+            r"Sink: holds must be records or counts, got 'rows'",
+        ),  # type: ignore[arg-type]
         (lambda stack: Sink(orders_table(stack), id_attribute=""), r"id_attribute must be a non-empty"),
     ],
 )

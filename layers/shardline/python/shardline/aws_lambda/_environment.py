@@ -30,7 +30,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.errors import ConfigurationError
@@ -96,6 +96,20 @@ class ProducerEnvironment:
 SinkHolds = Literal["records", "counts"]
 
 
+def sink_problem(holds: Any, id_attribute: Any, key_attribute: Any, count_attribute: Any) -> str | None:
+    """What is wrong with a sink's declaration (`SinkDeclaration`, `shardline.cdk.Sink`), or None."""
+    if holds not in get_args(SinkHolds):
+        return f"holds must be records or counts, got {holds!r}"
+    for name, value in (
+        ("id_attribute", id_attribute),
+        ("key_attribute", key_attribute),
+        ("count_attribute", count_attribute),
+    ):
+        if not isinstance(value, str) or not value:
+            return f"{name} must be a non-empty string, got {value!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class SinkDeclaration:
     """What one of a consumer group's sink tables holds, said so that whoever checks the group
@@ -116,13 +130,11 @@ class SinkDeclaration:
     count_attribute: str = "count"
 
     def __post_init__(self) -> None:
-        if self.holds not in ("records", "counts"):
-            raise ConfigurationError(
-                f"sink {self.table!r}: holds must be records or counts, got {self.holds!r}"
-            )
-        for name in ("table", "id_attribute", "key_attribute", "count_attribute"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ConfigurationError(f"sink {self.table!r}: {name} must be a non-empty string")
+        if not isinstance(self.table, str) or not self.table:
+            raise ConfigurationError(f"sink {self.table!r}: table must be a non-empty string")
+        problem = sink_problem(self.holds, self.id_attribute, self.key_attribute, self.count_attribute)
+        if problem:
+            raise ConfigurationError(f"sink {self.table!r}: {problem}")
 
     def to_json(self) -> dict[str, str]:
         if self.holds == "records":

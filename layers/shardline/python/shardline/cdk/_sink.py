@@ -4,16 +4,14 @@ the group creates; and what it holds, declared for whoever checks the group (`SH
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any
 
 from aws_cdk import aws_dynamodb as dynamodb
 
 from shardline.aws_lambda import SinkDeclaration
+from shardline.aws_lambda._environment import SinkHolds, sink_problem
 
 __all__ = ["Sink", "SinkHolds"]
-
-#: What a sink holds (`shardline.aws_lambda.SinkDeclaration.holds`).
-SinkHolds = Literal["records", "counts"]
 
 
 class Sink:
@@ -46,15 +44,10 @@ class Sink:
             raise ValueError("Sink: give either a table or, for one the group creates, its partition_key")
         if table is not None and (sort_key or time_to_live_attribute or table_props):
             raise ValueError("Sink: sort_key, time_to_live_attribute and table_props are for a created table")
-        if holds is not None and holds not in get_args(SinkHolds):
-            raise ValueError(f"Sink: holds must be records, counts or None, got {holds!r}")
-        for name, value in (
-            ("id_attribute", id_attribute),
-            ("key_attribute", key_attribute),
-            ("count_attribute", count_attribute),
-        ):
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"Sink: {name} must be a non-empty string, got {value!r}")
+        # The declaration's own checks (None: undeclared, the attributes still checked).
+        problem = sink_problem(holds or "records", id_attribute, key_attribute, count_attribute)
+        if problem:
+            raise ValueError(f"Sink: {problem}")
         self.table = table
         self.holds = holds
         self.id_attribute = id_attribute

@@ -16,7 +16,10 @@ written with the checkpoint — so a handler sees each of the producer's user re
 transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record; a
 sink guards on it with `once(table, key)` (a guard item written in the checkpoint's transaction),
 so that a client's re-POST of the same id is applied once too. A record without a client id that
-a client posts again is a new record.
+a client posts again is a new record. A sink item keyed by the record's identity and built from
+the record alone is the same on every replay: return it as `idempotent_put(table, item)` and it
+is written with BatchWriteItem before the checkpoint, with no transaction and no guard (half the
+write units).
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard, composed of `_handler_loop` (running the handler over the
@@ -29,6 +32,7 @@ environment, which stall a shard and blame no record), `_redrive` (putting what 
 discarded back through the group), `_deaggregation` (events to user records, with their ids),
 `_dedup` (the aggregates a shard applied: producer-retry dedup; counter ranges in `_lane_ranges`),
 `_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards),
+`_idempotent` (sink items written the same way on every replay, with BatchWriteItem before the checkpoint),
 `_lease_store` (the `Lease` row and `LeaseStore`, the protocol of a lease table, which
 `LeaseTable` and `shardline.testing.InMemoryLeaseTable` implement), `_leases` (`LeaseTable`, the
 KCL-compatible lease/checkpoint table in DynamoDB; its items' encoding in `_lease_codec`, sink
@@ -53,6 +57,8 @@ if TYPE_CHECKING:
     from shardline.consumer._deaggregation import deaggregate as deaggregate
     from shardline.consumer._deaggregation import read_event as read_event
     from shardline.consumer._deaggregation import stream_and_shard as stream_and_shard
+    from shardline.consumer._idempotent import idempotent_put as idempotent_put
+    from shardline.consumer._idempotent import is_idempotent_put as is_idempotent_put
     from shardline.consumer._lease_store import MAX_TRANSACTION_ITEMS as MAX_TRANSACTION_ITEMS
     from shardline.consumer._lease_store import Lease as Lease
     from shardline.consumer._lease_store import LeaseStore as LeaseStore
@@ -98,6 +104,8 @@ _EXPORTS = {
     "ShardLineage": "_resharding",
     "ConsumerMetrics": "_metrics",
     "once": "_once",
+    "idempotent_put": "_idempotent",
+    "is_idempotent_put": "_idempotent",
     "is_once_guard": "_once",
     "redrive": "_redrive",
     "RedriveResult": "_redrive",

@@ -4,7 +4,8 @@
 holds it, the last record done (its handler returned, or it was dead-lettered) and the sink
 writes of the records done since the last checkpoint (`PendingTransaction`), and it commits
 them together: the checkpoint only moves forward, only under the lease it was taken with, and
-only past records that are done, with their writes in the same transaction.
+only past records that are done, with their writes in the same transaction — their idempotent
+puts (`_idempotent`) landed just before it.
 
 When DynamoDB refuses the writes, the refusal is blamed on the record whose write it was
 (`PendingTransaction.owner`; when DynamoDB does not say which write, on the half of the pending
@@ -57,6 +58,14 @@ class Rerun(Exception):
         super().__init__(len(records))
         self.records = records
         self.applied = applied
+
+
+class PutRefused(Exception):
+    """DynamoDB refused one of `culprit`'s idempotent puts as invalid."""
+
+    def __init__(self, culprit: RecordWrites, refusal: SinkRejected) -> None:
+        super().__init__(str(refusal))
+        self.culprit, self.refusal = culprit, refusal
 
 
 def _retry_it(record: ConsumedRecord, exc: BaseException, details: Mapping[str, Any] | None) -> bool:
@@ -144,6 +153,11 @@ class Checkpoint:
         while self.done is not None and self.lease is not None and self.done.position > self.lease.checkpoint:
             position = self.done.position
             try:
+                self._land_puts()
+            except PutRefused as refused:
+                self._reject(refused.culprit, refused.refusal, False)
+                continue
+            try:
                 self.lease = self.table.checkpoint_with(
                     self.lease,
                     position,
@@ -163,6 +177,27 @@ class Checkpoint:
             self.metrics.count("CheckpointsWritten")
             self.marked = self.marked and not release
             return
+
+    def _land_puts(self) -> None:
+        """Write the idempotent puts of the records done since the checkpoint, before it moves
+        past them (`_idempotent`). A put DynamoDB refuses is blamed on its record (`PutRefused`)."""
+        groups = self.pending.unlanded()
+        if not groups:
+            return
+        puts = [put for group in groups for put in group.puts]
+        try:
+            self.table.put_idempotent(puts)
+        except SinkRejected as refused:
+            if not refused.indexes:
+                raise
+            index = refused.indexes[0]
+            for group in groups:
+                if index < len(group.puts):
+                    raise PutRefused(group, refused) from refused
+                index -= len(group.puts)
+            raise
+        self.pending.mark_landed(groups)
+        self.metrics.count("IdempotentPutsWritten", len(puts))
 
     def _blame(self, refused: Refusal) -> None:
         """Pin a refusal on the record whose writes caused it, and deal with that record."""
@@ -269,7 +304,8 @@ class Checkpoint:
             metrics.count("SinkConflictsSkipped")  # its effect is already there
         else:
             metrics.count("SinkWritesRefused")
-            details = {"refusedWrites": culprit.writes, "reasons": list(getattr(refused, "reasons", ()))}
+            writes = [*culprit.puts, *culprit.writes]
+            details = {"refusedWrites": writes, "reasons": list(getattr(refused, "reasons", ()))}
             if not self.give_up(culprit.record, refused, details):
                 self.pending.clear()
                 raise RetryFrom(culprit.record.sequence_number)

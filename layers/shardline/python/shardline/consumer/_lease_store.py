@@ -165,6 +165,11 @@ class LeaseStore(Protocol):
         """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction."""
         ...
 
+    def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
+        """Write `puts` (`idempotent_put` entries) with BatchWriteItem, before a checkpoint passes
+        their records; returns the calls made. `SinkRejected` names the index of a refused put."""
+        ...
+
     def record_failure(
         self,
         lease: Lease,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from shardline.consumer import _lease_codec as codec
+from shardline.consumer._idempotent import land
 from shardline.consumer._lease_codec import (
     CANCELED_BY_CONDITION,
     CAREFUL_ATTRIBUTES,
@@ -50,6 +51,7 @@ from shardline.consumer._lease_store import (
     advanced,
 )
 from shardline.consumer._sink_keys import SinkKeySchemas
+from shardline.consumer._transaction import item_of
 from shardline.errors import LeaseLost, SinkRejected
 from shardline.kinesis._positions import TRIM_HORIZON, Position
 
@@ -367,6 +369,11 @@ class LeaseTable:
         except Exception as exc:
             return self._confirm_landed(lease, position, exc, applied, careful_span)
         return advanced(lease, position, release, applied, careful_span)
+
+    def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
+        """Write `puts` (`idempotent_put` entries) into their sink tables with BatchWriteItem
+        (`_idempotent.land`); returns the calls made."""
+        return land(self._client, puts, lambda put: item_of(put, self.sink_key), sleep=self.sleep)
 
     def _transact(self, items: list[Mapping[str, Any]], token: str) -> None:
         """TransactWriteItems, again (up to `TRANSIENT_ATTEMPTS` times, with jittered backoff) while

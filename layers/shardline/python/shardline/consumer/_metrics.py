@@ -25,6 +25,7 @@ class ConsumerMetrics:
         "SinkWritesRefused",  # records whose sink writes DynamoDB refused or whose condition failed
         "SinkConflictsSkipped",  # failed conditions taken as "already applied" (sink_conflicts="skip")
         "CheckpointsWritten",
+        "IdempotentPutsWritten",  # sink items written with BatchWriteItem before a checkpoint
         "LeaseLosses",
         "BatchesWaitingForParent",
         "OutOfRangeRecords",  # members of foreign aggregates outside the shard's range (delivered)

@@ -5,7 +5,9 @@ item (a table and a key: a `Put` names its key inside its item, so the table's k
 needed to tell), an item over 400 KB and a key attribute that is empty. The checkpoint is one of
 the items, so a handler's writes get the other 99. `checked_writes` refuses, as that record's
 failure, what DynamoDB would refuse; `PendingTransaction` remembers which record each write came
-from, so a refusal at commit is blamed on the record that caused it.
+from, so a refusal at commit is blamed on the record that caused it. A handler's idempotent
+puts (`_idempotent`) are none of the transaction's: they wait beside it, by record, and are
+written before it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from shardline.consumer._deaggregation import ConsumedRecord
+from shardline.consumer._idempotent import IDEMPOTENT_PUT, is_idempotent_put
 from shardline.consumer._lease_store import MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS
 from shardline.consumer._once import GUARD_ATTRIBUTES, is_once_guard
 from shardline.consumer._settings import Writes
@@ -24,7 +27,8 @@ from shardline.consumer._settings import Writes
 MAX_SINK_WRITES = MAX_TRANSACTION_ITEMS - 1
 #: DynamoDB's limit on one item (names and values).
 MAX_ITEM_BYTES = 400 * 1024
-_OPERATIONS = ("Put", "Update", "Delete", "ConditionCheck")
+_OPERATIONS = ("Put", "Update", "Delete", "ConditionCheck", IDEMPOTENT_PUT)
+_PUTS = ("Put", IDEMPOTENT_PUT)
 
 #: A sink table's key attribute names, or None when not known.
 KeyLookup = Callable[[str], "tuple[str, ...] | None"]
@@ -35,20 +39,24 @@ def _unknown_keys(table: str) -> tuple[str, ...] | None:
 
 
 class RecordWrites(NamedTuple):
-    """One record's sink writes, and the last record done before it (None: none in this run).
+    """One record's sink writes (`writes` for the transaction, `puts` idempotent, written before
+    it: `_idempotent`), and the last record done before it (None: none in this run).
     `covering` > 1: the writes of that many records up to `record` (a batch handler's one list)."""
 
     record: ConsumedRecord
     writes: list[Mapping[str, Any]]
     before: ConsumedRecord | None
     covering: int = 1
+    puts: tuple[Mapping[str, Any], ...] = ()
 
 
 class PendingTransaction:
-    """Sink writes of the records done since the last checkpoint: the entries, by record, the
-    items they touch, and their size."""
+    """Sink writes of the records done since the last checkpoint: the transaction's entries, by
+    record, the items they touch, and their size; and the idempotent puts, by record, with those
+    that already landed."""
 
-    __slots__ = ("groups", "items", "keys", "size", "writes")
+    __slots__ = ("groups", "items", "keys", "landed", "size", "writes")
+    landed: set[int]  # id() of the groups whose idempotent puts landed
 
     def __init__(self, keys: KeyLookup = _unknown_keys) -> None:
         self.keys = keys
@@ -56,6 +64,7 @@ class PendingTransaction:
 
     def fits(self, writes: list[Mapping[str, Any]]) -> bool:
         """Would `writes` (one record's) join this transaction without breaking a DynamoDB rule?"""
+        writes = [write for write in writes if not is_idempotent_put(write)]
         return (
             len(self.writes) + len(writes) <= MAX_SINK_WRITES
             and self.size + sum(size_of(write) for write in writes) <= MAX_TRANSACTION_BYTES
@@ -69,10 +78,23 @@ class PendingTransaction:
         before: ConsumedRecord | None,
         covering: int = 1,
     ) -> None:
-        self.groups.append(RecordWrites(record, writes, before, covering))
-        self.writes.extend(writes)
-        self.items.update(item_of(write, self.keys) for write in writes)
-        self.size += sum(size_of(write) for write in writes)
+        puts = tuple(write for write in writes if is_idempotent_put(write))
+        if puts:
+            writes = [write for write in writes if not is_idempotent_put(write)]
+        self._append(RecordWrites(record, writes, before, covering, puts))
+
+    def _append(self, group: RecordWrites) -> None:
+        self.groups.append(group)
+        self.writes.extend(group.writes)
+        self.items.update(item_of(write, self.keys) for write in group.writes)
+        self.size += sum(size_of(write) for write in group.writes)
+
+    def unlanded(self) -> list[RecordWrites]:
+        """The records whose idempotent puts have not landed yet."""
+        return [group for group in self.groups if group.puts and id(group) not in self.landed]
+
+    def mark_landed(self, groups: Iterable[RecordWrites]) -> None:
+        self.landed.update(id(group) for group in groups)
 
     def owner(self, index: int) -> RecordWrites:
         """The record whose writes include `writes[index]`."""
@@ -85,11 +107,14 @@ class PendingTransaction:
     def keep(self, groups: Iterable[RecordWrites]) -> None:
         """Keep only `groups` pending (in order)."""
         groups = list(groups)
+        landed = {id(group) for group in groups} & self.landed
         self.clear()
         for group in groups:
-            self.add(*group)
+            self._append(group)
+        self.landed = landed
 
     def clear(self) -> None:
+        self.landed = set()
         self.groups: list[RecordWrites] = []
         self.writes: list[Mapping[str, Any]] = []
         self.items: set[str] = set()
@@ -115,10 +140,11 @@ def checked_writes(writes: Writes, keys: KeyLookup = _unknown_keys) -> list[Mapp
         if problem is not None:
             raise ValueError(f"sink write {index}: {problem}")
         seen.add(item_of(write, keys))
-    size = sum(size_of(write) for write in writes)
-    if len(writes) > MAX_SINK_WRITES or size > MAX_TRANSACTION_BYTES:
+    transactional = [write for write in writes if not is_idempotent_put(write)]
+    size = sum(size_of(write) for write in transactional)
+    if len(transactional) > MAX_SINK_WRITES or size > MAX_TRANSACTION_BYTES:
         raise ValueError(
-            f"the handler returned {len(writes)} writes ({size} bytes) for one record; at most "
+            f"the handler returned {len(transactional)} writes ({size} bytes) for one record; at most "
             f"{MAX_SINK_WRITES} writes, {MAX_TRANSACTION_BYTES} bytes, fit in a transaction with "
             "the checkpoint (a batch handler can say which record each write belongs to)"
         )
@@ -128,20 +154,22 @@ def checked_writes(writes: Writes, keys: KeyLookup = _unknown_keys) -> list[Mapp
 def _problem(write: object, keys: KeyLookup) -> str | None:
     """Why DynamoDB would refuse this TransactWriteItems entry, or None."""
     if not isinstance(write, Mapping) or len(write) != 1:
-        return "is not a TransactWriteItems entry (one of Put, Update, Delete, ConditionCheck)"
+        return "is not a sink write (one of Put, Update, Delete, ConditionCheck, IdempotentPut)"
     [(kind, operation)] = write.items()
     if kind not in _OPERATIONS or not isinstance(operation, Mapping):
-        return f"{kind!r} is not one of Put, Update, Delete, ConditionCheck"
+        return f"{kind!r} is not one of Put, Update, Delete, ConditionCheck, IdempotentPut"
     table = operation.get("TableName")
     if not isinstance(table, str) or not table:
         return f"{kind} names no TableName"
-    if kind == "Put":
+    if kind == IDEMPOTENT_PUT and set(operation) != {"TableName", "Item"}:
+        return f"{kind} takes TableName and Item only (BatchWriteItem has no condition)"
+    if kind in _PUTS:
         item = operation.get("Item")
         if not isinstance(item, Mapping):
-            return "Put has no Item"
+            return f"{kind} has no Item"
         size = item_bytes(item)
         if size > MAX_ITEM_BYTES:
-            return f"Put of a {size}-byte item into {table}: DynamoDB's limit is {MAX_ITEM_BYTES} bytes"
+            return f"{kind} of a {size}-byte item into {table}: DynamoDB's limit is {MAX_ITEM_BYTES} bytes"
         names = keys(table)
         key: Mapping[str, Any] = {name: item.get(name) for name in names} if names else {}
     else:
@@ -151,7 +179,7 @@ def _problem(write: object, keys: KeyLookup) -> str | None:
         key = given
     for name, value in key.items():
         if value is None:
-            return f"Put into {table} lacks key attribute {name!r}"
+            return f"{kind} into {table} lacks key attribute {name!r}"
         if isinstance(value, Mapping) and any(value.get(kind) in ("", b"") for kind in ("S", "B")):
             return f"key attribute {name!r} of {table} is empty, which DynamoDB refuses"
     return None
@@ -163,7 +191,7 @@ def item_of(write: Mapping[str, Any], keys: KeyLookup = _unknown_keys) -> str:
     [(kind, operation)] = write.items()
     table = operation.get("TableName")
     target = operation.get("Key")
-    if kind == "Put":
+    if kind in _PUTS:
         item = operation.get("Item") or {}
         names = keys(table) if isinstance(table, str) else None
         if names:

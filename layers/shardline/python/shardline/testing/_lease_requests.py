@@ -27,6 +27,7 @@ OPERATIONS = (
     "release",
     "checkpoint",
     "checkpoint_with",
+    "put_idempotent",
     "record_failure",
     "mark_careful",
     "stall",
@@ -45,6 +46,7 @@ class LeaseWrite(StrEnum):
     RELEASE = "release"  # UpdateItem removing the in-flight mark
     CHECKPOINT = "checkpoint"  # UpdateItem of the checkpoint
     TRANSACTION = "checkpoint transaction"  # TransactWriteItems: checkpoint + sink writes
+    IDEMPOTENT = "idempotent puts"  # BatchWriteItem calls of idempotent puts (no condition)
     FAILURE = "failure"  # UpdateItem counting a failed attempt
     CAREFUL = "careful"  # UpdateItem of the careful span after a crash (`_careful`)
     STALL = "stall"  # UpdateItem noting a stall on the environment (`_stalls`)

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._idempotent import BATCH_ITEMS, IDEMPOTENT_PUT
 from shardline.consumer._lease_store import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
@@ -200,6 +201,24 @@ class LeaseRows(LeaseRequests):
             return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied, careful_span)
 
         return self._faulted("checkpoint_with", transaction, lease)
+
+    def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
+        def write() -> int:
+            for index, put in enumerate(puts):
+                operation = put[IDEMPOTENT_PUT]
+                try:  # as BatchWriteItem, then one by one to name the refused put
+                    self._sinks.apply([{"Put": operation}])
+                except ClientError as refused:
+                    message = refused.response["Error"]["Message"]
+                    raise SinkRejected(
+                        f"DynamoDB refused idempotent put {index} into {operation['TableName']}: {message}",
+                        (index,),
+                    ) from refused
+            calls = -(-len(puts) // BATCH_ITEMS)
+            self.writes[LeaseWrite.IDEMPOTENT] += calls
+            return calls
+
+        return self._faulted("put_idempotent", write)
 
     def record_failure(
         self,

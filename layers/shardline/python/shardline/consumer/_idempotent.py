@@ -1,0 +1,130 @@
+"""Idempotent puts: sink items written the same way on every replay, outside the checkpoint's transaction.
+
+    from shardline.consumer import idempotent_put
+
+    @consumer.handler
+    def handle(record):
+        return [idempotent_put("events", {"pk": {"S": f"id#{record.id}"}, "data": {"B": record.data}})]
+
+A transaction bills two write units per KB of each item it writes, and holds at most 99 sink
+writes beside the checkpoint. An item keyed by the record's own identity (its client id, or its
+stream position) and built only from the record is the same item however often it is written, so
+it needs neither: the consumer writes the idempotent puts of the records done since the last
+checkpoint with BatchWriteItem (25 items a call, one write unit per KB of each), and only when all
+of them landed does the checkpoint move past those records. A crash in between rewrites the same
+items on the replay; nothing is applied twice because there is nothing to add twice.
+
+Keep transactions (plain TransactWriteItems entries, `once` guards) for effects that are not
+idempotent: an `ADD`, a counter, a write whose content depends on what is already there. An
+idempotent put lands before the transaction of the same checkpoint, so a record should not have
+both kinds of write on one item; and a record whose transactional writes are refused (then
+retried or dead-lettered) keeps the idempotent puts that landed, which its redrive rewrites.
+
+`land` writes them: duplicates of one item in one call keep the last (BatchWriteItem refuses a
+call naming an item twice); unprocessed items (throttling) are sent again with jittered backoff,
+and if some are still unprocessed after `ATTEMPTS` calls it raises `DependencyUnavailable`, which
+stalls the shard (`_stalls`) with nothing checkpointed. A call DynamoDB refuses as invalid is
+written again one item at a time, to name the put it refuses (`SinkRejected` with its index), so
+that put's record is blamed and the others go on.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from shardline.errors import DependencyUnavailable, SinkRejected
+
+if TYPE_CHECKING:
+    from shardline.protocols import DynamoDBClient
+
+#: The entry kind `idempotent_put` returns, beside TransactWriteItems' Put, Update, Delete, ConditionCheck.
+IDEMPOTENT_PUT = "IdempotentPut"
+#: BatchWriteItem's limit on items per call.
+BATCH_ITEMS = 25
+#: Calls for one chunk before its unprocessed items stall the shard.
+ATTEMPTS = 6
+BACKOFF_S = 0.05
+
+
+def idempotent_put(table_name: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """A sink write of `item` (DynamoDB attribute values, its key included) into `table_name` that
+    is the same on every replay: written with BatchWriteItem before the checkpoint, not in its
+    transaction (one write unit per KB instead of two). No condition: the item is overwritten."""
+    if not isinstance(table_name, str) or not table_name:
+        raise ValueError("idempotent_put: table_name must be a non-empty string")
+    if not isinstance(item, Mapping) or not item:
+        raise ValueError("idempotent_put: item must be a non-empty mapping of attribute names to values")
+    return {IDEMPOTENT_PUT: {"TableName": table_name, "Item": dict(item)}}
+
+
+def is_idempotent_put(write: object) -> bool:
+    """Is `write` a sink write built by `idempotent_put`?"""
+    return isinstance(write, Mapping) and len(write) == 1 and IDEMPOTENT_PUT in write
+
+
+def land(
+    client: DynamoDBClient,
+    puts: Sequence[Mapping[str, Any]],
+    item_key: Callable[[Mapping[str, Any]], str],
+    *,
+    sleep: Callable[[float], None],
+) -> int:
+    """Write `puts` (entries of `idempotent_put`) with BatchWriteItem; returns the calls made.
+    `item_key` names the item a put writes (two puts of one item: the last is written).
+    Raises `SinkRejected` naming the index of a put DynamoDB refuses, `DependencyUnavailable`
+    when throttling outlasts the retries, and any other refusal as botocore raised it."""
+    latest: dict[str, tuple[int, str, Mapping[str, Any]]] = {}
+    for index, put in enumerate(puts):
+        operation = put[IDEMPOTENT_PUT]
+        table, item = operation["TableName"], operation["Item"]
+        latest[item_key(put)] = (index, table, item)
+    chosen = list(latest.values())
+    calls = 0
+    for start in range(0, len(chosen), BATCH_ITEMS):
+        calls += _write_chunk(client, chosen[start : start + BATCH_ITEMS], sleep)
+    return calls
+
+
+def _write_chunk(
+    client: DynamoDBClient, chunk: list[tuple[int, str, Mapping[str, Any]]], sleep: Callable[[float], None]
+) -> int:
+    request: dict[str, list[dict[str, Any]]] = {}
+    for _, table, item in chunk:
+        request.setdefault(table, []).append({"PutRequest": {"Item": item}})
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            answer = client.batch_write_item(RequestItems=request)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                raise
+            return attempt + _write_one_by_one(client, chunk)
+        request = dict(answer.get("UnprocessedItems") or {})
+        if not request:
+            return attempt
+        if attempt < ATTEMPTS:
+            sleep(random.uniform(0, BACKOFF_S * 2**attempt))
+    unprocessed = sum(len(entries) for entries in request.values())
+    raise DependencyUnavailable(
+        f"DynamoDB left {unprocessed} idempotent puts unprocessed after {ATTEMPTS} BatchWriteItem calls "
+        f"(throttled): {', '.join(sorted(request))}"
+    )
+
+
+def _write_one_by_one(client: DynamoDBClient, chunk: list[tuple[int, str, Mapping[str, Any]]]) -> int:
+    """A chunk DynamoDB refused as a whole: each put alone, to name the one it refuses."""
+    for index, table, item in chunk:
+        try:
+            client.put_item(TableName=table, Item=item)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") != "ValidationException":
+                raise
+            raise SinkRejected(
+                f"DynamoDB refused idempotent put {index} into {table}: {error.get('Message', '')}",
+                (index,),
+            ) from exc
+    return len(chunk)

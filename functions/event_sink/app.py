@@ -1,9 +1,12 @@
 """Consumer group `event_sink`: every user record of the stream, exactly once, in a DynamoDB table.
 
-The handler returns each record's `Put` as a TransactWriteItems entry; shardline's consumer commits
-it in the same transaction as the checkpoint, so a crash or a replay leaves neither a gap nor a
-duplicate (exactly-once effects). The Lambda function is the event-source mapping's target, with
-ReportBatchItemFailures on.
+Each record is one item, keyed by the record's own identity and built from the record alone, so
+it is the same item however often it is written: the handler returns it as an idempotent put
+(`shardline.consumer.idempotent_put`), which the consumer writes with BatchWriteItem before the
+checkpoint moves past the record — no transaction, no guard: one write unit per KB of the item
+(a transaction would bill two, and a guard item two more). A crash or a replay writes the same
+items again; nothing is ever added twice, and the checkpoint passes a record only once its item
+landed. The Lambda function is the event-source mapping's target, with ReportBatchItemFailures on.
 
 Identity, and what applies a record once:
 
@@ -11,19 +14,21 @@ Identity, and what applies a record once:
   stream: the consumer skips it by its aggregate id, before this handler sees it. Nothing to do.
 - A client re-POST (a request that failed as a whole, posted again) is a new Kinesis record. A
   record with a client id (`ConsumedRecord.id`: the record's HTTP `id`, or
-  `<Idempotency-Key>:<index>`) is applied once by a guard item keyed on that id, written in the
-  same transaction as the record's item (`shardline.consumer.once`): the first copy writes both,
-  a later copy's guard fails its condition and the consumer skips that record as already applied
-  (metric `ClientIdDuplicatesSkipped`). A record without a client id is applied once per producer
-  retry, but a client re-POST of it is a new record and gets an item of its own.
+  `<Idempotency-Key>:<index>`) is keyed by that id: every copy writes the one item `id#<client
+  id>` (its `sequenceNumber` and `approximateArrival` are those of the copy written last). A
+  record without a client id is keyed by its position in the shard: a client re-POST of it is
+  a new record and gets an item of its own.
 
-That is the rule for a sink of your own: return `once(table, key_of(record.id))` beside your writes
-whenever `record.id` is set, with a key no item of yours can have.
+That is the rule for a sink of your own whose effect is an item: key it by `record.id` when it is
+set (else by the record's position) and return `idempotent_put(table, item)`. Effects that are
+not idempotent (a count, an item that depends on what is there) go in the transaction, with a
+`once` guard (functions/key_counter).
 
 Sink table (hash key `pk` S, range key `sk` S), one item per user record:
 
-    pk                   "<stream name>#<shard id>"
-    sk                   "<sequence number, zero-padded to 129 digits>#<sub-sequence, 6 digits>"
+    pk                   "id#<client id>" for a record with one, else "<stream name>#<shard id>"
+    sk                   "id" for a record with a client id, else
+                         "<sequence number, zero-padded to 129 digits>#<sub-sequence, 6 digits>"
     sequenceNumber       S  the Kinesis record's sequence number, as Kinesis writes it
     subSequenceNumber    N  its index in the KPL aggregate (absent for a record that was not aggregated;
                             `sk` then ends in #000000)
@@ -39,20 +44,13 @@ Sink table (hash key `pk` S, range key `sk` S), one item per user record:
                             replayed or redriven record writes the very same item (a redrive of a
                             record older than the TTL writes one already due to expire)
 
-and one guard item per client id:
-
-    pk                   "once#<client id>"
-    sk                   "once"                (no record item's sk: those are digits)
-    shardlineOnce        N  1
-    expiresAt            N  epoch seconds: the record's arrival + ONCE_TTL_SECONDS (7 days), the
-                            table's TTL attribute; a re-POST later than that is a new record
-
 129 digits is the longest sequence number the Kinesis API allows, and a KPL aggregate (1 MiB, at
 least 6 bytes a sub-record) holds fewer than 10**6 records, so `sk` sorts as the shard does: a Query
-on `pk` reads a shard's records in order, and a record is found with `item_key(...)`.
+on `pk` reads a shard's records without client ids in order; a record is found with
+`item_key(...)` (by position) or `id_key(...)` (by client id).
 
 A record too large for a DynamoDB item (400 KB) fails in the handler, so after MAX_ATTEMPTS it goes,
-whole, to the DLQ (when DLQ_URL is set) instead of breaking the checkpoint transaction.
+whole, to the DLQ (when DLQ_URL is set) instead of breaking the batch of puts.
 
 Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL
 (optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN (seconds, 2),
@@ -67,36 +65,37 @@ from functools import partial
 from typing import Any
 
 from shardline.aws_lambda import ConsumerEnvironment, ConsumerFunction
-from shardline.consumer import ConsumedRecord, once
+from shardline.consumer import ConsumedRecord, idempotent_put
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
 SEQUENCE_DIGITS = 129
 SUB_SEQUENCE_DIGITS = 6
 MAX_DATA_BYTES = 400 * 1024 - 2 * 1024  # DynamoDB's item limit, less room for the keys and attributes
-#: How long a client id's guard is kept: a re-POST of the same id within it is not applied again.
-ONCE_TTL_SECONDS = 7 * 24 * 3600
 DAY_SECONDS = 24 * 3600
 
 
 def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None) -> dict[str, Any]:
-    """The sink table key of a user record."""
+    """The sink table key of a user record without a client id: its position."""
     return {
         "pk": {"S": f"{stream}#{shard_id}"},
         "sk": {"S": f"{sequence.zfill(SEQUENCE_DIGITS)}#{sub_sequence or 0:0{SUB_SEQUENCE_DIGITS}d}"},
     }
 
 
-def guard_key(record_id: str) -> dict[str, Any]:
-    """The sink table key of the guard item of a client id."""
-    return {"pk": {"S": f"once#{record_id}"}, "sk": {"S": "once"}}
+def id_key(record_id: str) -> dict[str, Any]:
+    """The sink table key of a user record with a client id: the id (`sk` "id" is no position's)."""
+    return {"pk": {"S": f"id#{record_id}"}, "sk": {"S": "id"}}
 
 
 def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) -> list[dict[str, Any]]:
-    """The user logic: one Put per record (and its id's guard), committed with the checkpoint;
-    with `ttl_days`, the item expires that many days after the record's arrival."""
+    """The user logic: the record's item, as an idempotent put; with `ttl_days`, the item expires
+    that many days after the record's arrival."""
     if len(record.data) > MAX_DATA_BYTES:
         raise ValueError(f"{len(record.data)} bytes of data do not fit in a DynamoDB item")
-    item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
+    if record.id is not None:
+        item = id_key(record.id) | {"recordId": {"S": record.id}}
+    else:
+        item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
     item |= {
         "sequenceNumber": {"S": record.sequence_number},
         "partitionKey": {"S": record.partition_key},
@@ -111,12 +110,7 @@ def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) 
         item["aggregateId"] = {"S": record.aggregate_id}
     if ttl_days is not None:
         item[EXPIRES_AT_ATTRIBUTE] = {"N": str(int(record.approximate_arrival) + ttl_days * DAY_SECONDS)}
-    writes: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": item}}]
-    if record.id is not None:
-        item["recordId"] = {"S": record.id}
-        expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
-        writes.append(once(table, guard_key(record.id), expires_at=expires_at))
-    return writes
+    return [idempotent_put(table, item)]
 
 
 function = ConsumerFunction(

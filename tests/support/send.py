@@ -257,9 +257,13 @@ class Pipeline:
         """What functions/event_sink writes for these records."""
         dynamodb = self.dynamodb()
         for w in written:
-            item = {
+            position = {
                 "pk": {"S": f"{stream or self.stream}#{w.shard_id}"},
                 "sk": {"S": f"{w.sequence_number.zfill(129)}#{w.sub_sequence or 0:06d}"},
+            }
+            key = {"pk": {"S": f"id#{w.id}"}, "sk": {"S": "id"}} if w.id is not None else position
+            item = {
+                **key,
                 "sequenceNumber": {"S": w.sequence_number},
                 "partitionKey": {"S": w.key},
                 "data": {"B": w.data},

@@ -31,7 +31,12 @@ def test_6_bytes_and_writes_are_budgeted() -> None:
         if sink == "event_sink":
             assert without.sink_items == sink_records, without
         assert without.row_writes <= 2 * -(-sink_records // identity.BATCH_SIZE) * identity.SHARDS, without
-        # Client-id dedup costs one guard item per record, in the same transaction.
+        # Client-id dedup costs the counter one guard item per record, in the same transaction; the
+        # event sink none (its item is keyed by the id), and no transaction: 1 WCU per small item.
         with_guards = identity.run_sink(sink, small_ids.shards, sink_records, with_ids=True)
-        assert with_guards.guard_items == sink_records, with_guards
+        if sink == "key_counter":
+            assert with_guards.guard_items == sink_records, with_guards
+        else:
+            assert (with_guards.guard_items, with_guards.transactions) == (0, 0), with_guards
+            assert with_guards.wcu == sink_records + with_guards.row_writes, with_guards
         assert with_guards.sink_items == without.sink_items or sink == "key_counter", with_guards

@@ -31,8 +31,9 @@ A `pk`/`sk` records sink (the event-sink layout) is read incrementally: each par
 `<stream>#<shard>` is queried with `sk` greater than the last item seen, starting at the first
 record the shard took after the run began (an
 aggregate's first copy, which the consumers apply, may precede the copy the API answered with), so
-a poll reads only what is new. Latency is POST (the time in the payload) to the poll that first saw
-the record: its resolution is the poll interval, reported with it.
+a poll reads only what is new; items keyed by a record's client id (`id#<id>`) are fetched by
+BatchGetItem, each found once and not asked for again. Latency is POST (the time in the payload)
+to the poll that first saw the record: its resolution is the poll interval, reported with it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ were sent to. What its sinks hold it declares in `SHARDLINE_SINKS`, a JSON list 
 - `records`: one item per user record, the record's id (the client's, which `send` gives every
   record, or the producer's) in `idAttribute` (default `recordId`). Checked by identity: every
   accepted record's id in the table exactly once, none twice, no refused record's. A table keyed
-  `pk`/`sk` (shardline's event-sink layout) is read incrementally, partition by partition; any
+  `pk`/`sk` (shardline's event-sink layout) is read incrementally, partition by partition, and
+  its items keyed by client id (`id#<id>`) by BatchGetItem; any
   other key schema is scanned whole on each poll (a table keyed by the id itself cannot show a
   record applied twice: the second write lands on the first).
 - `counts`: one item per partition key (`keyAttribute`, a string; default `partitionKey`) whose

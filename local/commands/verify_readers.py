@@ -20,10 +20,13 @@ from shardline.kpl._decode import decode_aggregate, is_aggregated
 from .send import parse_payload
 
 SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `sk`
+ID_BATCH = 100  # BatchGetItem's limit on keys per call
 
 
 class SinkReader:
-    """A run's records in an event sink, read partition by partition from the last `sk` seen.
+    """A run's records in an event sink: those without a client id read partition by partition from
+    the last `sk` seen, those with one (an item keyed `id#<id>`, as functions/event_sink writes
+    them) by BatchGetItem of the run's ids not found yet.
 
     With `expected_id(seq)` (the id a record was sent with), an item whose id (`id_attribute`) is not
     its record's id (or is absent) is kept in `wrong_ids`. An item without the record's payload in
@@ -49,6 +52,7 @@ class SinkReader:
         self.first_seen: dict[int, float] = {}
         self.queries = 0
         self.items_read = 0
+        self._ids_found: set[str] = set()
 
     def add_shard(self, shard_id: str, from_sequence: str | None = None) -> None:
         """Read `shard_id`'s partition from `from_sequence` (inclusive), or from its start."""
@@ -89,6 +93,35 @@ class SinkReader:
                 if "LastEvaluatedKey" not in page:
                     break
                 query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        self._poll_ids(now)
+
+    def _poll_ids(self, now: float) -> None:
+        """The items keyed by the run's ids that were not there at the last poll."""
+        wanted = [record_id for record_id in self._seq_of_id if record_id not in self._ids_found]
+        for start in range(0, len(wanted), ID_BATCH):
+            keys = [{"pk": {"S": f"id#{i}"}, "sk": {"S": "id"}} for i in wanted[start : start + ID_BATCH]]
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "pk, sk, #id",
+                    "ExpressionAttributeNames": {"#id": self._id_attribute},
+                }
+            }
+            while request:
+                page = self._dynamodb.batch_get_item(RequestItems=request)
+                self.queries += 1
+                for item in page.get("Responses", {}).get(self._table, []):
+                    self.items_read += 1
+                    record_id = item["pk"]["S"].removeprefix("id#")
+                    self._ids_found.add(record_id)
+                    seq = self._seq_of_id[record_id]
+                    self.positions.setdefault(seq, []).append(f"{item['pk']['S']}|{item['sk']['S']}")
+                    found = item.get(self._id_attribute, {}).get("S")
+                    if self._expected_id is not None and found != self._expected_id(seq):
+                        self.wrong_ids.setdefault(seq, []).append(found)
+                    self.first_seen.setdefault(seq, now)
+                request = dict(page.get("UnprocessedKeys") or {})
 
 
 class ScanSinkReader:

@@ -253,15 +253,18 @@ class Pipeline:
     def dynamodb(self) -> Any:
         return client("dynamodb", self.endpoint)
 
-    def write_sink(self, written: list[Written], *, stream: str | None = None) -> None:
-        """What functions/event_sink writes for these records."""
+    def write_sink(
+        self, written: list[Written], *, stream: str | None = None, by_position: bool = False
+    ) -> None:
+        """What functions/event_sink writes for these records (`by_position`: every item keyed by its
+        position, as a sink that ignores client ids would write them)."""
         dynamodb = self.dynamodb()
         for w in written:
             position = {
                 "pk": {"S": f"{stream or self.stream}#{w.shard_id}"},
                 "sk": {"S": f"{w.sequence_number.zfill(129)}#{w.sub_sequence or 0:06d}"},
             }
-            key = {"pk": {"S": f"id#{w.id}"}, "sk": {"S": "id"}} if w.id is not None else position
+            key = {"pk": {"S": f"id#{w.id}"}, "sk": {"S": "id"}} if w.id and not by_position else position
             item = {
                 **key,
                 "sequenceNumber": {"S": w.sequence_number},

@@ -130,7 +130,7 @@ def test_a_reposted_record_applied_once_passes_and_the_stream_counts_its_copies(
 def test_a_reposted_record_applied_twice_is_a_duplicate_effect(stub_api: StubApi, pipeline: Pipeline):
     stub_api.script = ["drop"]
     report = _send(stub_api, 6, keys=2, batch=6, concurrency=1)
-    pipeline.write_sink(stub_api.written)  # both copies applied: what dedup by id prevents
+    pipeline.write_sink(stub_api.written, by_position=True)  # both copies applied: what keying by id prevents
     pipeline.count(stub_api.written)
     verdict = _verify(pipeline, report)
     assert not verdict.ok

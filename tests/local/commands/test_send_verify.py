@@ -108,7 +108,9 @@ def test_verify_detects_a_healthy_record_in_the_dlq(stub_api: StubApi, pipeline:
 
 def test_verify_reads_the_sink_incrementally(stub_api: StubApi, pipeline: Pipeline) -> None:
     earlier = _send(stub_api, 40, run_id="run-earlier")
-    pipeline.write_sink(stub_api.written)  # an earlier run's records, below this run's positions
+    pipeline.write_sink(
+        stub_api.written, by_position=True
+    )  # an earlier run's records, below this run's positions
     stub_api.written.clear()
     report = _send(stub_api, 100, batch=20, run_id="run-now")
     shards = {w.shard_id for w in stub_api.written}
@@ -116,15 +118,30 @@ def test_verify_reads_the_sink_incrementally(stub_api: StubApi, pipeline: Pipeli
     for shard_id in shards:
         first = min((w.sequence_number for w in stub_api.written if w.shard_id == shard_id), key=int)
         reader.add_shard(shard_id, first)
-    pipeline.write_sink(stub_api.written[:60])
+    pipeline.write_sink(stub_api.written[:60], by_position=True)
     reader.poll()
     assert reader.items_read == 60 and reader.queries == len(shards)
     reader.poll()  # nothing new: one Query per partition, no item read again
     assert reader.items_read == 60 and reader.queries == 2 * len(shards)
-    pipeline.write_sink(stub_api.written[60:])
+    pipeline.write_sink(stub_api.written[60:], by_position=True)
     reader.poll()
     assert reader.items_read == 100 and sorted(reader.positions) == list(range(100))
     assert len(earlier.accepted) == 40 and len(report.accepted) == 100
+
+
+def test_verify_reads_items_keyed_by_id_once_each_by_batch_get(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 150, batch=50, run_id="run-ids")
+    seq_of_id = {report.id_of(seq): seq for seq in range(150)}
+    reader = SinkReader(pipeline.dynamodb(), pipeline.sink, pipeline.stream, "run-ids", seq_of_id=seq_of_id)
+    pipeline.write_sink(stub_api.written[:120])  # keyed `id#<id>`, as functions/event_sink writes them
+    reader.poll()
+    assert reader.items_read == 120 and reader.queries == 2  # 150 ids asked, 100 a call
+    reader.poll()  # only the 30 not found yet are asked again
+    assert reader.items_read == 120 and reader.queries == 3
+    pipeline.write_sink(stub_api.written[120:])
+    reader.poll()
+    assert reader.items_read == 150 and sorted(reader.positions) == list(range(150))
+    assert all(where == [f"id#{report.id_of(seq)}|id"] for seq, where in reader.positions.items())
 
 
 def test_verify_reads_only_new_items_while_the_sink_fills(stub_api: StubApi, pipeline: Pipeline) -> None:

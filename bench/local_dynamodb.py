@@ -2,7 +2,8 @@
 
 TransactWriteItems of 100 sink-shaped Puts (as functions/event_sink writes) and of 100
 `ADD #count :one` Updates on distinct keys (as functions/key_counter writes), from 1 and 4
-threads, on a fresh `local.endpoint.handle.Endpoint`; items/s.
+threads, on a fresh `local.endpoint.handle.Endpoint`; and BatchWriteItem of 25 sink-shaped Puts
+(as a sink's non-transactional writes go); items/s.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ import time
 from typing import Any
 
 RECORD_SIZE = 100
+#: What each kind of `dynamodb_ceiling`'s figures writes per call.
+CALLS = {
+    "sink puts": "TransactWriteItems of 100 sink puts",
+    "counter updates": "TransactWriteItems of 100 counter updates",
+    "batch puts": "BatchWriteItem of 25 sink puts",
+}
 
 
 def _sink_put(table: str, shard: int, position: int) -> dict[str, Any]:
@@ -43,11 +50,11 @@ def _counter_update(table: str, thread: int, index: int) -> dict[str, Any]:
 
 
 def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
-    """Items/s written by TransactWriteItems of 100 entries, from 1 and 4 threads, for `seconds` each."""
+    """Items/s written by each of `CALLS`, from 1 and 4 threads, for `seconds` each."""
     from local.app.provision import client
     from local.endpoint.handle import Endpoint
 
-    results: dict[str, dict[int, float]] = {"sink puts": {}, "counter updates": {}}
+    results: dict[str, dict[int, float]] = {kind: {} for kind in CALLS}
     with Endpoint(port=0) as endpoint:
         dynamodb = client("dynamodb", endpoint.url)
         for table, key in (
@@ -73,11 +80,23 @@ def dynamodb_ceiling(seconds: float) -> dict[str, dict[int, float]]:
                 seconds,
                 lambda t, n: [_counter_update("counter", t, i) for i in range(100)],
             )
+            results["batch puts"][threads] = _transact_rate(
+                endpoint.url,
+                threads,
+                seconds,
+                lambda t, n: [{"PutRequest": {"Item": _sink_put("sink", t, n * 25 + i)["Put"]["Item"]}}
+                              for i in range(25)],
+                call=lambda dynamodb, items: dynamodb.batch_write_item(RequestItems={"sink": items}),
+            )  # fmt: skip
     return results
 
 
-def _transact_rate(url: str, threads: int, seconds: float, entries: Any) -> float:
+def _transact_rate(url: str, threads: int, seconds: float, entries: Any, call: Any = None) -> float:
+    """Items/s that `threads` clients write for `seconds`, each call `call(client, entries(thread, n))`
+    (by default a TransactWriteItems of them)."""
     from local.app.provision import client
+
+    call = call or (lambda dynamodb, items: dynamodb.transact_write_items(TransactItems=items))
 
     written = [0] * threads
     offset = time.monotonic_ns()  # distinct sink keys per measurement
@@ -87,7 +106,9 @@ def _transact_rate(url: str, threads: int, seconds: float, entries: Any) -> floa
         dynamodb, n = client("dynamodb", url), 0
         while time.monotonic() < deadline:
             items = entries(index, offset // 1000 + n)
-            dynamodb.transact_write_items(TransactItems=items)
+            answer = call(dynamodb, items)
+            if answer.get("UnprocessedItems"):
+                raise RuntimeError(f"the endpoint left items unprocessed: {answer['UnprocessedItems']}")
             written[index] += len(items)
             n += 1
 

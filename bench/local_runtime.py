@@ -353,7 +353,11 @@ def measure(quick: bool) -> tuple[list[Row], dict[str, Any], list[str]]:
     for kind, by_threads in ceiling.items():
         for threads, rate in by_threads.items():
             rows.append(
-                Row(f"DynamoDB alone: TransactWriteItems of 100 {kind}, {threads} thread(s)", "rec/s", rate)
+                Row(
+                    f"DynamoDB alone: {local_dynamodb.CALLS.get(kind, kind)}, {threads} thread(s)",
+                    "rec/s",
+                    rate,
+                )
             )
     return rows, details, problems
 

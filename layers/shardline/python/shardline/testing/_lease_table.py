@@ -11,7 +11,8 @@ as in `LeaseTable` (conditional on the stored `leaseCounter`, which it increment
 compare-and-swap on the stored position and only move forward), `checkpoint_with` applying the
 sink writes to in-memory tables in the same step (`_sink_tables`), so a test reads what a
 handler committed, and a `once` guard whose item is already there cancelling the transaction at
-its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does; its clock is virtual:
+its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does (`put_idempotent` writes
+idempotent puts one by one, billed as BatchWriteItem calls of 25); its clock is virtual:
 `now()` starts at the wall clock and `sleep()` (a failing record's backoff, a stalled shard's)
 moves it on without waiting, so a test of backoffs runs in no time and `slept` says how long the
 consumer waited. `LeaseRequests` (`_lease_requests`), the base of that, bills the requests —

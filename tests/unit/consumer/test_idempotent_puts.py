@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import boto3
 import pytest
 
 from shardline.consumer import LeaseTable, SinkRejected, idempotent_put, is_idempotent_put
@@ -181,13 +180,9 @@ def test_two_puts_of_one_item_in_one_call_keep_the_last_and_calls_hold_25_items(
 
 
 def test_on_the_local_endpoint_puts_land_and_a_refused_one_is_named_by_its_index(local_endpoint_no_limits):
-    dynamodb = boto3.client(
-        "dynamodb",
-        endpoint_url=local_endpoint_no_limits,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    from local.app.provision import client
+
+    dynamodb = client("dynamodb", local_endpoint_no_limits)
     LeaseTable.create(dynamodb, "idempotent-leases")
     dynamodb.create_table(
         TableName="idempotent-sink",

@@ -15,7 +15,7 @@ import pytest
 
 from shardline.consumer import LeaseTable, SinkRejected, idempotent_put, is_idempotent_put
 from shardline.consumer._idempotent import ATTEMPTS, land
-from shardline.consumer._transaction import checked_writes, item_of
+from shardline.consumer._transaction import MAX_PENDING_PUTS, checked_writes, item_of
 from shardline.errors import DependencyUnavailable
 from shardline.kinesis import TRIM_HORIZON, Position
 from shardline.testing import InMemoryLeaseTable, LeaseWrite
@@ -54,6 +54,19 @@ def test_idempotent_puts_land_in_batch_calls_before_a_checkpoint_that_has_no_tra
     assert table.writes[LeaseWrite.TRANSACTION] == 0  # nothing rode with the checkpoint
     assert table.writes[LeaseWrite.CHECKPOINT] == 1
     assert part.metrics.snapshot()["IdempotentPutsWritten"] == 30
+
+
+def test_puts_waiting_for_one_checkpoint_are_bounded_so_a_commit_stays_short():
+    part = checkpoint()
+    table = part.table
+    for n in range(1, 2 * MAX_PENDING_PUTS + 11):
+        part.done_with(record(n), [item_put(f"r{n}")])
+        assert part.pending.puts <= MAX_PENDING_PUTS
+    assert table.row(KEY).checkpoint == record(2 * MAX_PENDING_PUTS).position  # committed twice on the way
+    part.commit()
+    assert len(sink_ids(table)) == 2 * MAX_PENDING_PUTS + 10
+    assert table.writes[LeaseWrite.CHECKPOINT] == 3
+    assert table.writes[LeaseWrite.IDEMPOTENT] == 2 * -(-MAX_PENDING_PUTS // 25) + 1
 
 
 def test_a_crash_after_the_puts_landed_rewrites_the_same_items_and_the_checkpoint_then_passes_them():

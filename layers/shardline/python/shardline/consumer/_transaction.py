@@ -29,6 +29,9 @@ MAX_SINK_WRITES = MAX_TRANSACTION_ITEMS - 1
 MAX_ITEM_BYTES = 400 * 1024
 _OPERATIONS = ("Put", "Update", "Delete", "ConditionCheck", IDEMPOTENT_PUT)
 _PUTS = ("Put", IDEMPOTENT_PUT)
+#: Idempotent puts that may wait for one checkpoint: landing them is 10 BatchWriteItem calls, so a
+#: commit at the time margin stays short (unbounded, a batch of 10,000 records outlived its function).
+MAX_PENDING_PUTS = 250
 
 #: A sink table's key attribute names, or None when not known.
 KeyLookup = Callable[[str], "tuple[str, ...] | None"]
@@ -55,7 +58,7 @@ class PendingTransaction:
     record, the items they touch, and their size; and the idempotent puts, by record, with those
     that already landed."""
 
-    __slots__ = ("groups", "items", "keys", "landed", "size", "writes")
+    __slots__ = ("groups", "items", "keys", "landed", "puts", "size", "writes")
     landed: set[int]  # id() of the groups whose idempotent puts landed
 
     def __init__(self, keys: KeyLookup = _unknown_keys) -> None:
@@ -64,9 +67,12 @@ class PendingTransaction:
 
     def fits(self, writes: list[Mapping[str, Any]]) -> bool:
         """Would `writes` (one record's) join this transaction without breaking a DynamoDB rule?"""
-        writes = [write for write in writes if not is_idempotent_put(write)]
+        transactional = [write for write in writes if not is_idempotent_put(write)]
+        puts = len(writes) - len(transactional)
+        writes = transactional
         return (
-            len(self.writes) + len(writes) <= MAX_SINK_WRITES
+            (not puts or self.puts + puts <= MAX_PENDING_PUTS)
+            and len(self.writes) + len(writes) <= MAX_SINK_WRITES
             and self.size + sum(size_of(write) for write in writes) <= MAX_TRANSACTION_BYTES
             and self.items.isdisjoint(item_of(write, self.keys) for write in writes)
         )
@@ -88,6 +94,7 @@ class PendingTransaction:
         self.writes.extend(group.writes)
         self.items.update(item_of(write, self.keys) for write in group.writes)
         self.size += sum(size_of(write) for write in group.writes)
+        self.puts += len(group.puts)
 
     def unlanded(self) -> list[RecordWrites]:
         """The records whose idempotent puts have not landed yet."""
@@ -119,6 +126,7 @@ class PendingTransaction:
         self.writes: list[Mapping[str, Any]] = []
         self.items: set[str] = set()
         self.size = 0
+        self.puts = 0
 
 
 def checked_writes(writes: Writes, keys: KeyLookup = _unknown_keys) -> list[Mapping[str, Any]]:

@@ -10,8 +10,9 @@ A transaction bills two write units per KB of each item it writes, and holds at 
 writes beside the checkpoint. An item keyed by the record's own identity (its client id, or its
 stream position) and built only from the record is the same item however often it is written, so
 it needs neither: the consumer writes the idempotent puts of the records done since the last
-checkpoint with BatchWriteItem (25 items a call, one write unit per KB of each), and only when all
-of them landed does the checkpoint move past those records. A crash in between rewrites the same
+checkpoint with BatchWriteItem (25 items a call, one write unit per KB of each; at most
+`_transaction.MAX_PENDING_PUTS` wait for one checkpoint), and only when all of them landed does
+the checkpoint move past those records. A crash in between rewrites the same
 items on the replay; nothing is applied twice because there is nothing to add twice.
 
 Keep transactions (plain TransactWriteItems entries, `once` guards) for effects that are not

@@ -166,8 +166,8 @@ class _Watch:
         self.counts: dict[str, int] = {}
         self.result = GroupResult(group, expected=len(report.accepted))
 
-    def poll(self, shard_ids: Iterable[str]) -> None:
-        """Read what is new."""
+    def poll(self, shard_ids: Iterable[str], *, thorough: bool = False) -> None:
+        """Read what is new (`thorough`: every record not found yet, whatever it costs)."""
         result, group = self.result, self.group
         if self.dlq is not None:
             self.dlq.poll()
@@ -179,7 +179,7 @@ class _Watch:
             for shard_id in shard_ids:  # shards no answer named (a child after a split): from their start
                 self.sink.add_shard(shard_id)
         if self.sink is not None:
-            self.sink.poll()
+            self.sink.poll(thorough=thorough)
             result.processed = len((set(self.sink.positions) | letters) & set(self.report.accepted))
             result.queries, result.items_read = self.sink.queries, self.sink.items_read
         elif group.kind == COUNTER:
@@ -369,7 +369,7 @@ def wait_and_verify(
                 break
             time.sleep(poll_interval)
         for watch in watches:  # one more read: a duplicate may land after the last record's first copy
-            watch.poll(shard_ids)
+            watch.poll(shard_ids, thorough=True)
     finally:
         if live:
             live.stop()

@@ -21,12 +21,16 @@ from .send import parse_payload
 
 SEQUENCE_DIGITS = 129  # the event sink's zero-padding of sequence numbers in `sk`
 ID_BATCH = 100  # BatchGetItem's limit on keys per call
+EMPTY_CHUNKS = 3  # calls in a row that found no id end a poll that is not thorough
 
 
 class SinkReader:
     """A run's records in an event sink: those without a client id read partition by partition from
     the last `sk` seen, those with one (an item keyed `id#<id>`, as functions/event_sink writes
-    them) by BatchGetItem of the run's ids not found yet.
+    them) by BatchGetItem of the run's ids not found yet, in the order they were sent: a poll stops
+    after `EMPTY_CHUNKS` calls in a row found none (the consumers have not reached them: asking for
+    every missing id on every poll would load the endpoint the consumers write to), and
+    `poll(thorough=True)` asks for all of them.
 
     With `expected_id(seq)` (the id a record was sent with), an item whose id (`id_attribute`) is not
     its record's id (or is absent) is kept in `wrong_ids`. An item without the record's payload in
@@ -60,8 +64,9 @@ class SinkReader:
         start = from_sequence.zfill(SEQUENCE_DIGITS) if from_sequence else " "
         self.after.setdefault(f"{self._stream}#{shard_id}", start)  # a partition's start is set once
 
-    def poll(self) -> None:
-        """Query every partition for what is new since the last poll."""
+    def poll(self, *, thorough: bool = False) -> None:
+        """Query every partition for what is new since the last poll (`thorough`: and every id not
+        found yet)."""
         now = time.time()
         for pk in list(self.after):
             query: dict[str, Any] = {
@@ -93,12 +98,19 @@ class SinkReader:
                 if "LastEvaluatedKey" not in page:
                     break
                 query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        self._poll_ids(now)
+        self._poll_ids(now, thorough)
 
-    def _poll_ids(self, now: float) -> None:
+    def _poll_ids(self, now: float, thorough: bool) -> None:
         """The items keyed by the run's ids that were not there at the last poll."""
-        wanted = [record_id for record_id in self._seq_of_id if record_id not in self._ids_found]
+        wanted = sorted(
+            (record_id for record_id in self._seq_of_id if record_id not in self._ids_found),
+            key=self._seq_of_id.__getitem__,
+        )
+        empty = 0
         for start in range(0, len(wanted), ID_BATCH):
+            if empty >= EMPTY_CHUNKS and not thorough:
+                return
+            known = len(self._ids_found)
             keys = [{"pk": {"S": f"id#{i}"}, "sk": {"S": "id"}} for i in wanted[start : start + ID_BATCH]]
             request: dict[str, Any] = {
                 self._table: {
@@ -122,6 +134,7 @@ class SinkReader:
                         self.wrong_ids.setdefault(seq, []).append(found)
                     self.first_seen.setdefault(seq, now)
                 request = dict(page.get("UnprocessedKeys") or {})
+            empty = 0 if len(self._ids_found) > known else empty + 1
 
 
 class ScanSinkReader:
@@ -138,7 +151,8 @@ class ScanSinkReader:
         self.items_read = 0
         self._keys: list[str] | None = None
 
-    def poll(self) -> None:
+    def poll(self, *, thorough: bool = True) -> None:
+        """Scan the table (every poll is thorough)."""
         now = time.time()
         if self._keys is None:
             schema = self._dynamodb.describe_table(TableName=self._table)["Table"]["KeySchema"]

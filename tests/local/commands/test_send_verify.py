@@ -130,18 +130,31 @@ def test_verify_reads_the_sink_incrementally(stub_api: StubApi, pipeline: Pipeli
 
 
 def test_verify_reads_items_keyed_by_id_once_each_by_batch_get(stub_api: StubApi, pipeline: Pipeline) -> None:
-    report = _send(stub_api, 150, batch=50, run_id="run-ids")
-    seq_of_id = {report.id_of(seq): seq for seq in range(150)}
+    report = _send(stub_api, 1000, batch=100, run_id="run-ids")
+    seq_of_id = {report.id_of(seq): seq for seq in range(1000)}
     reader = SinkReader(pipeline.dynamodb(), pipeline.sink, pipeline.stream, "run-ids", seq_of_id=seq_of_id)
-    pipeline.write_sink(stub_api.written[:120])  # keyed `id#<id>`, as functions/event_sink writes them
+    in_order = sorted(stub_api.written, key=lambda w: parse_payload(w.data)["seq"])
+    pipeline.write_sink(in_order[:120])  # keyed `id#<id>`, as functions/event_sink writes them
+    reader.poll()  # ids in the order sent: 2 calls find the 120, then 3 calls that find none end the poll
+    assert reader.items_read == 120 and reader.queries == 5
+    reader.poll()  # only ids not found yet are asked for, from the first of them
+    assert reader.items_read == 120 and reader.queries == 8
+    pipeline.write_sink(in_order[120:])
     reader.poll()
-    assert reader.items_read == 120 and reader.queries == 2  # 150 ids asked, 100 a call
-    reader.poll()  # only the 30 not found yet are asked again
-    assert reader.items_read == 120 and reader.queries == 3
-    pipeline.write_sink(stub_api.written[120:])
-    reader.poll()
-    assert reader.items_read == 150 and sorted(reader.positions) == list(range(150))
+    assert reader.items_read == 1000 and sorted(reader.positions) == list(range(1000))
     assert all(where == [f"id#{report.id_of(seq)}|id"] for seq, where in reader.positions.items())
+
+
+def test_a_thorough_poll_asks_for_every_id_a_gap_hides(stub_api: StubApi, pipeline: Pipeline) -> None:
+    report = _send(stub_api, 1000, batch=100, run_id="run-gap")
+    seq_of_id = {report.id_of(seq): seq for seq in range(1000)}
+    reader = SinkReader(pipeline.dynamodb(), pipeline.sink, pipeline.stream, "run-gap", seq_of_id=seq_of_id)
+    in_order = sorted(stub_api.written, key=lambda w: parse_payload(w.data)["seq"])
+    pipeline.write_sink(in_order[400:])  # the first 400 never reached the sink: lost
+    reader.poll()
+    assert reader.items_read == 0 and reader.queries == 3  # 300 ids found nothing: not asked further
+    reader.poll(thorough=True)  # the final read of a verdict
+    assert sorted(reader.positions) == list(range(400, 1000))
 
 
 def test_verify_reads_only_new_items_while_the_sink_fills(stub_api: StubApi, pipeline: Pipeline) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import itertools
 import json
 import time
 from array import array
@@ -57,6 +58,8 @@ class SinkReader:
         self.queries = 0
         self.items_read = 0
         self._ids_found: set[str] = set()
+        self._ids_in_order: list[str] | None = None  # the run's ids in the order sent, sorted once
+        self._first_missing = 0  # every id before it in `_ids_in_order` was found
 
     def add_shard(self, shard_id: str, from_sequence: str | None = None) -> None:
         """Read `shard_id`'s partition from `from_sequence` (inclusive), or from its start."""
@@ -102,16 +105,19 @@ class SinkReader:
 
     def _poll_ids(self, now: float, thorough: bool) -> None:
         """The items keyed by the run's ids that were not there at the last poll."""
-        wanted = sorted(
-            (record_id for record_id in self._seq_of_id if record_id not in self._ids_found),
-            key=self._seq_of_id.__getitem__,
-        )
+        if self._ids_in_order is None:
+            self._ids_in_order = sorted(self._seq_of_id, key=self._seq_of_id.__getitem__)
+        order, found = self._ids_in_order, self._ids_found
+        while self._first_missing < len(order) and order[self._first_missing] in found:
+            self._first_missing += 1
+        missing = (i for i in itertools.islice(order, self._first_missing, None) if i not in found)
         empty = 0
-        for start in range(0, len(wanted), ID_BATCH):
-            if empty >= EMPTY_CHUNKS and not thorough:
+        while empty < EMPTY_CHUNKS or thorough:
+            chunk = list(itertools.islice(missing, ID_BATCH))
+            if not chunk:
                 return
-            known = len(self._ids_found)
-            keys = [{"pk": {"S": f"id#{i}"}, "sk": {"S": "id"}} for i in wanted[start : start + ID_BATCH]]
+            known = len(found)
+            keys = [{"pk": {"S": f"id#{i}"}, "sk": {"S": "id"}} for i in chunk]
             request: dict[str, Any] = {
                 self._table: {
                     "Keys": keys,
@@ -129,12 +135,12 @@ class SinkReader:
                     self._ids_found.add(record_id)
                     seq = self._seq_of_id[record_id]
                     self.positions.setdefault(seq, []).append(f"{item['pk']['S']}|{item['sk']['S']}")
-                    found = item.get(self._id_attribute, {}).get("S")
-                    if self._expected_id is not None and found != self._expected_id(seq):
-                        self.wrong_ids.setdefault(seq, []).append(found)
+                    held = item.get(self._id_attribute, {}).get("S")
+                    if self._expected_id is not None and held != self._expected_id(seq):
+                        self.wrong_ids.setdefault(seq, []).append(held)
                     self.first_seen.setdefault(seq, now)
                 request = dict(page.get("UnprocessedKeys") or {})
-            empty = 0 if len(self._ids_found) > known else empty + 1
+            empty = 0 if len(found) > known else empty + 1
 
 
 class ScanSinkReader:

@@ -2,11 +2,12 @@
 
     shardline local up --app cdk.out [--stack S]   # a synthesized app on loopback, until Ctrl-C
     shardline local status | send ... | redrive GROUP | usage
+    shardline worker --stream S --group G --lease-table T --handler app:function
 
 `local` is the local runtime's command line (`shardline.local`, the `local` extra): the same as
-`python -m local ...` in shardline's repository. Nothing heavy is imported until a subcommand runs,
-and a missing extra is named with the command that installs it. Further subcommands (a `worker`
-for worker consumer groups) take their place in `COMMANDS`.
+`python -m local ...` in shardline's repository. `worker` runs one worker of a consumer group
+(`_worker_command`). Nothing heavy is imported until a subcommand runs, and a missing extra is
+named with the command that installs it.
 """
 
 from __future__ import annotations
@@ -42,8 +43,16 @@ def _local(argv: list[str]) -> int:
     return run(argv, prog="shardline local")
 
 
+def _worker(argv: list[str]) -> int:
+    """`shardline worker ...`: one worker of a consumer group (`_worker_command`)."""
+    from shardline._worker_command import main as worker_main
+
+    return worker_main(argv, prog="shardline worker")
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "local": (_local, "run a synthesized CDK app on this machine (up, status, send, redrive, usage)"),
+    "worker": (_worker, "consume a stream as one worker of a consumer group, until SIGTERM"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Consumer groups for Lambda: de-aggregate, skip what was processed, checkpoint what survived.
+"""Consumer groups, in Lambda or in workers: de-aggregate, skip what was processed, checkpoint what survived.
 
     from shardline.consumer import KinesisConsumer, ConsumedRecord, LeaseTable, DeadLetterQueue
 
@@ -9,6 +9,8 @@
 
     def lambda_handler(event, context):
         return consumer.process(event, context)   # {"batchItemFailures": [...]}
+
+    Worker(consumer, kinesis, "orders-stream").run()   # or: a long-running worker, leasing shards itself
 
 Identity: a Kinesis record that is a copy of a shardline aggregate already applied (a lost
 PutRecords reply, retried) is skipped — the lease row remembers the aggregates each shard applied,
@@ -38,7 +40,10 @@ discarded back through the group), `_deaggregation` (events to user records, wit
 KCL-compatible lease/checkpoint table in DynamoDB; its items' encoding in `_lease_codec`, sink
 tables' keys in `_sink_keys`), `_dead_letters` (poison records, whole,
 in SQS or S3), `_resharding` (parents before children, and their dedup state handed down),
-`_metrics`.
+`_metrics`; the worker driver: `_worker` (`Worker`: leases taken, renewed and handed back, shards
+read and processed), `_worker_leases` (the leases one worker holds, fenced across its threads),
+`_lease_balance` (expiry observed, each worker's share, one steal at a time), `_shard_reader`
+(GetRecords within a shard's limits into a bounded queue).
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
     from shardline.consumer._settings import RecordHandler as RecordHandler
     from shardline.consumer._settings import Writes as Writes
     from shardline.consumer._settings import client_config as client_config
+    from shardline.consumer._worker import Worker as Worker
     from shardline.errors import DependencyUnavailable as DependencyUnavailable
     from shardline.errors import EventError as EventError
     from shardline.errors import LeaseLost as LeaseLost
@@ -83,6 +89,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "KinesisConsumer": "_consumer",
+    "Worker": "_worker",
     "ConsumerSettings": "_settings",
     "RecordHandler": "_settings",
     "BatchHandler": "_settings",

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardline.consumer._dead_letters import DeadLetterQueue
-from shardline.consumer._deaggregation import read_event
+from shardline.consumer._deaggregation import KinesisRecord, read_event
 from shardline.consumer._lease_store import LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._resharding import ShardLineage
@@ -154,11 +154,36 @@ class KinesisConsumer:
     ) -> dict[str, list[dict[str, str]]]:
         """Process a Lambda Kinesis event; the answer for ReportBatchItemFailures.
         `lease_key_suffix` runs it under lease rows of its own (a redrive: `redrive`)."""
+        runtime = self._runtime(self.table)
+        by_shard = read_event(event)
+        failures: list[dict[str, str]] = []
+        owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
+        for (stream, shard_id), records in by_shard.items():
+            failed_at = ShardRun(runtime, stream, shard_id, records, context, owner, lease_key_suffix).run()
+            if failed_at is not None:
+                failures.append({"itemIdentifier": failed_at})
+        return {"batchItemFailures": failures}
+
+    def _run_shard(
+        self,
+        stream: str,
+        shard_id: str,
+        records: list[KinesisRecord],
+        *,
+        table: LeaseStore,
+        owner: str,
+        context: LambdaContext | None,
+    ) -> str | None:
+        """One batch of one shard's records under `table` (a worker's `HeldLeases`): the
+        sequence number to read again from, or None when every record is done (`Worker`)."""
+        return ShardRun(self._runtime(table), stream, shard_id, records, context, owner).run()
+
+    def _runtime(self, table: LeaseStore) -> GroupRuntime:
         if self._record_handler is None and self._batch_handler is None:
             raise ConfigurationError(f"consumer group {self.group}: register a handler first")
-        runtime = GroupRuntime(
+        return GroupRuntime(
             self.settings,
-            self.table,
+            table,
             self.metrics,
             self._lineage,
             self._dlq,
@@ -168,11 +193,3 @@ class KinesisConsumer:
             self._unreleased,
             self._stalls,
         )
-        by_shard = read_event(event)
-        failures: list[dict[str, str]] = []
-        owner = getattr(context, "aws_request_id", None) or f"local-{uuid.uuid4()}"
-        for (stream, shard_id), records in by_shard.items():
-            failed_at = ShardRun(runtime, stream, shard_id, records, context, owner, lease_key_suffix).run()
-            if failed_at is not None:
-                failures.append({"itemIdentifier": failed_at})
-        return {"batchItemFailures": failures}

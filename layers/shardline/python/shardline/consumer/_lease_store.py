@@ -131,9 +131,16 @@ class LeaseStore(Protocol):
         ...
 
     def begin(
-        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+        self,
+        key: str,
+        owner: str,
+        delivery: str,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        held: Lease | None = None,
     ) -> tuple[Lease, bool]:
-        """Take the lease and mark `delivery` in flight; whether an earlier one never answered."""
+        """Take the lease and mark `delivery` in flight; whether an earlier one never answered.
+        `held`: a worker's lease: the write is fenced on its counter instead of taking the row."""
         ...
 
     def release(self, lease: Lease, *, careful_done: bool = False) -> Lease:
@@ -202,8 +209,17 @@ class LeaseStore(Protocol):
         """Replace `skippedByMapping` with `skipped` (JSON) and end the stall."""
         ...
 
-    def start_at(self, key: str, checkpoint: Position) -> bool:
+    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
         """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
+        ...
+
+    def leases(self) -> list[Lease]:
+        """Every row of the table (strongly consistent)."""
+        ...
+
+    def claim(self, seen: Lease, owner: str) -> Lease:
+        """Claim the row as `seen` was read for `owner` (renew, take, or release with ""), if its
+        counter is still `seen`'s; increments it. `LeaseLost` otherwise."""
         ...
 
     def mark_shard_end(self, seen: Lease) -> bool:

@@ -156,7 +156,13 @@ class LeaseTable:
         raise LeaseLost(f"lease {key}: could not create it in {_TAKE_ATTEMPTS} attempts (contended)")
 
     def begin(
-        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+        self,
+        key: str,
+        owner: str,
+        delivery: str,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        held: Lease | None = None,
     ) -> tuple[Lease, bool]:
         """Take the lease of `key` for `owner` and mark the delivery starting at sequence number
         `delivery` in flight, in one unconditional write (creating the row at TRIM_HORIZON).
@@ -165,7 +171,14 @@ class LeaseTable:
         began and never answered: its process died (a timeout, out of memory) — Lambda retries
         a batch from where it started. The mark is removed by a write with `release=True`. A mark
         of the same `owner` is this very call's, retried by the SDK after a lost reply: no crash.
+
+        `held`: the lease as a worker holds it (`claim`): the write is then fenced on its counter
+        (`LeaseLost` if it was taken) instead of taking the row from whoever has it.
         """
+        if held is not None:
+            self._fenced(held, {"inflightSequenceNumber": ":delivery"}, {":delivery": {"S": delivery}})
+            lease = replace(held, counter=held.counter + 1, inflight=delivery)
+            return lease, held.inflight == delivery
         parents = sorted(parent_shard_ids)
         expression, values = codec.begin_update(owner, delivery, parents, codec.stamp(self._clock()))
         old = self._client.update_item(
@@ -254,9 +267,44 @@ class LeaseTable:
         self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, STALL_ATTRIBUTES)
         return replace(lease, counter=lease.counter + 1, skipped_by_mapping=skipped, **NOT_STALLED)
 
-    def start_at(self, key: str, checkpoint: Position) -> bool:
+    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
         """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
-        return self._write_new(Lease(key, "", 1, checkpoint))
+        return self._write_new(Lease(key, "", 1, checkpoint, parent_shard_ids=frozenset(parent_shard_ids)))
+
+    def leases(self) -> list[Lease]:
+        """Every row of the table, read with a consistent Scan (a worker's view of its group)."""
+        rows: list[Lease] = []
+        request: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        while True:
+            page = self._client.scan(**request)
+            rows += [codec.lease_of(item) for item in page.get("Items", ())]
+            if not page.get("LastEvaluatedKey"):
+                return rows
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def claim(self, seen: Lease, owner: str) -> Lease:
+        """Claim the row as `seen` was read, for `owner`, on condition that no one wrote it since
+        (its counter is still `seen`'s), incrementing the counter: a worker's renewal (its own
+        owner), its take of an expired or unowned lease (its owner), or its release ("": owned by
+        no one). `LeaseLost` if the counter moved. A claim whose reply was lost is re-read and
+        accepted if it landed."""
+        switches = seen.owner_switches + (owner != seen.owner)
+        claimed = replace(seen, owner=owner, counter=seen.counter + 1, owner_switches=switches)
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=codec.key(seen.key),
+                UpdateExpression=codec.TAKE_EXPRESSION,
+                ConditionExpression=codec.TAKE_CONDITION,
+                ExpressionAttributeValues=codec.take_values(seen, claimed, codec.stamp(self._clock())),
+            )
+        except ClientError as exc:
+            if error_code(exc) != CONDITION_FAILED:
+                raise
+            stored = self.get(seen.key)
+            if stored is None or (stored.counter, stored.owner) != (claimed.counter, owner):
+                raise LeaseLost(f"lease {seen.key} was written by another owner since it was read") from exc
+        return claimed
 
     def sink_key(self, table_name: str) -> tuple[str, ...] | None:
         """The key attributes of a sink table (DescribeTable, once per table), or None when the

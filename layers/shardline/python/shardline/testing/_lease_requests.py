@@ -33,8 +33,11 @@ OPERATIONS = (
     "stall",
     "note_skipped",
     "mark_shard_end",
+    "start_at",
+    "leases",
+    "claim",
 )
-_CONFIRMED = ("checkpoint", "checkpoint_with")  # LeaseTable re-reads the row when these fail
+_CONFIRMED = ("checkpoint", "checkpoint_with", "claim")  # LeaseTable re-reads the row when these fail
 
 
 class LeaseWrite(StrEnum):
@@ -52,6 +55,7 @@ class LeaseWrite(StrEnum):
     STALL = "stall"  # UpdateItem noting a stall on the environment (`_stalls`)
     SKIPPED = "skipped by mapping"  # UpdateItem noting a batch the mapping discarded
     SHARD_END = "shard end"  # UpdateItem setting a parent's checkpoint to SHARD_END
+    CLAIM = "claim"  # UpdateItem of a worker's renewal, take or release (`LeaseStore.claim`)
 
 
 class LeaseRequests:

@@ -104,9 +104,21 @@ class LeaseRows(LeaseRequests):
         return self._faulted("take", take)
 
     def begin(
-        self, key: str, owner: str, delivery: str, *, parent_shard_ids: Iterable[str] = ()
+        self,
+        key: str,
+        owner: str,
+        delivery: str,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        held: Lease | None = None,
     ) -> tuple[Lease, bool]:
         def begin() -> tuple[Lease, bool]:
+            if held is not None:  # a worker's lease: fenced on its counter
+                stored = self._fence(held, LeaseWrite.BEGIN, compare_checkpoint=False)
+                lease = replace(held, counter=held.counter + 1, inflight=delivery)
+                self._rows[key] = replace(stored, owner=held.owner, counter=lease.counter, inflight=delivery)
+                self.writes[LeaseWrite.BEGIN] += 1
+                return lease, held.inflight == delivery
             current = self._rows.get(key)
             self.writes[LeaseWrite.BEGIN] += 1
             if current is None:
@@ -329,13 +341,36 @@ class LeaseRows(LeaseRequests):
 
         return self._faulted("note_skipped", note)
 
-    def start_at(self, key: str, checkpoint: Position) -> bool:
-        if key in self._rows:
-            self.writes[LeaseWrite.CREATE] += 1  # a conditional put, billed when it fails
-            return False
-        self._rows[key] = Lease(key, "", 1, checkpoint)
-        self.writes[LeaseWrite.CREATE] += 1
-        return True
+    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
+        def create() -> bool:
+            self.writes[LeaseWrite.CREATE] += 1  # a conditional put, billed when it fails too
+            if key in self._rows:
+                return False
+            self._rows[key] = Lease(key, "", 1, checkpoint, parent_shard_ids=frozenset(parent_shard_ids))
+            return True
+
+        return self._faulted("start_at", create)
+
+    def leases(self) -> list[Lease]:
+        def scan() -> list[Lease]:
+            self.reads += 1
+            return list(self._rows.values())
+
+        return self._faulted("leases", scan)
+
+    def claim(self, seen: Lease, owner: str) -> Lease:
+        def claim() -> Lease:
+            stored = self._rows.get(seen.key)
+            self.writes[LeaseWrite.CLAIM] += 1  # conditional: billed whether or not it holds
+            if stored is None or stored.counter != seen.counter:
+                raise LeaseLost(f"lease {seen.key} was written by another owner since it was read")
+            switches = stored.owner_switches + (owner != stored.owner)
+            self._rows[seen.key] = replace(
+                stored, owner=owner, counter=stored.counter + 1, owner_switches=switches
+            )
+            return replace(seen, owner=owner, counter=seen.counter + 1, owner_switches=switches)
+
+        return self._faulted("claim", claim)
 
     def mark_shard_end(self, seen: Lease) -> bool:
         def mark() -> bool:

@@ -124,3 +124,28 @@ def test_rows_start_where_they_are_told_and_a_closed_shard_ends_only_where_it_wa
     assert store.mark_shard_end(moved) is True
     assert store.get("parent").checkpoint == Position(SHARD_END)
     assert store.get("missing") is None
+
+
+def test_a_claim_renews_takes_or_releases_a_row_only_at_the_counter_it_was_read_at(store):
+    assert store.start_at("shard-1", Position(TRIM_HORIZON), parent_shard_ids=["shard-0"])
+    [seen] = store.leases()
+    assert (seen.owner, seen.counter, seen.parent_shard_ids) == ("", 1, frozenset({"shard-0"}))
+    taken = store.claim(seen, "w1")
+    assert (taken.owner, taken.counter, taken.owner_switches) == ("w1", 2, 1)
+    renewed = store.claim(taken, "w1")
+    assert (renewed.counter, renewed.owner_switches) == (3, 1)  # a renewal is no owner switch
+    with pytest.raises(LeaseLost):
+        store.claim(taken, "w2")  # read at counter 2: someone (w1's renewal) wrote since
+    released = store.claim(renewed, "")
+    assert store.get("shard-1").owner == "" and released.counter == 4
+
+
+def test_a_begin_under_a_held_lease_is_fenced_and_finds_its_predecessors_delivery(store):
+    store.begin("shard-1", "w0", "100")  # w0 marks a delivery and dies
+    [seen] = store.leases()
+    held = store.claim(seen, "w1")
+    lease, crashed = store.begin("shard-1", "w1", "100", held=held)
+    assert crashed and lease.counter == held.counter + 1 and lease.inflight == "100"
+    with pytest.raises(LeaseLost):  # `held` is one write behind now
+        store.begin("shard-1", "w1", "100", held=held)
+    assert store.get("shard-1").owner == "w1"

@@ -14,9 +14,10 @@ that write fails (`LeaseLost`) and the old owner stops the shard.
 Each worker aims at its share of the open leases: `ceil(open / live workers)`, at most
 `max_leases`. Live workers are the owners of leases that are not expired, and this one. Below
 its share it takes leases owned by no one (released, new shards) and expired ones first, in a
-random order so that workers starting together contend less; if none are left and some worker
-holds more than its share, it steals one lease from the most loaded — one per interval, so the
-group moves by small steps and a steal never makes the victim fall below the share itself.
+random order so that workers starting together contend less; if none are left it steals one
+lease from the most loaded worker when that one holds more than its share — or exactly its share
+while this one is short by more than one (4 shards on 3 workers: 2/2/0 becomes 2/1/1, as the KCL
+does) — one per interval, so the group moves by small steps and never swaps leases back and forth.
 `plan` only decides; claiming (conditional on the counter seen) is `HeldLeases.acquire`'s.
 """
 
@@ -105,8 +106,9 @@ def plan(
     available.sort(key=lambda row: bool(row.owner))  # owned by no one first, then expired
     take = tuple(available[:need])
     steal = None
-    if need > len(take) and loads:
+    short = need - len(take)
+    if short > 0 and loads:
         victim, load = max(sorted(loads.items()), key=lambda item: item[1])
-        if load > target:
+        if load > target or (load == target and short > 1):  # 2/2/0 on 4 shards: 2/1/1
             steal = rng.choice(sorted((r for r in candidates if r.owner == victim), key=lambda r: r.key))
     return Plan(take, steal, target, workers)

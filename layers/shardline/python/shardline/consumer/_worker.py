@@ -159,7 +159,7 @@ class Worker:
 
     def snapshot(self) -> dict[str, Any]:
         """The worker's state: the leases it holds, and how far behind each shard's reads were."""
-        held = sorted(self.held.keys())
+        held = sorted(self.held.holding())
         return {
             "owner": self.owner,
             "LeasesHeld": len(held),
@@ -197,7 +197,7 @@ class Worker:
             self.stream, shard_id, item.records, table=self.held, owner=self.owner, context=budget
         )
         reader.processed()
-        if item.key not in self.held.keys():  # noqa: SIM118 -- a snapshot, not a dict
+        if item.key not in self.held.holding():
             self._stop_reader(item.key)  # lost during the batch: its commit was refused
         elif retry_from is not None:
             self._restart_reader(item.key, Position(retry_from))
@@ -214,7 +214,7 @@ class Worker:
 
     def _sync_readers(self) -> None:
         """A reader for each lease held, none for a lease no longer held."""
-        held = self.held.keys()
+        held = self.held.holding()
         for key in [key for key in self._readers if key not in held]:
             self._stop_reader(key)
         for key in held - set(self._readers):
@@ -270,7 +270,7 @@ class Worker:
             self.owner,
             self.observer,
             open_keys=self._open_keys(rows),
-            held=self.held.keys(),
+            held=self.held.holding(),
             max_leases=self.max_leases,
         )
         for row in (*choice.take, *([choice.steal] if choice.steal else [])):

@@ -48,7 +48,8 @@ class HeldLeases:
 
     # -- the worker's own operations ------------------------------------------------------------
 
-    def keys(self) -> frozenset[str]:
+    def holding(self) -> frozenset[str]:
+        """The keys of the leases held."""
         with self._lock:
             return frozenset(self._held)
 
@@ -67,7 +68,7 @@ class HeldLeases:
     def renew(self) -> list[str]:
         """Renew every lease held (one conditional write each); the keys lost since (dropped)."""
         lost = []
-        for key in sorted(self.keys()):
+        for key in sorted(self.holding()):
             with self._lock:
                 lease = self._held.get(key)
                 if lease is None:
@@ -89,7 +90,7 @@ class HeldLeases:
                     self.store.claim(lease, "")
 
     def hand_back_all(self) -> None:
-        for key in sorted(self.keys()):
+        for key in sorted(self.holding()):
             self.hand_back(key)
 
     def forget(self, key: str) -> None:

@@ -38,7 +38,7 @@ WORKER_SETTINGS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--renew-interval", "RENEW_INTERVAL_SECONDS", None, "seconds between renewals (default a third)"),
     ("--max-leases", "MAX_LEASES_PER_WORKER", None, "at most this many leases per worker"),
     ("--initial-position", "INITIAL_POSITION", "TRIM_HORIZON", "TRIM_HORIZON or LATEST: a new group starts"),
-    ("--batch-limit", "BATCH_LIMIT", "1000", "Kinesis records per GetRecords call (at most 10,000)"),
+    ("--batch-limit", "BATCH_LIMIT", "10000", "Kinesis records per GetRecords call (at most 10,000)"),
     ("--batch-timeout", "BATCH_TIMEOUT_SECONDS", "120", "seconds a batch's handler may run"),
     ("--metrics-interval", "METRICS_INTERVAL_SECONDS", "60", "seconds between EMF metric lines"),
     ("--owner", "WORKER_ID", None, "this worker's name in the lease table (default host-pid-random)"),

@@ -83,7 +83,7 @@ class Worker:
         discovery_interval: float = 10.0,
         max_leases: int | None = None,
         initial_position: str = TRIM_HORIZON,
-        batch_limit: int = 1000,
+        batch_limit: int = 10_000,
         batch_timeout: float = 120.0,
         idle_interval: float = 1.0,
         publish: Callable[[Mapping[str, Any]], None] | None = None,

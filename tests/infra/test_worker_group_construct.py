@@ -2,8 +2,9 @@
 
 The service and its task definition (the repository's Dockerfile as an image asset, staged at synth
 and never built; the worker's environment contract; not root; time to hand its leases back), least
-privilege on its task role, the team's own VPC, cluster, lease table and DLQ taken, cdk-nag clean
-with a reason for every acknowledgement; and the Dockerfile's pins, which are the lock files'."""
+privilege on its task role, the team's own VPC, cluster, lease table and DLQ taken, its alarms and
+dashboard, cdk-nag clean with a reason for every acknowledgement; and the Dockerfile's pins, which
+are the lock files'."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from shardline.cdk import Sink, Stream, WorkerGroup
+from shardline.cdk import Monitoring, Sink, Stream, WorkerGroup
 from shardline.cdk._layers import POWERTOOLS_VERSION, RUNTIME
 from shardline.cdk._worker_group import (
     HANDLER_VARIABLES,
@@ -381,6 +382,44 @@ def test_a_team_image_is_taken_as_it_is():
     )
     assert container(template)["Image"] == "team/w:1"
     assert set(environment(template)) >= {"SHARDLINE_GROUP", "SHARDLINE_HANDLER", "LEASE_TABLE"}
+
+
+# -- monitoring -------------------------------------------------------------------------------
+
+
+def test_monitoring_alarms_on_a_worker_group_s_stalls_dead_letters_lease_losses_lag_and_missing_workers():
+    def build_(stack: Stack) -> None:
+        group = worker_in(stack, stream=Stream(stack, "Events", stream_name="events", shards=2))
+        Monitoring(stack, "Monitoring", streams=[group.stream], groups=[group], dashboard_name="orders")
+
+    template = alone(build_)
+    alarms = {
+        lid: alarm["Properties"]
+        for lid, alarm in resources(template, "AWS::CloudWatch::Alarm").items()
+        if lid.startswith("Monitoringorderworkers")
+    }
+    kinds = {re.sub(r"^Monitoringorderworkers|[0-9A-F]{8}$", "", lid) for lid in alarms}
+    assert kinds == {
+        "MillisBehindLatest", "RecordsFailed", "DeadLetters", "ShardStalled", "LeaseLosses", "WorkersMissing",
+    }  # fmt: skip
+    by_kind = {
+        re.sub(r"^Monitoringorderworkers|[0-9A-F]{8}$", "", lid): alarm for lid, alarm in alarms.items()
+    }
+    assert by_kind["MillisBehindLatest"]["MetricName"] == "MillisBehindLatest"
+    assert by_kind["MillisBehindLatest"]["Threshold"] == 24 * 3600 * 1000 / 2
+    assert {"Name": "ConsumerGroup", "Value": "order-workers"} in by_kind["ShardStalled"]["Dimensions"]
+    missing = json.dumps(by_kind["WorkersMissing"]["Metrics"])
+    assert (
+        "ECS/ContainerInsights" in missing and "RunningTaskCount" in missing and "DesiredTaskCount" in missing
+    )
+    assert by_kind["LeaseLosses"]["DatapointsToAlarm"] > 1, "a rebalance pages nobody"
+    for alarm in alarms.values():
+        assert alarm["AlarmActions"] and alarm["OKActions"] and "Runbook" in alarm["AlarmDescription"]
+    [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for title in ("order-workers: lag", "order-workers: workers, leases held", "order-workers ShardStalls"):
+        assert title in body, title
+    assert "order-workers BatchesSkippedByMapping" not in body, "no mapping to skip batches"
 
 
 # -- the Dockerfile -------------------------------------------------------------------------------

@@ -137,7 +137,11 @@ class WorkerGroup(Construct):
 
     **Deployments.** The circuit breaker rolls a deployment back when its tasks do not start; new
     tasks start before old ones stop (100..200 %); a stopping worker gets SIGTERM and
-    `stop_timeout_seconds` to finish its batch, checkpoint and release its leases."""
+    `stop_timeout_seconds` to finish its batch, checkpoint and release its leases.
+
+    **Monitoring.** Pass the group to `Monitoring`: stalls, dead letters, failed records, lease losses
+    that go on, `MillisBehindLatest` as its lag, and running tasks below the desired count (Container
+    Insights metrics: `container_insights`, on for a cluster made here; a team's cluster needs it on)."""
 
     def __init__(
         self,

@@ -2,14 +2,17 @@
 
 The service and its task definition (the repository's Dockerfile as an image asset, staged at synth
 and never built; the worker's environment contract; not root; time to hand its leases back), least
-privilege on its task role, the team's own VPC, cluster, lease table and DLQ taken, its alarms and
-dashboard, cdk-nag clean with a reason for every acknowledgement; and the Dockerfile's pins, which
-are the lock files'."""
+privilege on its task role, the team's own VPC, cluster and lease table taken, its alarms and
+dashboard, cdk-nag clean with a reason for every acknowledgement; the configuration's `"driver":
+"workers"` groups and the refusals that keep a group driven one way; and the Dockerfile's pins,
+which are the lock files'."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,9 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from shardline.cdk import Monitoring, Sink, Stream, WorkerGroup
+from app import build
+from shardline.cdk import ConfigError, Monitoring, Sink, Stream, WorkerGroup, load_config
+from shardline.cdk._config_groups import LAMBDA_ONLY_KEYS
 from shardline.cdk._layers import POWERTOOLS_VERSION, RUNTIME
 from shardline.cdk._worker_group import (
     HANDLER_VARIABLES,
@@ -32,7 +37,7 @@ from shardline.cdk._worker_group import (
     WORKER_USER,
     WORKER_VARIABLES,
 )
-from tests.support.cdk import ORDERS_ARN, actions_on, alone, resources, statements
+from tests.support.cdk import ORDERS_ARN, actions_on, alone, default_context, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "workers" / "Dockerfile"
@@ -420,6 +425,147 @@ def test_monitoring_alarms_on_a_worker_group_s_stalls_dead_letters_lease_losses_
     for title in ("order-workers: lag", "order-workers: workers, leases held", "order-workers ShardStalls"):
         assert title in body, title
     assert "order-workers BatchesSkippedByMapping" not in body, "no mapping to skip batches"
+
+
+# -- the configuration ----------------------------------------------------------------------------
+
+
+def workers_group(**overrides: Any) -> dict[str, Any]:
+    return {
+        "name": "slow-sink",
+        "stream": "events",
+        "handler": HANDLER,
+        "sink": "events",
+        "driver": "workers",
+        "workers": {"count": 3, "cpu": 1024, "memoryMb": 2048, "maxLeasesPerWorker": 2},
+        **overrides,
+    }
+
+
+def context_with(*groups: dict[str, Any]) -> dict[str, Any]:
+    context = default_context()
+    context["shardline"]["consumerGroups"] += list(groups)
+    return context
+
+
+def test_a_workers_group_is_read_with_its_defaults():
+    config = load_config(context_with(workers_group(workers={}))["shardline"])
+    group = config.consumer_groups[-1]
+    assert group.driver == "workers" and group.workers is not None
+    w = group.workers
+    assert (w.count, w.cpu, w.memory_mb, w.lease_duration_seconds) == (2, 512, 1024, 10)
+    assert (w.max_leases_per_worker, w.handler_object) == (None, "app:function")
+    assert config.consumer_groups[0].driver == "lambda" and config.consumer_groups[0].workers is None
+
+
+@pytest.mark.parametrize(("key", "value"), [(key, 1) for key in LAMBDA_ONLY_KEYS])
+def test_a_workers_group_refuses_each_lambda_only_key(key, value):
+    with pytest.raises(ConfigError) as refused:
+        load_config(context_with(workers_group(**{key: value}))["shardline"])
+    message = str(refused.value)
+    assert message.startswith(f"shardline.consumerGroups[2].{key}: group 'slow-sink' is driven by workers")
+
+
+def test_a_lambda_group_refuses_a_workers_object():
+    with pytest.raises(ConfigError) as refused:
+        load_config(context_with(workers_group(driver="lambda"))["shardline"])
+    assert str(refused.value).startswith(
+        "shardline.consumerGroups[2].workers: group 'slow-sink' is driven by Lambda"
+    )
+
+
+def test_a_group_without_a_driver_is_lambda_and_refuses_a_workers_object():
+    group = workers_group()
+    del group["driver"]
+    with pytest.raises(ConfigError, match=r"^shardline\.consumerGroups\[2\]\.workers: group 'slow-sink'"):
+        load_config(context_with(group)["shardline"])
+
+
+def test_two_groups_of_one_name_driven_two_ways_are_refused():
+    with pytest.raises(ConfigError) as refused:
+        load_config(context_with(workers_group(name="event-sink"))["shardline"])
+    message = str(refused.value)
+    assert message.startswith("shardline.consumerGroups[2].name: duplicate group 'event-sink'")
+    assert "shardline.consumerGroups[0], driven by lambda; this one by workers" in message
+
+
+@pytest.mark.parametrize(
+    ("workers", "message"),
+    [
+        ({"cpu": 384}, r"\.workers\.cpu: must be one of 256, 512, 1024, 2048, 4096"),
+        (
+            {"cpu": 512, "memoryMb": 512},
+            r"\.workers\.memoryMb: with 512 CPU units Fargate takes 1024\.\.4096",
+        ),
+        ({"count": 0}, r"\.workers\.count: must be within 1\.\.1000"),
+        ({"handlerObject": "app"}, r"\.workers\.handlerObject: must be module:attribute"),
+        ({"threads": 4}, r"\.workers: unknown keys \['threads'\]"),
+    ],
+)
+def test_a_workers_object_is_checked_key_by_key(workers, message):
+    with pytest.raises(ConfigError, match=r"^shardline\.consumerGroups\[2\]" + message):
+        load_config(context_with(workers_group(workers=workers))["shardline"])
+
+
+def test_a_workers_group_starts_at_trim_horizon_or_latest_only():
+    with pytest.raises(ConfigError, match=r"^shardline\.consumerGroups\[2\]\.startingPosition: a worker"):
+        load_config(context_with(workers_group(startingPosition="AT_TIMESTAMP"))["shardline"])
+
+
+def test_a_workers_group_reserves_no_lambda_concurrency():
+    config = load_config(context_with(workers_group())["shardline"])
+    assert config.consumer_groups[-1].reserved_concurrency == 0
+
+
+def test_the_repository_s_own_configuration_has_no_workers_group():
+    groups = default_context()["shardline"]["consumerGroups"]
+    assert all(group.get("driver", "lambda") == "lambda" for group in groups)
+
+
+def test_the_pipeline_stack_builds_a_worker_group_beside_the_lambda_groups(tmp_path):
+    app, stack = build(context_with(workers_group()), outdir=str(tmp_path))
+    app.synth()  # cdk-nag: raises on an unacknowledged finding
+    template = Template.from_stack(stack)
+    [service] = resources(template, "AWS::ECS::Service").values()
+    assert service["Properties"]["DesiredCount"] == 3
+    [task] = resources(template, "AWS::ECS::TaskDefinition").values()
+    assert (task["Properties"]["Cpu"], task["Properties"]["Memory"]) == ("1024", "2048")
+    env = environment(template)
+    assert env["SHARDLINE_GROUP"] == "slow-sink" and env["MAX_LEASES_PER_WORKER"] == "2"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "shardline/dev"
+    assert env["SINK_TTL_DAYS"] == "30"
+    functions = resources(template, "AWS::Lambda::Function").values()
+    services = {
+        f["Properties"].get("Environment", {}).get("Variables", {}).get("POWERTOOLS_SERVICE_NAME")
+        for f in functions
+    }
+    assert "shardline-slow-sink" not in services, "no function for a workers group"
+    outputs = template.to_json()["Outputs"]
+    assert {"SlowSinkLeaseTable", "SlowSinkSinkTable", "SlowSinkDeadLetters", "SlowSinkWorkerService"} <= set(
+        outputs
+    )
+    assert "SlowSinkMappingFailures" not in outputs
+    alarms = [lid for lid in resources(template, "AWS::CloudWatch::Alarm") if "slowsink" in lid]
+    assert any("WorkersMissing" in lid for lid in alarms) and any(
+        "MillisBehindLatest" in lid for lid in alarms
+    )
+    assets = json.loads((tmp_path / f"{stack.stack_name}.assets.json").read_text())
+    [image] = assets["dockerImages"].values()
+    assert image["source"]["dockerBuildArgs"] == {"HANDLER": HANDLER}
+
+
+def test_cfn_lint_finds_no_errors_in_a_stack_with_a_worker_group(tmp_path):
+    app, stack = build(context_with(workers_group()), outdir=str(tmp_path))
+    app.synth()
+    template_file = tmp_path / f"{stack.stack_name}.template.json"
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template_file)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.stderr == "" and not result.returncode & 2, result.stdout + result.stderr
+    # W3005 only, as the stack's own test explains (CDK's DependsOn on a role a GetAtt implies).
+    assert {line.split(":")[5] for line in result.stdout.splitlines()} <= {"W3005"}, result.stdout
 
 
 # -- the Dockerfile -------------------------------------------------------------------------------

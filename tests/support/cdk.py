@@ -43,12 +43,14 @@ def placeholders(value: Any) -> str:
 ORDERS_ARN = "arn:aws:kinesis:us-east-1:111122223333:stream/orders"
 
 
-def alone(build: Callable[[Stack], object], *, nag: bool = True) -> Template:
+def alone(build: Callable[[Stack], object], *, nag: bool = True, outdir: Path | None = None) -> Template:
     """`build` run in a stack of its own in an app of its own, synthesized with cdk-nag's AwsSolutions
     checks: an unacknowledged error fails the synth, and any finding left in the validation report
-    (a nag warning, CloudFormation's validation) fails here. The stack's template."""
-    with tempfile.TemporaryDirectory() as outdir:
-        app = cdk.App(outdir=outdir)
+    (a nag warning, CloudFormation's validation) fails here. The stack's template; the cloud assembly
+    is kept in `outdir` when given (its staged assets), else thrown away."""
+    with tempfile.TemporaryDirectory() as scratch:
+        outdir = outdir or Path(scratch)
+        app = cdk.App(outdir=str(outdir))
         stack = cdk.Stack(app, "Alone")
         build(stack)
         if nag:

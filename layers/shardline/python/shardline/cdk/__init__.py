@@ -12,6 +12,8 @@
 - `PipelineStack`: streams, the producer API, consumer groups and monitoring, from the configuration.
 - `Stream`, `Layers`, `ProducerApi`, `ConsumerGroup`, `Monitoring`: the constructs it composes, each
   usable alone with typed props (a team's own stream, handler code and sink tables: `Sink`).
+- `WorkerGroup`: a consumer group driven by `shardline worker` tasks on ECS Fargate instead of
+  Lambda (a group is one or the other), with its lease table, DLQ, cluster and image.
 - `ApiClient`: a caller of the producer API with its own key and usage plan.
 - `acknowledge`: kept for older apps; each construct acknowledges its own cdk-nag findings.
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from shardline.cdk._sink import Sink as Sink
     from shardline.cdk._stack import PipelineStack as PipelineStack
     from shardline.cdk._stream import Stream as Stream
+    from shardline.cdk._worker_group import WorkerGroup as WorkerGroup
 
 _EXPORTS = {
     "PipelineConfig": "_config",
@@ -54,6 +57,7 @@ _EXPORTS = {
     "Sink": "_sink",
     "PipelineStack": "_stack",
     "Stream": "_stream",
+    "WorkerGroup": "_worker_group",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

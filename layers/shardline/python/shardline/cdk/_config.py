@@ -21,9 +21,11 @@ from shardline.cdk._config_api import (
     read_api,
 )
 from shardline.cdk._config_groups import (
+    DRIVERS,
     SINKS,
     ConsumerGroupConfig,
     StreamConfig,
+    WorkersConfig,
     check_fan_out,
     read_group,
     read_stream,
@@ -40,6 +42,7 @@ from shardline.cdk._group_rules import (
 __all__ = [
     "DEFAULT_CONCURRENCY_BUDGET",
     "DEFAULT_MAX_BODY_BYTES",
+    "DRIVERS",
     "LAMBDA_SYNC_PAYLOAD",
     "MAX_BODY_BYTES",
     "MAX_STREAM_CONSUMERS",
@@ -58,6 +61,7 @@ __all__ = [
     "ConsumerGroupConfig",
     "PipelineConfig",
     "StreamConfig",
+    "WorkersConfig",
     "group_reservation",
     "load",
     "logical_id",
@@ -157,8 +161,14 @@ def load(context: Any, stage: str | None = None, *, code_root: Path | None = Non
     groups: list[ConsumerGroupConfig] = []
     for index, data in enumerate(read.list("consumerGroups")):
         group = read_group(data, f"shardline.consumerGroups[{index}]", streams)
-        if any(existing.name == group.name for existing in groups):
-            raise ConfigError(f"shardline.consumerGroups[{index}].name: duplicate group {group.name!r}")
+        for first, existing in enumerate(groups):
+            if existing.name == group.name:
+                raise ConfigError(
+                    f"shardline.consumerGroups[{index}].name: duplicate group {group.name!r} (also "
+                    f"shardline.consumerGroups[{first}], driven by {existing.driver}; this one by "
+                    f"{group.driver}): a group has one lease table and is driven one way, by Lambda or "
+                    "by workers"
+                )
         groups.append(group)
     check_fan_out(groups)
     if "powertoolsLayerVersion" in read.data:
@@ -187,7 +197,9 @@ def _check_reservations(config: PipelineConfig) -> None:
     """Refuse a producer reservation the consumer groups' cannot coexist with: Lambda refuses to
     reserve past the account's quota less its unreserved minimum, and this stage has only its
     budget of it (other stages and functions in the account have theirs)."""
-    groups = {group.name: group.reserved_concurrency for group in config.consumer_groups}
+    groups = {
+        group.name: group.reserved_concurrency for group in config.consumer_groups if group.driver == "lambda"
+    }
     total = config.api.reserved_concurrency + sum(groups.values())
     if total > config.concurrency_budget:
         shares = ", ".join(f"{name} {count}" for name, count in groups.items()) or "none"

@@ -1,6 +1,11 @@
 """The streams and consumer groups of the pipeline configuration (`shardline.streams[i]`,
 `shardline.consumerGroups[i]`), read and checked key by key; the mapping's refusals are
-`shardline.cdk._group_rules`', which the `ConsumerGroup` construct applies to its props too."""
+`shardline.cdk._group_rules`', which the `ConsumerGroup` construct applies to its props too.
+
+A group is driven one way: by Lambda (`"driver": "lambda"`, the default: a function behind an
+event-source mapping) or by workers (`"driver": "workers"`: `shardline worker` tasks on Fargate,
+sharing the shards through the lease table, set by its `"workers"` object). Each driver refuses the
+other's keys, naming the group and the key."""
 
 from __future__ import annotations
 
@@ -14,10 +19,13 @@ from shardline.cdk._group_rules import (
     MAX_STREAM_CONSUMERS,
     MIN_MAX_ATTEMPTS,
     STARTING_POSITIONS,
+    check_fargate_size,
+    check_handler_object,
     check_max_attempts,
     check_max_record_age,
     check_parallelization,
     check_retry_attempts,
+    check_worker_starting_position,
     config_key,
     default_max_record_age,
     group_reservation,
@@ -41,6 +49,39 @@ class StreamConfig:
     #: `keyArn` its customer-managed KMS key if it has one.
     arn: str | None = None
     key_arn: str | None = None
+
+
+DRIVERS = ("lambda", "workers")
+#: What a Lambda-driven group's keys set (its function and event-source mapping): a group driven
+#: by workers refuses each of them.
+LAMBDA_ONLY_KEYS = {
+    "batchSize": "the event-source mapping's batch size",
+    "batchingWindowSeconds": "the event-source mapping's batching window",
+    "parallelization": "the event-source mapping's concurrent batches per shard",
+    "retryAttempts": "the event-source mapping's retries",
+    "maxRecordAgeSeconds": "the event-source mapping's record age",
+    "memoryMb": "the function's memory (a worker's is workers.memoryMb)",
+    "timeoutSeconds": "the function's timeout",
+    "reservedConcurrency": "the function's reserved concurrency (workers: workers.count)",
+    "startingPositionTimestamp": "AT_TIMESTAMP, which the mapping takes and a worker does not "
+    "(INITIAL_POSITION is TRIM_HORIZON or LATEST)",
+    "enhancedFanOut": "the mapping's stream consumer (the worker's environment names none yet)",
+}
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    """A group's `"workers"` object: its Fargate service and what each worker is told."""
+
+    count: int = 2  # tasks (each one `shardline worker` process)
+    cpu: int = 512  # Fargate CPU units (1024 a vCPU)
+    memory_mb: int = 1024
+    lease_duration_seconds: int = 10  # LEASE_DURATION_SECONDS: a lease not renewed for this long is free
+    max_leases_per_worker: int | None = None  # MAX_LEASES_PER_WORKER (None: as many as balance gives)
+    handler_object: str = "app:function"  # SHARDLINE_HANDLER: module:attribute in the handler's folder
+
+
+WORKERS_KEYS = ("count", "cpu", "memoryMb", "leaseDurationSeconds", "maxLeasesPerWorker", "handlerObject")
 
 
 @dataclass(frozen=True)
@@ -78,6 +119,10 @@ class ConsumerGroupConfig:
     #: (`idAttribute`, `keyAttribute`, `countAttribute`); the examples' sinks declare theirs.
     sink_holds: str | None = None
     sink_attributes: tuple[tuple[str, str], ...] = ()
+    #: `driver`: "lambda" (a function behind an event-source mapping: the settings above) or
+    #: "workers" (`workers`; the function's and the mapping's settings above keep their defaults, unused).
+    driver: str = "lambda"
+    workers: WorkersConfig | None = None
 
 
 def read_stream(data: Any, path: str) -> StreamConfig:
@@ -130,6 +175,8 @@ def _existing_stream(read: Reader, path: str) -> StreamConfig:
 
 def read_group(data: Any, path: str, streams: dict[str, StreamConfig]) -> ConsumerGroupConfig:
     read = Reader(data, path)
+    name = read.name("name")
+    driver, workers = _driver(read, path, name)
     stream = read.str("stream")
     if stream not in streams:
         raise ConfigError(f"{path}.stream: unknown stream {stream!r} (known: {', '.join(streams) or 'none'})")
@@ -147,12 +194,16 @@ def read_group(data: Any, path: str, streams: dict[str, StreamConfig]) -> Consum
     )
     check_max_record_age(where, max_record_age, retention_hours)
     starting_position = read.str("startingPosition", "TRIM_HORIZON", choices=STARTING_POSITIONS)
+    if workers is not None:
+        check_worker_starting_position(where, starting_position)
     shards = streams[stream].shards
-    reservation = read.int(
-        "reservedConcurrency", group_reservation(shards, parallelization), low=1, high=10000
+    reservation = (
+        read.int("reservedConcurrency", group_reservation(shards, parallelization), low=1, high=10000)
+        if workers is None
+        else 0  # no function
     )
     return ConsumerGroupConfig(
-        name=read.name("name"),
+        name=name,
         stream=stream,
         handler=read.str("handler"),
         sink="custom"
@@ -176,6 +227,51 @@ def read_group(data: Any, path: str, streams: dict[str, StreamConfig]) -> Consum
         sink_ttl_days=read.int("sinkTtlDays", 30, low=1, high=36500),
         dead_letter_readers=principal_arns(read, "deadLetterReaders"),
         enhanced_fan_out=read.bool("enhancedFanOut", False),
+        driver=driver,
+        workers=workers,
+    )
+
+
+def _driver(read: Reader, path: str, name: str) -> tuple[str, WorkersConfig | None]:
+    """The group's driver, and its `workers` object when workers drive it; a key of the other
+    driver's is refused, naming the group and the key."""
+    driver = read.str("driver", "lambda", choices=DRIVERS)
+    if driver == "lambda":
+        if "workers" in read.data:
+            raise ConfigError(
+                f"{path}.workers: group {name!r} is driven by Lambda (driver: lambda, the default); "
+                "a group is driven one way: set driver to workers, or remove workers"
+            )
+        return driver, None
+    for key, what in LAMBDA_ONLY_KEYS.items():
+        if key in read.data:
+            raise ConfigError(
+                f"{path}.{key}: group {name!r} is driven by workers (driver: workers), and {key} is a "
+                f"Lambda-driven group's setting ({what}); a group is driven one way: remove {key}, or "
+                "set driver to lambda and remove workers"
+            )
+    return driver, _workers(read.data.get("workers", {}), f"{path}.workers")
+
+
+def _workers(data: Any, path: str) -> WorkersConfig:
+    """The `workers` object of a group driven by workers, every key checked."""
+    read = Reader(data, path)
+    unknown = sorted(set(read.data) - set(WORKERS_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {unknown} ({', '.join(WORKERS_KEYS)})")
+    cpu = read.int("cpu", 512, low=256, high=4096)
+    memory_mb = read.int("memoryMb", 1024, low=512, high=30720)
+    check_fargate_size(config_key(path), cpu, memory_mb)
+    handler_object = read.str("handlerObject", "app:function")
+    check_handler_object(config_key(path), handler_object)
+    most = read.data.get("maxLeasesPerWorker")
+    return WorkersConfig(
+        count=read.int("count", 2, low=1, high=1000),
+        cpu=cpu,
+        memory_mb=memory_mb,
+        lease_duration_seconds=read.int("leaseDurationSeconds", 10, low=3, high=300),
+        max_leases_per_worker=None if most is None else read.int("maxLeasesPerWorker", low=1, high=10000),
+        handler_object=handler_object,
     )
 
 

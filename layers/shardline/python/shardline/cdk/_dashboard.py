@@ -1,5 +1,5 @@
 """The dashboard of whatever `Monitoring` is given: what stalls first, traffic in, the producer (with
-an API), the streams' health, each consumer group, and recent errors."""
+an API), the streams' health, each consumer group (driven by Lambda or by workers), and recent errors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from shardline.cdk._consumer_group import ConsumerGroup
-from shardline.cdk._metrics import FIVE_MINUTES, ONE_MINUTE, kinesis, lambda_metric, shardline
+from shardline.cdk._metrics import FIVE_MINUTES, ONE_MINUTE, kinesis, lambda_metric, shardline, task_count
 from shardline.cdk._producer_api import ProducerApi
 from shardline.cdk._stream import Stream
+from shardline.cdk._worker_group import WorkerGroup
+
+Group = ConsumerGroup | WorkerGroup
 
 
 def dashboard(
@@ -18,65 +21,19 @@ def dashboard(
     name: str | None,
     streams: list[Stream],
     api: ProducerApi | None,
-    groups: list[ConsumerGroup],
+    groups: list[Group],
     api_dimensions: dict[str, str],
 ) -> cw.Dashboard:
     """The page: what stalls first, then traffic in, the producer (with an API), the streams'
     health, each group, and recent errors."""
     dashboard = cw.Dashboard(scope, "Dashboard", dashboard_name=name)
     dashboard.add_widgets(*_overview(streams, api, groups, api_dimensions))
-    graph = cw.GraphWidget
     for group in groups:
-        name = group.name
-        namespace = group.metrics_namespace
-        dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
         dashboard.add_widgets(
-            graph(
-                title=f"{name}: processed, duplicates skipped, DLQ",
-                left=[
-                    shardline(namespace, m, dimensions)
-                    for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
-                ],
-                width=6,
-            ),
-            graph(
-                # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
-                title=f"{name}: copies and client ids skipped",
-                left=[
-                    shardline(namespace, m, dimensions)
-                    for m in (
-                        "AggregateCopiesSkipped",
-                        "OutOfRangeRecordsSkipped",
-                        "ClientIdDuplicatesSkipped",
-                    )
-                ],
-                width=6,
-            ),
-            graph(
-                title=f"{name}: lag",
-                left=[
-                    shardline(namespace, "MillisBehindLatest", dimensions, "Maximum"),
-                    lambda_metric("IteratorAge", group.function.function_name, "Maximum"),
-                ],
-                width=6,
-            ),
-            graph(
-                title=f"{name}: lease table throttles",
-                left=[
-                    group.leases.metric_throttled_requests_for_operations(
-                        operations=[op], period=FIVE_MINUTES
-                    )
-                    for op in (
-                        dynamodb.Operation.GET_ITEM,
-                        dynamodb.Operation.UPDATE_ITEM,
-                        dynamodb.Operation.TRANSACT_WRITE_ITEMS,
-                    )
-                ],
-                width=6,
-            ),
+            *(_worker_widgets(group) if isinstance(group, WorkerGroup) else _lambda_widgets(group))
         )
     log_groups = ([] if api is None else [api.function.log_group.log_group_name]) + [
-        g.function.log_group.log_group_name for g in groups
+        (g.log_group if isinstance(g, WorkerGroup) else g.function.log_group).log_group_name for g in groups
     ]
     if log_groups:
         dashboard.add_widgets(
@@ -95,10 +52,112 @@ def dashboard(
     return dashboard
 
 
+def _records(group: Group, dimensions: dict[str, str]) -> list[cw.IWidget]:
+    """What a group did with its records: processed, skipped as duplicates or copies, dead-lettered."""
+    graph = cw.GraphWidget
+    name, namespace = group.name, group.metrics_namespace
+    return [
+        graph(
+            title=f"{name}: processed, duplicates skipped, DLQ",
+            left=[
+                shardline(namespace, m, dimensions)
+                for m in ("RecordsProcessed", "DuplicatesSkipped", "RecordsSentToDLQ")
+            ],
+            width=6,
+        ),
+        graph(
+            # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
+            title=f"{name}: copies and client ids skipped",
+            left=[
+                shardline(namespace, m, dimensions)
+                for m in (
+                    "AggregateCopiesSkipped",
+                    "OutOfRangeRecordsSkipped",
+                    "ClientIdDuplicatesSkipped",
+                )
+            ],
+            width=6,
+        ),
+    ]
+
+
+def _lease_throttles(group: Group, *operations: dynamodb.Operation, width: int) -> cw.IWidget:
+    return cw.GraphWidget(
+        title=f"{group.name}: lease table throttles",
+        left=[
+            group.leases.metric_throttled_requests_for_operations(operations=[op], period=FIVE_MINUTES)
+            for op in operations
+        ],
+        width=width,
+    )
+
+
+def _lambda_widgets(group: ConsumerGroup) -> list[cw.IWidget]:
+    name = group.name
+    namespace = group.metrics_namespace
+    dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+    return [
+        *_records(group, dimensions),
+        cw.GraphWidget(
+            title=f"{name}: lag",
+            left=[
+                shardline(namespace, "MillisBehindLatest", dimensions, "Maximum"),
+                lambda_metric("IteratorAge", group.function.function_name, "Maximum"),
+            ],
+            width=6,
+        ),
+        _lease_throttles(
+            group,
+            dynamodb.Operation.GET_ITEM,
+            dynamodb.Operation.UPDATE_ITEM,
+            dynamodb.Operation.TRANSACT_WRITE_ITEMS,
+            width=6,
+        ),
+    ]
+
+
+def _worker_widgets(group: WorkerGroup) -> list[cw.IWidget]:
+    """A worker group's records, lag, workers and leases (each worker's LeasesHeld: the fewest and
+    the most, which a balanced group keeps within one), and its lease table's throttles."""
+    name = group.name
+    namespace = group.metrics_namespace
+    dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+    return [
+        *_records(group, dimensions),
+        cw.GraphWidget(
+            title=f"{name}: lag",
+            left=[shardline(namespace, "MillisBehindLatest", dimensions, "Maximum")],
+            width=4,
+        ),
+        cw.GraphWidget(
+            title=f"{name}: workers, leases held (fewest, most), lost",
+            left=[task_count(group, "RunningTaskCount"), task_count(group, "DesiredTaskCount")],
+            right=[
+                shardline(namespace, "LeasesHeld", dimensions, "Minimum", label="LeasesHeld fewest"),
+                shardline(namespace, "LeasesHeld", dimensions, "Maximum", label="LeasesHeld most"),
+                shardline(namespace, "LeaseLosses", dimensions),
+            ],
+            width=4,
+        ),
+        _lease_throttles(
+            group,
+            dynamodb.Operation.GET_ITEM,
+            dynamodb.Operation.UPDATE_ITEM,
+            dynamodb.Operation.SCAN,
+            dynamodb.Operation.TRANSACT_WRITE_ITEMS,
+            width=4,
+        ),
+    ]
+
+
+#: A Lambda group's signals in the stall widget: a shard that does not move, and what the mapping skipped.
+SIGNALS = ("ShardStalls", "BatchesSkippedByMapping")
+
+
 def _overview(
     streams: list[Stream],
     api: ProducerApi | None,
-    groups: list[ConsumerGroup],
+    groups: list[Group],
     api_dimensions: dict[str, str],
 ) -> list[cw.IWidget]:
     """The page's first row: title, stalls, traffic, the producer (with an API), stream health."""
@@ -117,7 +176,8 @@ def _overview(
                     label=f"{g.name} {metric}",
                 )
                 for g in groups
-                for metric in ("ShardStalls", "BatchesSkippedByMapping")
+                # A worker group has no mapping to skip batches.
+                for metric in (("ShardStalls",) if isinstance(g, WorkerGroup) else SIGNALS)
             ],
             width=24,
         ),

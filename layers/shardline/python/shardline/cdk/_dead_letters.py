@@ -84,15 +84,15 @@ def access_log_bucket(scope: Construct, construct_id: str) -> s3.Bucket:
 
 
 def guard_dead_letters(
-    role_arn: str, readers: list[str], queues: tuple[sqs.Queue, ...], bucket: s3.Bucket
+    role_arn: str, readers: list[str], queues: tuple[sqs.Queue, ...], bucket: s3.Bucket | None
 ) -> None:
     """Resource policies of the dead-letter stores, beside their TLS-only statement. Writers: the
-    group's function role (its code, and Lambda for the mapping's on-failure messages) and the
-    group's `readers` (a redrive dead-letters what still fails). Readers: with `readers`, they alone
+    group's role (its function's: its code, and Lambda for the mapping's on-failure messages; a
+    worker group's task role, which has no bucket) and the group's `readers` (a redrive
+    dead-letters what still fails). Readers: with `readers`, they alone
     may receive, get or delete; without, whoever IAM allows in this account, with kms:Decrypt on the
     group's key (its key policy leaves that to IAM, so reading one group's dead letters is a grant on
     that group's key, not on the others'). No principal of another account may do anything with them."""
-    objects = bucket.arn_for_objects("*")
     for queue in queues:
         queue.add_to_resource_policy(_deny_unless("OnlyTheGroupWrites", [role_arn, *readers],
                                                   ["sqs:SendMessage"], queue.queue_arn))  # fmt: skip
@@ -101,6 +101,9 @@ def guard_dead_letters(
                 _deny_unless("OnlyItsReadersRead", readers, READ_QUEUE, queue.queue_arn)
             )
         queue.add_to_resource_policy(_deny_other_accounts("sqs:*", queue.queue_arn))
+    if bucket is None:  # a worker group's: its DLQ alone
+        return
+    objects = bucket.arn_for_objects("*")
     bucket.add_to_resource_policy(
         _deny_unless("OnlyTheGroupWrites", [role_arn, *readers], ["s3:PutObject"], objects)
     )

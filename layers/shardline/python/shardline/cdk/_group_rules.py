@@ -131,6 +131,57 @@ def check_stream_consumers(where: Where, consumer_name: str, registered: list[st
         )
 
 
+#: Fargate's task sizes: each CPU (units, 1024 a vCPU) and the memory it takes (MiB).
+FARGATE_MEMORY_MB: dict[int, tuple[int, ...]] = {
+    256: (512, 1024, 2048),
+    512: tuple(range(1024, 4097, 1024)),
+    1024: tuple(range(2048, 8193, 1024)),
+    2048: tuple(range(4096, 16385, 1024)),
+    4096: tuple(range(8192, 30721, 1024)),
+}
+#: Where a worker starts reading a shard with no checkpoint (the worker's INITIAL_POSITION).
+WORKER_STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
+#: What a worker runs (SHARDLINE_HANDLER): `module:attribute`, imported from the handler's folder.
+HANDLER_OBJECT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def check_handler_object(where: Where, handler_object: str) -> None:
+    if not isinstance(handler_object, str) or not HANDLER_OBJECT.match(handler_object):
+        raise ConfigError(
+            f"{where('handlerObject', 'handler_object')}: must be module:attribute in the handler's "
+            f"folder (app:function: a ConsumerFunction, a KinesisConsumer or a record handler), "
+            f"got {handler_object!r}"
+        )
+
+
+def check_worker_starting_position(where: Where, position: str) -> None:
+    if position not in WORKER_STARTING_POSITIONS:
+        raise ConfigError(
+            f"{where('startingPosition', 'starting_position')}: a worker starts a shard without a "
+            f"checkpoint at {' or '.join(WORKER_STARTING_POSITIONS)} (its INITIAL_POSITION), got {position!r}"
+        )
+
+
+def check_fargate_size(where: Where, cpu: int, memory_mb: int) -> None:
+    """A Fargate task size: `cpu` one of Fargate's, `memory_mb` one that CPU takes."""
+    if cpu not in FARGATE_MEMORY_MB:
+        raise ConfigError(
+            f"{where('cpu', 'cpu')}: must be one of {', '.join(map(str, FARGATE_MEMORY_MB))} "
+            f"(Fargate CPU units, 1024 a vCPU), got {cpu!r}"
+        )
+    allowed = FARGATE_MEMORY_MB[cpu]
+    if memory_mb not in allowed:
+        sizes = (
+            ", ".join(map(str, allowed))
+            if cpu == min(FARGATE_MEMORY_MB)
+            else f"{allowed[0]}..{allowed[-1]} in steps of 1024"
+        )
+        raise ConfigError(
+            f"{where('memoryMb', 'memory_mb')}: with {cpu} CPU units Fargate takes {sizes} MiB, "
+            f"got {memory_mb!r}"
+        )
+
+
 #: On-demand streams start with 4 shards and split as they grow: reserve for this many by default.
 ON_DEMAND_SHARDS_RESERVED = 10
 

@@ -21,9 +21,17 @@ from shardline.cdk._dashboard import dashboard
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags
 from shardline.cdk._keys import alarm_topic_key
-from shardline.cdk._metrics import FIVE_MINUTES, ONE_MINUTE, kinesis, lambda_metric, shardline
+from shardline.cdk._metrics import (
+    FIVE_MINUTES,
+    ONE_MINUTE,
+    kinesis,
+    lambda_metric,
+    shardline,
+    workers_missing,
+)
 from shardline.cdk._producer_api import ProducerApi
 from shardline.cdk._stream import Stream
+from shardline.cdk._worker_group import WorkerGroup
 
 _ALARM_ARNS = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
 #: The longest wait of a stalled shard between two deliveries (shardline.consumer's backoff cap).
@@ -36,6 +44,14 @@ DATAPOINTS_TO_ALARM = 2
 REDRIVE_SECTION = "Redriving what the mapping discarded"
 REDRIVE_ANCHOR = "#redriving-what-the-mapping-discarded"
 API_LATENCY_P99_MS = 20_000
+#: A worker group's lease losses page when they go on: in this many of the last
+#: LEASE_CHURN_WINDOW_MINUTES one-minute periods (a rebalance, when workers start or stop, moves
+#: leases for a few minutes and pages nobody).
+LEASE_CHURN_DATAPOINTS = 10
+LEASE_CHURN_WINDOW_MINUTES = 15
+#: A worker group's service runs fewer tasks than it wants for this many minutes in a row (a task
+#: that stops is replaced within a minute or two).
+WORKERS_MISSING_MINUTES = 5
 
 
 def stall_window_minutes(timeout_seconds: int) -> int:
@@ -71,7 +87,7 @@ class Monitoring(Construct):
         *,
         streams: Sequence[Stream] = (),
         api: ProducerApi | None = None,
-        groups: Sequence[ConsumerGroup] = (),
+        groups: Sequence[ConsumerGroup | WorkerGroup] = (),
         alarm_actions: Sequence[cw.IAlarmAction] = (),
         alarm_topic: bool = True,
         emails: Sequence[str] = (),
@@ -126,7 +142,7 @@ class Monitoring(Construct):
         self._targets = [actions.SnsAction(self.topic)]
 
     def _alarms_on(
-        self, streams: list[Stream], api: ProducerApi | None, groups: list[ConsumerGroup]
+        self, streams: list[Stream], api: ProducerApi | None, groups: list[ConsumerGroup | WorkerGroup]
     ) -> dict[str, str]:
         """The alarms (none when they are off); the API's metric dimensions, which the dashboard uses."""
         # Alarms only on what loses or delays data, each over several periods and with its runbook
@@ -158,7 +174,10 @@ class Monitoring(Construct):
             )
         api_dimensions = {} if api is None else self._api_alarms(api)
         for group in groups:
-            self._group_alarms(group)
+            if isinstance(group, WorkerGroup):
+                self._worker_alarms(group)
+            else:
+                self._group_alarms(group)
         return api_dimensions
 
     def _api_alarms(self, api: ProducerApi) -> dict[str, str]:
@@ -293,10 +312,82 @@ class Monitoring(Construct):
             "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
         )
 
+    def _worker_alarms(self, group: WorkerGroup) -> None:
+        """A worker group's alarms: those of a Lambda group that apply (no function, no mapping),
+        its lag, lease losses that go on, and workers missing."""
+        name = group.name
+        namespace = group.metrics_namespace
+        dimensions = {"service": f"shardline-{name}", "ConsumerGroup": name}
+        self._alarm(
+            f"{name}MillisBehindLatest",
+            shardline(namespace, "MillisBehindLatest", dimensions, "Maximum"),
+            group.stream.retention_hours * 3600 * 1000 / 2,
+            f"{name}: the workers are half a retention period behind; at the full period records are "
+            "trimmed before this group reads them. Runbook: LeasesHeld and the workers running on the "
+            "dashboard (a shard nobody holds does not move), ShardStalls, the handler's duration in the "
+            "logs; raise workers.count (up to one per shard) or workers.cpu.",
+        )
+        self._alarm(
+            f"{name}RecordsFailed",
+            shardline(namespace, "RecordsFailed", dimensions),
+            0,
+            f"{name}: the handler failed on records (each is retried, then dead-lettered). Runbook: "
+            "the workers' logs name the record; a fix followed by a DLQ redrive restores them.",
+        )
+        self._alarm(
+            f"{name}DeadLetters",
+            group.dead_letters.metric_approximate_number_of_messages_visible(
+                period=FIVE_MINUTES, statistic="Maximum"
+            ),
+            0,
+            f"{name}: poison records wait whole in the DLQ. Runbook: read one, fix the handler, send "
+            "them back through the producer API.",
+        )
+        window = stall_window_minutes(0)  # a worker retries a stalled shard after its backoff
+        self._alarm(
+            f"{name}ShardStalled",
+            shardline(namespace, "ShardStalls", dimensions, period=ONE_MINUTE),
+            1,
+            f"{name}: a shard is stalled on its environment, not on a record (sink table missing or "
+            "forbidden, ItemCollectionSizeLimitExceeded, the DLQ refusing sends, DynamoDB down, a "
+            "handler's DependencyUnavailable). Nothing is dead-lettered or skipped: the worker retries "
+            "from the shard's first uncommitted record, with backoff, until the stream trims it (its "
+            "retention is the deadline). Runbook: read stalledCause (stalledSince, stalls) in the "
+            f"shard's lease row (table: output {logical_id(name)}LeaseTable) or the workers' ERROR log; "
+            "fix the cause: the shard resumes by itself. ALARM on stalled attempts in 2 of the last "
+            f"{window} minutes; OK when fewer.",
+            within_minutes=window,
+            datapoints=2,
+        )
+        self._alarm(
+            f"{name}LeaseLosses",
+            shardline(namespace, "LeaseLosses", dimensions, period=ONE_MINUTE),
+            1,
+            f"{name}: workers keep losing leases they held, in {LEASE_CHURN_DATAPOINTS} of the last "
+            f"{LEASE_CHURN_WINDOW_MINUTES} minutes (a rebalance when workers start or stop moves leases "
+            "for a few minutes, and pages nobody): renewals fail. Runbook: a worker starved of CPU "
+            "(workers.cpu), the lease table throttled (dashboard), or leaseDurationSeconds too short "
+            "for a renewal's round trip. Nothing is lost: a checkpoint moves only under the lease it "
+            "was taken with, and the new holder resumes from the last one.",
+            within_minutes=LEASE_CHURN_WINDOW_MINUTES,
+            datapoints=LEASE_CHURN_DATAPOINTS,
+        )
+        self._alarm(
+            f"{name}WorkersMissing",
+            workers_missing(group),
+            1,
+            f"{name}: the service ran fewer workers than its desired count for {WORKERS_MISSING_MINUTES} "
+            "minutes: tasks stop or fail to start (the image, the role, the subnets' route to AWS, "
+            "Fargate capacity), and the others hold more shards or some go unheld. Runbook: the "
+            "service's events and stopped tasks' reasons in the ECS console, the workers' logs.",
+            within_minutes=WORKERS_MISSING_MINUTES,
+            datapoints=WORKERS_MISSING_MINUTES,
+        )
+
     def _alarm(
         self,
         construct_id: str,
-        metric: cw.Metric,
+        metric: cw.Metric | cw.MathExpression,
         threshold: float,
         description: str,
         *,

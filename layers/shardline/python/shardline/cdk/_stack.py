@@ -1,6 +1,6 @@
 """The stack of this repository's app: the public constructs (`Stream`, `Layers`, `ProducerApi`,
-`ConsumerGroup`, `Monitoring`) composed from the pipeline configuration, with the keys and the
-access-log bucket they share."""
+`ConsumerGroup` or `WorkerGroup` per consumer group, `Monitoring`) composed from the pipeline
+configuration, with the keys and the access-log bucket they share."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from shardline.cdk._producer_api import ProducerApi
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import EXAMPLE_SINK_KEYS, attribute
+from shardline.cdk._worker_group import WorkerGroup
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
 #: What the repository's example sinks hold (`shardline.aws_lambda.SinkDeclaration`).
@@ -74,7 +75,10 @@ class PipelineStack(Stack):
             api_name=f"{config.prefix}-producer",
             metrics_namespace=config.metrics_namespace,
         )
-        self.groups = [self._group(group, removal) for group in config.consumer_groups]
+        self.groups: list[ConsumerGroup | WorkerGroup] = [
+            self._group(group, removal) if group.workers is None else self._workers(group, removal)
+            for group in config.consumer_groups
+        ]
         alarms = config.alarms
         self.monitoring = Monitoring(
             self,
@@ -151,6 +155,37 @@ class PipelineStack(Stack):
             metrics_namespace=self.config.metrics_namespace,
         )
 
+    def _workers(self, group: ConsumerGroupConfig, removal: RemovalPolicy) -> WorkerGroup:
+        """A group driven by workers: its image built from the app's folder (`code_root`, which
+        holds workers/Dockerfile and the package's source) with the group's handler folder."""
+        workers = group.workers
+        assert workers is not None
+        return WorkerGroup(
+            self,
+            f"Group-{group.name}",
+            name=group.name,
+            stream=self.streams[group.stream],
+            code=self.config.code_root / group.handler,
+            build_context=self.config.code_root,
+            handler_object=workers.handler_object,
+            sinks=[_sink(group)],
+            worker_count=workers.count,
+            cpu=workers.cpu,
+            memory_mb=workers.memory_mb,
+            lease_duration_seconds=workers.lease_duration_seconds,
+            max_leases_per_worker=workers.max_leases_per_worker,
+            starting_position=group.starting_position,
+            max_attempts=group.max_attempts,
+            checkpoint_interval_seconds=group.checkpoint_interval_seconds,
+            sink_ttl_days=group.sink_ttl_days,
+            dead_letter_readers=group.dead_letter_readers,
+            log_retention_days=self.config.log_retention_days,
+            log_key=self.logs_key,
+            removal_policy=removal,
+            key_alias=f"alias/{self.config.prefix}/{group.name}",
+            metrics_namespace=self.config.metrics_namespace,
+        )
+
     def _outputs(self) -> None:
         """What an operator needs after `cdk deploy`: where to call, what to watch, where failures go."""
         CfnOutput(
@@ -181,7 +216,11 @@ class PipelineStack(Stack):
                 value=group.dead_letters.queue_url,
                 description="whole poison records",
             )
-            CfnOutput(self, f"{name}MappingFailures", value=group.failures.queue_url)
+            if isinstance(group, WorkerGroup):
+                CfnOutput(self, f"{name}WorkerService", value=group.service.service_name)
+                CfnOutput(self, f"{name}WorkerCluster", value=group.cluster.cluster_name)
+            else:
+                CfnOutput(self, f"{name}MappingFailures", value=group.failures.queue_url)
 
 
 def _sink(group: ConsumerGroupConfig) -> Sink:

@@ -1,0 +1,564 @@
+"""A consumer group driven by workers: `shardline worker` tasks of an ECS Fargate service, sharing the
+stream's shards through the group's lease table (leases that expire, renew and rebalance), on the
+consumer core the Lambda-driven `ConsumerGroup` runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from aws_cdk import Aws, Duration, IgnoreMode, RemovalPolicy, Size
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from shardline.cdk import _group_rules as rules
+from shardline.cdk._consumer_group import LEASE_ACTIONS as LAMBDA_LEASE_ACTIONS
+from shardline.cdk._dead_letters import dead_letter_queue, guard_dead_letters
+from shardline.cdk._feature_flags import pin_feature_flags
+from shardline.cdk._function import add_tags, log_retention
+from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_rules
+from shardline.cdk._sink import Sink
+from shardline.cdk._stream import Stream
+from shardline.cdk._tables import lease_table as new_lease_table
+from shardline.cdk._tables import table
+
+#: This repository, when shardline runs from its source (`layers/shardline/python/shardline/cdk/`):
+#: the default build context, which holds `workers/Dockerfile`.
+REPOSITORY = Path(__file__).resolve().parents[5]
+DOCKERFILE = "workers/Dockerfile"
+#: What the image copies from the build context beside the Dockerfile and the handler's folder:
+#: what `pip install .` builds the shardline package from (pyproject.toml, setup.py, LICENSE, the
+#: library's folder and the local runtime's package marker: setup.py maps `shardline.local`). As in
+#: the Lambda layer, the constructs and the local runtime stay out (`LEFT_OUT`): they never run in
+#: a worker, and an edit to them (or to the README) does not roll the workers.
+CONTEXT_FILES = ("pyproject.toml", "setup.py", "LICENSE", "layers/shardline/python", "local/__init__.py")
+LEFT_OUT = ("layers/shardline/python/shardline/cdk",)
+#: Never in the build context, at any depth: version control, environments, tool output, tests.
+NEVER_IN_CONTEXT = (
+    ".git", ".venv", "node_modules", "cdk.out", "build", ".local", "tests", "__pycache__", "*.pyc",
+    ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info",
+)  # fmt: skip
+#: The worker's environment contract (`shardline worker`); the handler's own variables (a Lambda
+#: group's function has them too: SINK_TTL_DAYS, SHARDLINE_SINKS) come beside them when set.
+WORKER_VARIABLES = (
+    "SHARDLINE_GROUP",
+    "SHARDLINE_STREAM",
+    "SHARDLINE_HANDLER",
+    "LEASE_TABLE",
+    "SINK_TABLE",
+    "DLQ_URL",
+    "MAX_ATTEMPTS",
+    "CHECKPOINT_INTERVAL",
+    "LEASE_DURATION_SECONDS",
+    "MAX_LEASES_PER_WORKER",
+    "INITIAL_POSITION",
+    "AWS_REGION",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+)
+HANDLER_VARIABLES = ("SHARDLINE_SINKS", "SINK_TTL_DAYS")
+#: The lease table: the Lambda consumer's item actions, and Scan (a worker reads every lease to
+#: find expired ones and to balance).
+LEASE_ACTIONS = (*LAMBDA_LEASE_ACTIONS, "dynamodb:Scan")
+#: A sink: what the consumer's writes call (TransactWriteItems is authorised per item: Put, Update,
+#: Delete, ConditionCheck; BatchWriteItem for idempotent puts) and DescribeTable (its key schema).
+SINK_ACTIONS = (
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:DescribeTable",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+)
+#: What a worker calls on its stream: the shard map, iterators and records (no enhanced fan-out).
+STREAM_ACTIONS = (
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+)
+#: The group's key, through the service holding the data: its DLQ (SQS) and its tables (DynamoDB).
+KEY_ACTIONS_VIA = {"sqs": ("kms:Decrypt", "kms:GenerateDataKey"), "dynamodb": ("kms:Decrypt",)}
+#: The user the worker runs as (no such user in the image: a number is enough, and it is not root).
+WORKER_USER = "10001:10001"
+STOP_TIMEOUT_S = 60
+#: The awslogs driver's buffer (non-blocking mode): a slow CloudWatch Logs never stalls the worker's
+#: stdout (and with it a lease renewal); lines beyond it are dropped, and counted by ECS.
+LOG_BUFFER = Size.mebibytes(25)
+#: The tasks' CPU architecture -> the platform the image is built for.
+Architecture = Literal["ARM64", "X86_64"]
+PLATFORMS: dict[str, ecr_assets.Platform] = {
+    "ARM64": ecr_assets.Platform.LINUX_ARM64,
+    "X86_64": ecr_assets.Platform.LINUX_AMD64,
+}
+
+
+class WorkerGroup(Construct):
+    """A consumer group whose records `shardline worker` processes: `worker_count` long-running tasks
+    of one ECS Fargate service, each taking leases on the stream's shards from the group's lease
+    table, renewing them, and balancing them with its peers; for handlers that do not fit Lambda
+    (long-lived connections, warm state, work longer than 15 minutes). A group is either this or a
+    `ConsumerGroup`, never both: Lambda's mapping and the workers would each take its shards.
+
+    What it makes, each replaceable by the team's own: the group's KMS key (`key`), its lease table
+    (`lease_table`: same schema as a Lambda group's, point-in-time recovery, under the key), its DLQ
+    (`dead_letters`), sinks (`sinks`, as `ConsumerGroup` takes them), the log group (`log_key`), the
+    VPC and cluster (`vpc`, `cluster`), the image (`image`). Everything underlying is overridable:
+    `vpc_props`, `task_definition_props`, `container_props`, `service_props`, `image_props` are
+    merged over the defaults (the worker's environment contract is not).
+
+    **Network.** In the team's `vpc` (or `cluster`'s), the tasks run in its private subnets with
+    egress (`vpc_subnets`), without a public IP. Without one, a VPC of public subnets only, tasks with
+    a public IP, a security group with no inbound rule and HTTPS out only: a worker calls AWS APIs and
+    nothing calls it, and a NAT gateway (about 33 USD a month in us-east-1, plus 0.045 USD a GB)
+    would only carry those calls; the gateway endpoints (free) keep DynamoDB and S3 (ECR's layers)
+    traffic in the VPC. `vpc_props`, `vpc_subnets` and `assign_public_ip` change any of it.
+
+    **Image.** `ecs.ContainerImage.from_asset` of `workers/Dockerfile` (`dockerfile`) in
+    `build_context` (default: this repository when shardline runs from its source; a team's app passes
+    its own folder holding the Dockerfile, the package source and its handler), with `code` (the
+    handler's folder, inside the context) as its HANDLER build argument. Synth only stages the
+    context; `cdk deploy` builds and pushes it. The context is an allow-list (`CONTEXT_FILES`, the
+    Dockerfile and the handler's folder; `NEVER_IN_CONTEXT` at any depth): nothing else in the folder
+    (a developer's stray credentials, caches, the tests) reaches the image or its hash, and an edit
+    elsewhere does not roll the workers. The tasks run on `cpu_architecture` (arm64, as the functions:
+    cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+
+    **Deployments.** The circuit breaker rolls a deployment back when its tasks do not start; new
+    tasks start before old ones stop (100..200 %); a stopping worker gets SIGTERM and
+    `stop_timeout_seconds` to finish its batch, checkpoint and release its leases.
+
+    **Monitoring.** Pass the group to `Monitoring`: stalls, dead letters, failed records, lease losses
+    that go on, `MillisBehindLatest` as its lag, and running tasks below the desired count (Container
+    Insights metrics: `container_insights`, on for a cluster made here; a team's cluster needs it on)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name: str,
+        stream: Stream,
+        code: str | Path | None = None,
+        image: ecs.ContainerImage | None = None,
+        handler_object: str = "app:function",
+        build_context: str | Path | None = None,
+        dockerfile: str = DOCKERFILE,
+        sinks: Sequence[Sink] = (),
+        worker_count: int = 2,
+        cpu: int = 512,
+        memory_mb: int = 1024,
+        cpu_architecture: Architecture = "ARM64",
+        lease_duration_seconds: int = 10,
+        max_leases_per_worker: int | None = None,
+        starting_position: str = "TRIM_HORIZON",
+        max_attempts: int = 3,
+        checkpoint_interval_seconds: float = 5.0,
+        stop_timeout_seconds: int = STOP_TIMEOUT_S,
+        sink_ttl_days: int | None = None,
+        dead_letter_readers: Sequence[str] = (),
+        lease_table: dynamodb.ITable | None = None,
+        dead_letters: sqs.IQueue | None = None,
+        key: kms.IKey | None = None,
+        vpc: ec2.IVpc | None = None,
+        vpc_subnets: ec2.SubnetSelection | None = None,
+        assign_public_ip: bool | None = None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None = None,
+        cluster: ecs.ICluster | None = None,
+        container_insights: bool = True,
+        log_retention_days: int = 30,
+        log_key: kms.IKey | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        dead_letters_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        key_alias: str | None = None,
+        metrics_namespace: str = "shardline",
+        tags: Mapping[str, str] | None = None,
+        vpc_props: Mapping[str, Any] | None = None,
+        task_definition_props: Mapping[str, Any] | None = None,
+        container_props: Mapping[str, Any] | None = None,
+        service_props: Mapping[str, Any] | None = None,
+        image_props: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        pin_feature_flags(self)
+        where = rules.construct_prop("WorkerGroup", name)
+        owner = f"WorkerGroup {name!r}"
+        if not rules.CONSUMER_NAME.match(name) or len(name) > 64:
+            raise ValueError(f"{owner}: name: must be 1-64 letters, digits, '_', '.' or '-'")
+        for key_, prop, value, low, high in (
+            ("count", "worker_count", worker_count, 1, 1000),
+            ("leaseDurationSeconds", "lease_duration_seconds", lease_duration_seconds, 3, 300),
+            ("maxAttempts", "max_attempts", max_attempts, rules.MIN_MAX_ATTEMPTS, 100),
+            ("checkpointIntervalSeconds", "checkpoint_interval_seconds", checkpoint_interval_seconds,
+             0.1, 900),
+            ("stopTimeoutSeconds", "stop_timeout_seconds", stop_timeout_seconds, 2, 120),  # Fargate's most
+        ):  # fmt: skip
+            if key_ == "maxAttempts":
+                rules.check_max_attempts(where, max_attempts)
+            rules.within(where, key_, prop, value, low, high)
+        if max_leases_per_worker is not None:
+            rules.within(
+                where, "maxLeasesPerWorker", "max_leases_per_worker", max_leases_per_worker, 1, 10000
+            )
+        rules.check_fargate_size(where, cpu, memory_mb)
+        rules.check_handler_object(where, handler_object)
+        rules.check_worker_starting_position(where, starting_position)
+        if cpu_architecture not in PLATFORMS:
+            raise ValueError(f"{owner}: cpu_architecture: ARM64 or X86_64, got {cpu_architecture!r}")
+        if (code is None) == (image is None):
+            raise ValueError(f"{owner}: give either code (the handler's folder) or image (one of your own)")
+        if cluster is not None and vpc is not None:
+            raise ValueError(f"{owner}: vpc: the tasks run in the cluster's VPC; give cluster or vpc")
+        if dead_letters is not None and dead_letter_readers:
+            raise ValueError(
+                f"{owner}: dead_letter_readers: they guard the group's own DLQ; your dead_letters queue "
+                "keeps its own policy"
+            )
+        self.name = name
+        self.stream = stream
+        self.metrics_namespace = metrics_namespace
+        self.worker_count = worker_count
+        self.max_attempts = max_attempts
+        self.key = key or retained_key(
+            self, "Key", description=f"shardline worker group {name}: tables, queue", alias=key_alias
+        )
+        self.leases = lease_table or new_lease_table(
+            self, "Leases", removal_policy=removal_policy, key=self.key
+        )
+        self.sinks: tuple[dynamodb.ITable, ...] = tuple(
+            self._sink_table(sink, index, removal_policy) for index, sink in enumerate(sinks)
+        )
+        self.sink: dynamodb.ITable | None = self.sinks[0] if self.sinks else None
+        self._own_dead_letters = dead_letters is None
+        self.dead_letters: sqs.IQueue = dead_letters or dead_letter_queue(
+            self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
+        )
+        self.log_key = log_key or logs_key(
+            self, "LogsKey", description=f"shardline worker group {name}: logs", alias=None
+        )
+        try:
+            retention = log_retention(log_retention_days)
+        except ValueError as error:
+            raise ValueError(f"{owner}: {error}") from None
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=retention, removal_policy=removal_policy, encryption_key=self.log_key
+        )
+        self.vpc: ec2.IVpc = cluster.vpc if cluster is not None else vpc or self._vpc(retention, vpc_props)
+        made_here = cluster is None and vpc is None
+        self.cluster: ecs.ICluster = cluster or ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=self.vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED
+            if container_insights
+            else ecs.ContainerInsights.DISABLED,
+        )
+        self.role = _task_role(self, "TaskRole")
+        #: What ECS pulls the image and writes the logs with (CDK grants it exactly those).
+        self.execution_role = iam.Role(
+            self, "ExecutionRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com")
+        )
+        environment = self._environment(
+            handler_object, starting_position, checkpoint_interval_seconds, lease_duration_seconds,
+            max_leases_per_worker, sinks, sink_ttl_days,
+        )  # fmt: skip
+        self.task_definition = ecs.FargateTaskDefinition(
+            self,
+            "TaskDefinition",
+            **{
+                "cpu": cpu,
+                "memory_limit_mib": memory_mb,
+                "runtime_platform": ecs.RuntimePlatform(
+                    cpu_architecture=ecs.CpuArchitecture.of(cpu_architecture),
+                    operating_system_family=ecs.OperatingSystemFamily.LINUX,
+                ),
+                "task_role": self.role,
+                "execution_role": self.execution_role,
+                **(task_definition_props or {}),
+            },
+        )
+        image = image or self._image(owner, code, build_context, dockerfile, cpu_architecture, image_props)
+        self.container = self._container(owner, image, environment, stop_timeout_seconds, container_props)
+        self.security_groups = (
+            list(security_groups) if security_groups is not None else [self._security_group()]
+        )
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            **{
+                "cluster": self.cluster,
+                "task_definition": self.task_definition,
+                "desired_count": worker_count,
+                "min_healthy_percent": 100,
+                "max_healthy_percent": 200,
+                "circuit_breaker": ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+                "assign_public_ip": made_here if assign_public_ip is None else assign_public_ip,
+                "vpc_subnets": vpc_subnets
+                or ec2.SubnetSelection(
+                    subnet_type=ec2.SubnetType.PUBLIC if made_here else ec2.SubnetType.PRIVATE_WITH_EGRESS
+                ),
+                "security_groups": self.security_groups,
+                "enable_execute_command": False,
+                "propagate_tags": ecs.PropagatedTagSource.SERVICE,
+                "enable_ecs_managed_tags": True,
+                "platform_version": ecs.FargatePlatformVersion.LATEST,
+                **(service_props or {}),
+            },
+        )
+        self._grant()
+        if isinstance(self.dead_letters, sqs.Queue) and self._own_dead_letters:
+            guard_dead_letters(self.role.role_arn, list(dead_letter_readers), (self.dead_letters,), None)
+        self._acknowledge()
+        add_tags(self, tags)
+
+    # -- what it is made of ---------------------------------------------------------------------
+
+    def _sink_table(self, sink: Sink, index: int, removal_policy: RemovalPolicy) -> dynamodb.ITable:
+        if sink.table is not None:
+            return sink.table
+        assert sink.partition_key is not None
+        return table(
+            self, "Sink" if index == 0 else f"Sink{index + 1}", sink.partition_key, sink.sort_key,
+            removal_policy=removal_policy, key=self.key, ttl=sink.time_to_live_attribute,
+            table_props=sink.table_props,
+        )  # fmt: skip
+
+    def _vpc(self, retention: logs.RetentionDays, vpc_props: Mapping[str, Any] | None) -> ec2.Vpc:
+        """Public subnets in two zones, no NAT gateway; gateway endpoints for DynamoDB and S3 (free);
+        every flow logged (rejected ones tell a security group's refusal), under the logs key."""
+        flow_logs = logs.LogGroup(self, "FlowLogs", retention=retention, encryption_key=self.log_key)
+        defaults: dict[str, Any] = {
+            "max_azs": 2,
+            "nat_gateways": 0,
+            "subnet_configuration": [
+                ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24)
+            ],
+            "gateway_endpoints": {
+                "DynamoDb": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.DYNAMODB),
+                "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3),
+            },
+            "flow_logs": {
+                "FlowLog": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                    traffic_type=ec2.FlowLogTrafficType.ALL,
+                )
+            },
+        }
+        return ec2.Vpc(self, "Vpc", **{**defaults, **(vpc_props or {})})
+
+    def _security_group(self) -> ec2.SecurityGroup:
+        """No inbound rule (nothing calls a worker); HTTPS out only (AWS's APIs)."""
+        group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=self.vpc,
+            description=f"shardline worker group {self.name}: no inbound, HTTPS out",
+            allow_all_outbound=False,
+        )
+        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS APIs over HTTPS")
+        return group
+
+    def _image(
+        self,
+        owner: str,
+        code: str | Path | None,
+        build_context: str | Path | None,
+        dockerfile: str,
+        architecture: Architecture,
+        image_props: Mapping[str, Any] | None,
+    ) -> ecs.ContainerImage:
+        """The worker image of the repository's Dockerfile with the handler's folder: staged at synth
+        (an allow-list of the build context), built at deploy."""
+        assert code is not None
+        if build_context is None:
+            if not (REPOSITORY / DOCKERFILE).is_file():
+                raise ValueError(
+                    f"{owner}: build_context: shardline is not running from its repository here; give the "
+                    f"folder holding {dockerfile}, the package source and the handler (or an image)"
+                )
+            build_context = REPOSITORY
+        context = Path(build_context).resolve()
+        if not (context / dockerfile).is_file():
+            raise ValueError(f"{owner}: dockerfile: no {dockerfile} in the build context {context}")
+        folder = (context / code).resolve()  # an absolute `code` stays itself
+        if not folder.is_dir() or folder == context or not folder.is_relative_to(context):
+            raise ValueError(
+                f"{owner}: code: {code} must be a folder inside the build context {context} (its own "
+                "folder, not the context itself)"
+            )
+        handler = folder.relative_to(context).as_posix()
+        props: dict[str, Any] = {
+            "file": dockerfile,
+            "build_args": {"HANDLER": handler},
+            "platform": PLATFORMS[architecture],
+            "ignore_mode": IgnoreMode.DOCKER,
+            "exclude": [
+                "*",
+                f"!{dockerfile}",
+                *(f"!{path}" for path in CONTEXT_FILES),
+                f"!{handler}",
+                *LEFT_OUT,
+                *(f"**/{path}" for path in NEVER_IN_CONTEXT),
+            ],
+            **(image_props or {}),
+        }
+        return ecs.ContainerImage.from_asset(str(context), **props)
+
+    def _environment(
+        self,
+        handler_object: str,
+        starting_position: str,
+        checkpoint_interval_seconds: float,
+        lease_duration_seconds: int,
+        max_leases_per_worker: int | None,
+        sinks: Sequence[Sink],
+        sink_ttl_days: int | None,
+    ) -> dict[str, str]:
+        """The worker's environment contract, and the handler's variables a Lambda group sets too."""
+        environment = {
+            "SHARDLINE_GROUP": self.name,
+            "SHARDLINE_STREAM": self.stream.stream_name,
+            "SHARDLINE_HANDLER": handler_object,
+            "LEASE_TABLE": self.leases.table_name,
+            "DLQ_URL": self.dead_letters.queue_url,
+            "MAX_ATTEMPTS": str(self.max_attempts),
+            "CHECKPOINT_INTERVAL": f"{checkpoint_interval_seconds:g}",
+            "LEASE_DURATION_SECONDS": str(lease_duration_seconds),
+            "INITIAL_POSITION": starting_position,
+            "AWS_REGION": Aws.REGION,
+            "POWERTOOLS_SERVICE_NAME": f"shardline-{self.name}",
+            "POWERTOOLS_METRICS_NAMESPACE": self.metrics_namespace,
+        }
+        if self.sink is not None:
+            environment["SINK_TABLE"] = self.sink.table_name
+        if max_leases_per_worker is not None:
+            environment["MAX_LEASES_PER_WORKER"] = str(max_leases_per_worker)
+        declarations = [
+            declaration.to_json()
+            for sink, table_ in zip(sinks, self.sinks, strict=True)
+            if (declaration := sink.declaration(table_.table_name)) is not None
+        ]
+        if declarations:  # as a Lambda group's function has it (`ConsumerEnvironment`)
+            environment["SHARDLINE_SINKS"] = json.dumps(declarations)
+        if sink_ttl_days is not None:
+            environment["SINK_TTL_DAYS"] = str(sink_ttl_days)
+        return environment
+
+    def _container(
+        self,
+        owner: str,
+        image: ecs.ContainerImage,
+        environment: dict[str, str],
+        stop_timeout_seconds: int,
+        container_props: Mapping[str, Any] | None,
+    ) -> ecs.ContainerDefinition:
+        """The worker: not root, a read-only root filesystem (a writable /tmp), JSON logs and EMF
+        metrics to the log group, and time to hand its leases back when stopped."""
+        props = dict(container_props or {})
+        extra = dict(props.pop("environment", None) or {})
+        overridden = sorted(set(extra) & {*WORKER_VARIABLES, *HANDLER_VARIABLES})
+        if overridden:
+            raise ValueError(
+                f"{owner}: container_props.environment: {overridden} are shardline's own (its props set them)"
+            )
+        container = self.task_definition.add_container(
+            "Worker",
+            **{
+                "container_name": "worker",
+                "image": image,
+                "essential": True,
+                "user": WORKER_USER,
+                "readonly_root_filesystem": True,
+                "stop_timeout": Duration.seconds(stop_timeout_seconds),
+                "logging": ecs.LogDrivers.aws_logs(
+                    stream_prefix="worker",
+                    log_group=self.log_group,
+                    mode=ecs.AwsLogDriverMode.NON_BLOCKING,
+                    max_buffer_size=LOG_BUFFER,
+                ),
+                **props,
+            },
+            environment={**extra, **environment},
+        )
+        self.task_definition.add_volume(name="tmp")
+        container.add_mount_points(
+            ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False)
+        )
+        return container
+
+    def _grant(self) -> None:
+        """What the worker calls, on the group's own resources and its stream, and nothing else."""
+        role = self.role
+        self.leases.grant(role, *LEASE_ACTIONS)
+        for sink in self.sinks:
+            sink.grant(role, *SINK_ACTIONS)
+        for table_ in (self.leases, *self.sinks):
+            if table_.encryption_key is not None and table_.encryption_key is not self.key:
+                role.add_to_principal_policy(_via("dynamodb", ["kms:Decrypt"], table_.encryption_key))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn])
+        )
+        queue_key = self.dead_letters.encryption_master_key
+        if queue_key is not None and queue_key is not self.key:
+            role.add_to_principal_policy(_via("sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key))
+        for service, actions in KEY_ACTIONS_VIA.items():
+            role.add_to_principal_policy(_via(service, list(actions), self.key))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=list(STREAM_ACTIONS), resources=[self.stream.stream_arn])
+        )
+        if self.stream.key is not None:
+            role.add_to_principal_policy(_via("kinesis", ["kms:Decrypt"], self.stream.key))
+
+    def _acknowledge(self) -> None:
+        """The findings this group's own choices raise, on its own resources."""
+        if self._own_dead_letters:
+            acknowledge_rules(self.dead_letters, DEAD_LETTER_QUEUE)
+        acknowledge_rules(self.task_definition, WORKER_TASK)
+        acknowledge_rules(self.execution_role, EXECUTION_ROLE)
+
+
+#: The task definition's container: its environment.
+WORKER_TASK = {
+    "AwsSolutions::AwsSolutions-ECS2": "The variables are the worker's settings and the names of its "
+    "stream, tables and queue (shardline's environment contract, as its functions have); no secret.",
+}
+#: The execution role ECS pulls the image and writes the logs with.
+EXECUTION_ROLE = {
+    "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "ecr:GetAuthorizationToken, which has no "
+    "resource-level permission; the image's pull actions are on its repository only.",
+}
+
+
+def _task_role(scope: Construct, construct_id: str) -> iam.Role:
+    """The worker's role, which ECS tasks of this account and region alone may assume (no confused
+    deputy, as ECS's task role documentation advises)."""
+    return iam.Role(
+        scope,
+        construct_id,
+        assumed_by=iam.ServicePrincipal(
+            "ecs-tasks.amazonaws.com",
+            conditions={
+                "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ecs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
+            },
+        ),
+    )
+
+
+def _via(service: str, actions: list[str], key: kms.IKey) -> iam.PolicyStatement:
+    return iam.PolicyStatement(
+        actions=actions,
+        resources=[key.key_arn],
+        conditions={"StringEquals": {"kms:ViaService": f"{service}.{Aws.REGION}.amazonaws.com"}},
+    )

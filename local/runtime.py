@@ -1,4 +1,5 @@
-"""The whole app on loopback: the AWS endpoint, the functions, the REST APIs, the event-source mappings.
+"""The whole app on loopback: the AWS endpoint, the functions, the REST APIs, the event-source mappings,
+the worker groups' tasks.
 
     with Runtime(Path("cdk.out")) as runtime:      # starts everything, in that order
         print(runtime.api_url)                     # http://127.0.0.1:3000/v1/streams ...
@@ -33,6 +34,7 @@ from .app.template import load
 from .chaos.profiles import ChaosProfile
 from .cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
 from .cloudwatch.usage import Usage, merge
+from .ecs.services import WorkerServices
 from .endpoint.handle import Endpoint
 from .lambda_.esm.runner import MappingRunner
 from .lambda_.workers import Functions
@@ -71,6 +73,7 @@ class Runtime:
         self.functions: Functions | None = None
         self.api: ApiServer | None = None
         self.runners: list[MappingRunner] = []
+        self.services: WorkerServices | None = None
         self.monitor: Monitor | None = None
         self.started_in: float = 0.0
         self.ledger = Usage()  # the runtime's part of the usage ledger (the endpoint keeps its own)
@@ -152,6 +155,17 @@ class Runtime:
                 runner.start()
                 self.runners.append(runner)
             self._on_step("mappings", f"{len(self.runners)} polling")
+            if self.app.workers:
+                self.services = WorkerServices(
+                    self.app.workers,
+                    endpoint_url=self.endpoint_url,
+                    log_dir=settings.log_dir,
+                    kill_every_s=settings.chaos.workers.task_kill_every_s,
+                    seed=settings.chaos.seed,
+                    publish=publish,
+                ).start()
+                tasks = sum(service.desired_count for service in self.app.workers)
+                self._on_step("workers", f"{len(self.app.workers)} worker group(s), {tasks} tasks")
             self.monitor.start()
             self._on_step("dashboard", self.dashboard_summary())
         except BaseException:
@@ -169,6 +183,9 @@ class Runtime:
         """
         for runner in self.runners:
             runner.stop(timeout=0)
+        if self.services is not None:  # while the endpoint runs: they hand their leases back
+            self.services.stop()
+            self.services = None
         if self.monitor is not None:
             self.monitor.stop()
             self.monitor = None
@@ -206,7 +223,25 @@ class Runtime:
             "functions": _plain(self.functions.stats()) if self.functions else {},
             "api": _plain(self.api.stats()) if self.api else {},
             "mappings": {runner.mapping.function_name: _plain(runner.stats()) for runner in self.runners},
+            "workers": {
+                name: {**stats, "behind_ms": self._behind_ms(name)}
+                for name, stats in (self.services.stats() if self.services else {}).items()
+            },
         }
+
+    def _behind_ms(self, group: str) -> float | None:
+        """A worker group's latest MillisBehindLatest (its tasks publish it as EMF), or None."""
+        if self.monitor is None:
+            return None
+        store, now = self.monitor.store, time.time()
+        latest: float | None = None
+        for metric in store.metrics():
+            if metric.name == "MillisBehindLatest" and ("ConsumerGroup", group) in metric.dimensions:
+                points = store.query(metric, "Maximum", start=now - 300, end=now, period=60)
+                values = [value for _, value in points if value is not None]
+                if values:
+                    latest = max(latest or 0.0, values[-1])
+        return latest
 
     def usage(self, *, reset: bool = False) -> dict[str, Any]:
         """The billable operations since the start or the last reset, every part's (see the module);

@@ -12,8 +12,13 @@ from . import model
 def consumer(function: model.Function) -> ConsumerEnvironment | None:
     """The consumer group `function` runs (its group, lease and sink tables, DLQ), or None when its
     environment is not a consumer's."""
+    return consumer_of(function.environment)
+
+
+def consumer_of(environment: dict[str, str]) -> ConsumerEnvironment | None:
+    """The consumer group an environment (a function's, a worker task's) declares, or None."""
     try:
-        return ConsumerEnvironment.from_environ(function.environment)
+        return ConsumerEnvironment.from_environ(environment)
     except ConfigurationError:
         return None
 

@@ -104,6 +104,37 @@ class Function:
 
 
 @dataclass(frozen=True)
+class WorkerService:
+    """An `AWS::ECS::Service` running `shardline worker` (a `shardline.cdk.WorkerGroup`), as
+    `desired_count` local processes of the image's code: its handler folder and the shardline
+    library of its build context, on the runtime's Python and packages (`local.ecs`)."""
+
+    logical_id: str
+    name: str  # the consumer group's name (SHARDLINE_GROUP)
+    desired_count: int
+    code_dir: Path  # the handler's folder in the image's build context (its working folder)
+    library_dir: Path  # the build context's shardline library (`layers/shardline/python`)
+    command: tuple[str, ...] = ("shardline", "worker")  # the container's entry point and command
+    environment: dict[str, str] = field(default_factory=dict)  # resolved; no endpoint settings yet
+    stop_timeout_seconds: int = 30  # the container's StopTimeout: SIGTERM, then SIGKILL after it
+    log_group: str = ""
+    service_name: str = ""  # ECS's names, the dimensions of its metrics (RunningTaskCount)
+    cluster_name: str = ""
+
+    @property
+    def stream_name(self) -> str:
+        return self.environment.get("SHARDLINE_STREAM", "")
+
+    @property
+    def lease_table(self) -> str:
+        return self.environment.get("LEASE_TABLE", "")
+
+    def log_files(self, log_dir: Path) -> list[Path]:
+        """The log file of each of its task slots (`local.ecs` writes them, `local.cloudwatch` reads)."""
+        return [log_dir / f"{self.name}-{slot}.log" for slot in range(self.desired_count)]
+
+
+@dataclass(frozen=True)
 class EventSourceMapping:
     """An `AWS::Lambda::EventSourceMapping` from a Kinesis stream, with Lambda's defaults."""
 
@@ -194,6 +225,7 @@ class LocalApp:
     monitoring: tuple[Resource, ...] = ()  # the CloudWatch alarms and dashboards, resolved (local.cloudwatch)
     unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
     not_emulated: tuple[NotEmulated, ...] = ()  # properties of what runs, listed at start-up and in status
+    workers: tuple[WorkerService, ...] = ()  # worker consumer groups (`local.ecs`)
 
     def function(self, name: str) -> Function:
         for function in self.functions:

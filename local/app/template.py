@@ -25,6 +25,7 @@ from . import environments, model
 from .properties import not_emulated
 from .template_api import ApiReader, TemplateError
 from .template_streams import StreamReader, parse_source, undefined_streams
+from .template_workers import WORKER_NOT_RUN, WorkerReader
 
 # Types the runtime reads but has nothing to run for: why each is left out.
 __all__ = ["NOT_RUN", "PARTS", "TemplateError", "find_template", "load", "unsupported_reason"]
@@ -54,6 +55,7 @@ NOT_RUN = {
     "AWS::Logs::LogGroup": "function output goes to files under the run's log folder",
     "AWS::CDK::Metadata": "CDK's own bookkeeping",
     "AWS::SNS::Topic": "alarm notifications: an alarm's state and history are on the dashboard instead",
+    **WORKER_NOT_RUN,
 }
 # Read as part of the REST API or a function, not run on their own.
 PARTS = {
@@ -67,6 +69,7 @@ PARTS = {
     "AWS::ApiGateway::UsagePlan",
     "AWS::ApiGateway::UsagePlanKey",
     "AWS::Lambda::LayerVersion",
+    "AWS::ECS::TaskDefinition",  # read with its service (local.app.template_workers)
 }
 ENDPOINT_RESOURCES = ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::S3::Bucket")
 MONITORING_RESOURCES = ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard")  # local.cloudwatch
@@ -111,7 +114,7 @@ def load(
     ).app(shards or {})
 
 
-class _Reader(ApiReader, StreamReader):
+class _Reader(ApiReader, StreamReader, WorkerReader):
     def __init__(self, template: dict[str, Any], stack: str, cdk_out: Path, endpoint_url: str) -> None:
         self.resources: dict[str, dict[str, Any]] = template.get("Resources", {})
         self.parameters: dict[str, Any] = template.get("Parameters", {})
@@ -205,6 +208,7 @@ class _Reader(ApiReader, StreamReader):
             ("AWS::SNS::Topic", "TopicName"): name,
             ("AWS::DynamoDB::Table", "StreamArn"): f"{arns.get(kind)}/stream/local",
             ("AWS::ApiGateway::RestApi", "RootResourceId"): _short_id(self.stack, logical_id + "/"),
+            ("AWS::ECS::Service", "Name"): name,
         }
         if (kind, attribute) in others:
             return others[(kind, attribute)]
@@ -256,9 +260,14 @@ class _Reader(ApiReader, StreamReader):
         return re.sub(r"\$\{([^}]+)\}", replace, text)
 
     def properties(self, logical_id: str) -> dict[str, Any]:
-        self._where = logical_id
-        resolved: dict[str, Any] = self.resolve(self.resources[logical_id].get("Properties", {}))
+        properties = self.resources[logical_id].get("Properties", {})
+        resolved: dict[str, Any] = self.resolve_part(logical_id, properties)
         return resolved
+
+    def resolve_part(self, logical_id: str, value: Any) -> Any:
+        """`value`, a part of `logical_id`'s properties, resolved (errors name `logical_id`)."""
+        self._where = logical_id
+        return self.resolve(value)
 
     # -- the app ----------------------------------------------------------------------------
 
@@ -267,20 +276,27 @@ class _Reader(ApiReader, StreamReader):
 
     def app(self, shards: Mapping[str, int]) -> model.LocalApp:
         known = {"AWS::Kinesis::Stream", "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping"}
-        known.add("AWS::Kinesis::StreamConsumer")
+        known |= {"AWS::Kinesis::StreamConsumer", "AWS::ECS::Service"}
         known |= {"AWS::ApiGateway::RestApi", *ENDPOINT_RESOURCES, *MONITORING_RESOURCES, *PARTS}
+        providers = self.providers_not_run()
         unsupported = tuple(
             (logical_id, resource["Type"])
             for logical_id, resource in self.resources.items()
-            if resource["Type"] not in known
+            if resource["Type"] not in known or logical_id in providers
         )
         streams = tuple(self.stream(logical_id) for logical_id in self.of_type("AWS::Kinesis::Stream"))
         consumers = self.stream_consumers(self.of_type("AWS::Kinesis::StreamConsumer"))
-        functions = tuple(self.function(logical_id) for logical_id in self.of_type("AWS::Lambda::Function"))
+        functions = tuple(
+            self.function(logical_id)
+            for logical_id in self.of_type("AWS::Lambda::Function")
+            if logical_id not in providers
+        )
+        workers = tuple(self.worker_service(logical_id) for logical_id in self.of_type("AWS::ECS::Service"))
         mappings = tuple(
             self.mapping(logical_id) for logical_id in self.of_type("AWS::Lambda::EventSourceMapping")
         )
         named = [m.stream_name for m in mappings] + [c.stream_name for c in consumers]
+        named += [worker.stream_name for worker in workers]
         named += [route.stream_name for f in functions for route in environments.routes(f).values()]
         return model.LocalApp(
             stack_name=self.stack,
@@ -300,6 +316,7 @@ class _Reader(ApiReader, StreamReader):
                 for logical_id in self.of_type(kind)
             ),
             unsupported=unsupported,
+            workers=workers,
             not_emulated=tuple(
                 entry
                 for logical_id, resource in self.resources.items()
@@ -420,4 +437,6 @@ def _short_id(stack: str, logical_id: str) -> str:
 
 def unsupported_reason(kind: str) -> str:
     """Why a resource type is listed, not run, at start-up."""
+    if kind == "AWS::Lambda::Function":  # listed only as the provider of a custom resource not run
+        return "the provider of a custom resource that is not run (see that resource)"
     return NOT_RUN.get(kind, "this resource type is not supported by the local runtime")

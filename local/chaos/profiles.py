@@ -156,6 +156,9 @@ class WorkerFaults:
     - `hang_every`: every Nth invocation never returns: the runtime kills it at the function's timeout.
     - `oom_every`: every Nth invocation allocates memory until it passes the function's memory size,
       and is killed as Lambda kills it (Runtime.OutOfMemory).
+    - `task_kill_every_s`: every that many seconds, one process of a worker consumer group (an ECS
+      task: `local.ecs`), chosen at random, is SIGKILLed wherever it is — mid-batch, mid-commit,
+      mid-renewal; the service starts another, as ECS replaces a stopped task.
     """
 
     functions: tuple[str, ...] = (CONSUMERS,)
@@ -163,10 +166,11 @@ class WorkerFaults:
     commit_operations: tuple[str, ...] = ("TransactWriteItems",)
     hang_every: int = 0
     oom_every: int = 0
+    task_kill_every_s: float = 0.0
 
     @property
     def active(self) -> bool:
-        return bool(self.kill_every or self.hang_every or self.oom_every)
+        return bool(self.kill_every or self.hang_every or self.oom_every or self.task_kill_every_s)
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,7 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
             "dynamodb_throttling_rate": 0.005,
             "sqs_send_error_rate": 0.01,
         },
-        "workers": {"kill_every": 1000},
+        "workers": {"kill_every": 1000, "task_kill_every_s": 120.0},
     },
     "heavy": {
         "endpoint": {
@@ -232,7 +236,7 @@ _BUILT_IN: dict[str, dict[str, Any]] = {
             "dynamodb_throttling_rate": 0.03,
             "sqs_send_error_rate": 0.05,
         },
-        "workers": {"kill_every": 150, "oom_every": 500},
+        "workers": {"kill_every": 150, "oom_every": 500, "task_kill_every_s": 20.0},
         "reshards": [{"at_s": 10, "action": "split"}, {"at_s": 25, "action": "merge"}],
     },
 }

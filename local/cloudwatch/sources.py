@@ -3,8 +3,9 @@
     collector = Collector(store, app, endpoint_url=..., log_dir=...).start()   # one thread
     collector.log_events                                                       # for the log widget
 
-- **Function logs**: each function's log file (`local.lambda_.workers` writes it) is read as CloudWatch
-  Logs ingests it. An EMF line's metrics go to the store (`local.cloudwatch.emf`); every line is
+- **Function logs**: each function's log file (`local.lambda_.workers` writes it), and each worker
+  group task's (`local.ecs`), is read as CloudWatch Logs ingests it. An EMF line's metrics go to
+  the store (`local.cloudwatch.emf`); every line is
   kept as a log event (the last `MAX_LOG_EVENTS`), JSON lines with their fields, for Logs Insights;
   and billed in the usage ledger (`local.cloudwatch.usage`: events and bytes ingested, EMF documents
   and the distinct metrics they define). `read_logs()` reads them now (a reading of the ledger).
@@ -101,6 +102,10 @@ class Collector:
         self._files = [
             _LogFile(Path(log_dir) / f"{function.name}.log", function.log_group or function.name)
             for function in app.functions
+        ] + [  # a worker group's tasks, each slot's file, into the container's log group
+            _LogFile(path, service.log_group or service.name)
+            for service in app.workers
+            for path in service.log_files(Path(log_dir))
         ]
         self._queues = [r for r in app.resources if r.type == "AWS::SQS::Queue"]
         self._cursor = 0

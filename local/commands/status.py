@@ -60,6 +60,20 @@ def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
                 "on_failure_arn": (mapping.on_failure_arn or "") if mapping else "",
             }
         )
+    for service in app.workers:  # a worker group: its tasks take the leases themselves (local.ecs)
+        env = environments.consumer_of(service.environment)
+        if env is not None:
+            groups.append(
+                {
+                    "group": env.group,
+                    "function": "",
+                    "workers": service.name,
+                    "lease_table": env.lease_table,
+                    "sink_table": env.sink_table or "",
+                    "dlq_url": env.dlq_url or "",
+                    "on_failure_arn": "",
+                }
+            )
     return groups
 
 
@@ -317,6 +331,8 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
                 style="red" if held_back else None,
             )
         console.print(table)
+        if group.get("workers"):
+            _render_workers(group, report["runtime"].get("workers", {}).get(group["workers"], {}), console)
         _render_lease_problems(group, console, now)
         depths = ", ".join(f"{name} {depth}" for name, depth in group["depths"].items())
         console.print(f"  queues: {depths or 'none'}")
@@ -352,6 +368,27 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
         f"{api.get('status_5xx', 0)} 5XX, {api.get('throttled', 0)} throttled, "
         f"p99 {api.get('latency_p99_ms', 0):.0f} ms"
     )
+
+
+def _render_workers(group: dict[str, Any], service: dict[str, Any], console: Console) -> None:
+    """A worker group's tasks and the open leases each holds (a lease owned by no task is waiting
+    for one to take it: a worker that stopped, or a shard not taken yet)."""
+    open_leases = [lease for lease in group["leases"] if lease.get("checkpoint") != "SHARD_END"]
+    held: dict[str, int] = {}
+    for lease in open_leases:
+        owner = lease.get("owner") or "(no one)"
+        held[owner] = held.get(owner, 0) + 1
+    tasks = service.get("tasks", [])
+    console.print(
+        f"  workers: {service.get('running', 0)} running of {service.get('desired', '?')} "
+        f"({service.get('replaced', 0)} replaced, {service.get('killed', 0)} killed by chaos); "
+        f"behind: {service.get('behind_ms') or 0:,.0f} ms"
+    )
+    for task in tasks:
+        state = "running" if task.get("alive") else "stopped"
+        console.print(f"    {escape(task['task'])} ({state}): {held.pop(task['task'], 0)} leases")
+    for owner, count in sorted(held.items()):
+        console.print(f"    {escape(owner)}: {count} leases")
 
 
 def _render_not_emulated(report: dict[str, Any], console: Console) -> None:

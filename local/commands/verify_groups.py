@@ -2,7 +2,8 @@
 
 A consumer group is a function with a consumer's environment (`SHARDLINE_GROUP`, `LEASE_TABLE`;
 `shardline.aws_lambda.ConsumerEnvironment`) whose event-source mapping reads the stream the records
-were sent to. What its sinks hold it declares in `SHARDLINE_SINKS`, a JSON list of
+were sent to, or a worker group (an ECS service of `shardline worker` tasks, the same environment)
+reading that stream. What its sinks hold it declares in `SHARDLINE_SINKS`, a JSON list of
 `shardline.aws_lambda.SinkDeclaration`s (the CDK's ConsumerGroup writes it from what it is told):
 
     SHARDLINE_SINKS='[{"table": "orders", "holds": "records", "idAttribute": "eventId"},
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from shardline.aws_lambda import ConsumerEnvironment
+
 from ..app import environments, model
 from .verify_verdict import COUNTER, LAG, NOT_DECLARED, RECORDS, Group
 
@@ -53,42 +56,53 @@ def _guessed_kind(resource: model.Resource | None) -> str | None:
 
 
 def consumer_groups(app: model.LocalApp, stream_name: str) -> list[Group]:
-    """The consumer groups whose event-source mapping reads `stream_name`: one `Group` per declared
-    sink, else one checked by its guessed sink or by lag."""
-    tables = {r.name: r for r in app.resources if r.type == "AWS::DynamoDB::Table"}
-    groups = []
+    """The consumer groups that read `stream_name` — a function through its event-source mapping,
+    or a worker group's tasks (`model.WorkerService`: the same environment contract, no mapping):
+    one `Group` per declared sink, else one checked by its guessed sink or by lag."""
+    readers: list[tuple[str, ConsumerEnvironment, str]] = []  # (function or service, env, on-failure)
     for function in app.functions:
         env = environments.consumer(function)
         mappings = [
             m for m in app.mappings if m.function_name == function.name and m.stream_name == stream_name
         ]
-        if env is None or not mappings:
-            continue
-        on_failure = mappings[0].on_failure_arn or ""
-        common = Group(
-            env.group, function.name, LAG, "", stream_name, env.dlq_url or "", lease_table=env.lease_table,
-            on_failure_queue=on_failure.rsplit(":", 1)[-1] if on_failure.startswith("arn:aws:sqs:") else "",
-            source=NOT_DECLARED,
+        if env is not None and mappings:
+            readers.append((function.name, env, mappings[0].on_failure_arn or ""))
+    for service in app.workers:
+        env = environments.consumer_of(service.environment)
+        if env is not None and service.stream_name == stream_name:
+            readers.append((service.name, env, ""))
+    return [group for reader in readers for group in _groups(app, stream_name, *reader)]
+
+
+def _groups(
+    app: model.LocalApp, stream_name: str, reader: str, env: ConsumerEnvironment, on_failure: str
+) -> list[Group]:
+    tables = {r.name: r for r in app.resources if r.type == "AWS::DynamoDB::Table"}
+    groups: list[Group] = []
+    common = Group(
+        env.group, reader, LAG, "", stream_name, env.dlq_url or "", lease_table=env.lease_table,
+        on_failure_queue=on_failure.rsplit(":", 1)[-1] if on_failure.startswith("arn:aws:sqs:") else "",
+        source=NOT_DECLARED,
+    )  # fmt: skip
+    for sink in env.sinks:
+        kind = RECORDS if sink.holds == "records" else COUNTER
+        groups.append(
+            dataclasses.replace(
+                common, name=env.group if len(env.sinks) == 1 else f"{env.group}/{sink.table}",
+                kind=kind, sink_table=sink.table, id_attribute=sink.id_attribute,
+                key_attribute=sink.key_attribute, count_attribute=sink.count_attribute,
+                incremental=kind == RECORDS and _key_schema(tables.get(sink.table)) == EVENT_SINK_KEYS,
+                source="declared",
+            )
         )  # fmt: skip
-        for sink in env.sinks:
-            kind = RECORDS if sink.holds == "records" else COUNTER
-            groups.append(
-                dataclasses.replace(
-                    common, name=env.group if len(env.sinks) == 1 else f"{env.group}/{sink.table}",
-                    kind=kind, sink_table=sink.table, id_attribute=sink.id_attribute,
-                    key_attribute=sink.key_attribute, count_attribute=sink.count_attribute,
-                    incremental=kind == RECORDS and _key_schema(tables.get(sink.table)) == EVENT_SINK_KEYS,
-                    source="declared",
-                )
-            )  # fmt: skip
-        guessed = _guessed_kind(tables.get(env.sink_table or ""))
-        if env.sinks:
-            continue
-        if env.sink_table is not None and guessed is not None:
-            groups.append(
-                dataclasses.replace(common, kind=guessed, sink_table=env.sink_table,
-                                    incremental=guessed == RECORDS, source="key schema")
-            )  # fmt: skip
-        else:
-            groups.append(common)
+    guessed = _guessed_kind(tables.get(env.sink_table or ""))
+    if env.sinks:
+        return groups
+    if env.sink_table is not None and guessed is not None:
+        groups.append(
+            dataclasses.replace(common, kind=guessed, sink_table=env.sink_table,
+                                incremental=guessed == RECORDS, source="key schema")
+        )  # fmt: skip
+    else:
+        groups.append(common)
     return groups

@@ -45,7 +45,9 @@ __all__ = [
     "find_interpreter",
     "install",
     "packaging_for",
+    "powertools_layer_dir",
     "public_layer_dir",
+    "site_dir",
 ]
 
 ROOT = home.cache_dir()
@@ -140,6 +142,12 @@ def _version(interpreter: str) -> str:
         timeout=30,
         check=True,
     ).stdout.strip()
+
+
+def powertools_layer_dir() -> Path | None:
+    """The installed Powertools layer of the lock's version (holding its packages), or None."""
+    folder = ROOT / "layers" / f"powertools-{_pinned_version('aws-lambda-powertools')}" / "python"
+    return folder if _installed(folder) else None
 
 
 def public_layer_dir(layer: str) -> Path | None:

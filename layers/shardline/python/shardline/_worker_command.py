@@ -42,6 +42,7 @@ WORKER_SETTINGS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--batch-timeout", "BATCH_TIMEOUT_SECONDS", "120", "seconds a batch's handler may run"),
     ("--metrics-interval", "METRICS_INTERVAL_SECONDS", "60", "seconds between EMF metric lines"),
     ("--owner", "WORKER_ID", None, "this worker's name in the lease table (default host-pid-random)"),
+    ("--consumer-arn", "STREAM_CONSUMER_ARN", None, "a registered stream consumer: enhanced fan-out"),
 )
 
 
@@ -56,6 +57,8 @@ def main(argv: list[str], prog: str = "shardline worker") -> int:
     parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: boto3's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), stream=sys.stderr, format="%(message)s")
+    for chatty in ("botocore", "boto3", "urllib3"):  # their INFO lines say which endpoint, per client
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         worker = build(args)
     except (ConfigurationError, ValueError, ImportError, AttributeError) as error:
@@ -110,6 +113,7 @@ def build(args: argparse.Namespace) -> Any:
         batch_timeout=float(args.batch_timeout),
         publish=_emf_publisher(consumer.group),
         publish_interval=float(args.metrics_interval),
+        consumer_arn=args.consumer_arn,
     )
 
 

@@ -39,7 +39,7 @@ from shardline.kinesis._positions import LATEST, TRIM_HORIZON, Position
 if TYPE_CHECKING:
     from shardline.protocols import KinesisReadClient
 
-__all__ = ["Batch", "End", "ShardReader"]
+__all__ = ["Batch", "End", "ShardReader", "error_code"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class ShardReader(threading.Thread):
                 self.calls += 1
                 failures = 0
             except (ClientError, BotoCoreError) as error:
-                code = _code(error)
+                code = error_code(error)
                 if code == "ExpiredIteratorException":
                     iterator = None  # fetched again after the last record read
                     continue
@@ -176,7 +176,7 @@ class ShardReader(threading.Thread):
         )
 
 
-def _code(error: ClientError | BotoCoreError) -> str:
+def error_code(error: ClientError | BotoCoreError) -> str:
     """A refused call's error code (a connection failure has none: its class name)."""
     if isinstance(error, ClientError):
         return str(error.response.get("Error", {}).get("Code", "")) or "ClientError"

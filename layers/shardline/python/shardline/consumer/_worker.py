@@ -14,7 +14,8 @@ exactly-once sink writes in the checkpoint's transaction, failure counting and d
   reads the lease table, and takes what `_lease_balance.plan` says — owned by no one or expired
   first, one steal from the most loaded worker when it holds more than its share;
 - a reader thread per held shard (`_shard_reader`) fetches records within the shard's read
-  limits into one bounded queue;
+  limits into one bounded queue — or, with `consumer_arn` (a stream consumer registered for the
+  group: enhanced fan-out), subscribes to it (`_shard_subscriber`), 2 MiB a second of its own;
 - the handler runs on the calling thread (the main thread, for `run()`), one batch at a time, so
   a handler needs no locks, and a hung one is interrupted at `batch_timeout` like a Lambda
   handler at its timeout (SIGALRM). A batch that fails restarts its shard's reader at the record
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from shardline.consumer._lease_balance import LeaseObserver, plan
 from shardline.consumer._lease_store import Lease
 from shardline.consumer._shard_reader import Batch, End, ShardReader
+from shardline.consumer._shard_subscriber import ShardSubscriber
 from shardline.consumer._worker_leases import HeldLeases
 from shardline.errors import LeaseLost
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
@@ -88,6 +90,7 @@ class Worker:
         idle_interval: float = 1.0,
         publish: Callable[[Mapping[str, Any]], None] | None = None,
         publish_interval: float = 60.0,
+        consumer_arn: str | None = None,
     ) -> None:
         if renew_interval is None:
             renew_interval = lease_duration / 3
@@ -106,6 +109,7 @@ class Worker:
         self.initial_position = initial_position
         self.batch_limit, self.batch_timeout, self.idle_interval = batch_limit, batch_timeout, idle_interval
         self._publish, self.publish_interval = publish, publish_interval
+        self.consumer_arn = consumer_arn
         self.stopping = threading.Event()
         self._out: queue.Queue[Batch | End] = queue.Queue()
         self._readers: dict[str, ShardReader] = {}
@@ -225,17 +229,31 @@ class Worker:
     def _restart_reader(self, key: str, start: Position) -> None:
         self._stop_reader(key)
         generation = self._generations[key] = self._generations.get(key, 0) + 1
-        reader = ShardReader(
-            self.kinesis,
-            self.stream,
-            self._shards[key][0],
-            key,
-            start,
-            self._out,
-            generation=generation,
-            limit=self.batch_limit,
-            idle_interval=self.idle_interval,
-        )
+        shard_id = self._shards[key][0]
+        reader: ShardReader
+        if self.consumer_arn is not None:
+            reader = ShardSubscriber(
+                self.kinesis,
+                self.consumer_arn,
+                self.stream,
+                shard_id,
+                key,
+                start,
+                self._out,
+                generation=generation,
+            )
+        else:
+            reader = ShardReader(
+                self.kinesis,
+                self.stream,
+                shard_id,
+                key,
+                start,
+                self._out,
+                generation=generation,
+                limit=self.batch_limit,
+                idle_interval=self.idle_interval,
+            )
         self._readers[key] = reader
         reader.start()
 

@@ -5,6 +5,8 @@ record's id applied exactly once (`tests/support/worker_group.py`)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -184,3 +186,15 @@ def _wait_active(group: WorkerGroup) -> None:
         ),
         timeout=30,
     )
+
+
+def test_a_handler_that_hangs_is_interrupted_at_the_batch_timeout_and_its_record_dead_lettered(group2):
+    hung = group2.send(200, hang=frozenset({57}))[57]
+    group2.sent.remove(hung)  # never applied: it goes to the dead-letter queue, whole
+    group2.start("w1", "--batch-timeout", "3", "--max-attempts", "2")
+    exactly_once(group2)
+    assert group2.wait_for(lambda: any(letter["data"] for letter in group2.dead_letters()), timeout=60)
+    [letter] = group2.dead_letters()
+    assert json.loads(base64.b64decode(letter["data"]))["id"] == hung
+    assert letter["attempts"] == 2 and letter["errorType"].endswith("HandlerTimedOut")
+    assert hung not in group2.applied()

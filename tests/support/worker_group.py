@@ -6,7 +6,7 @@ record once per id as a transactional `ADD applied :1` on the item keyed by the 
 id, in the checkpoint's transaction: a sink item at 2 is a record applied twice, a missing one a
 record lost. The item also says which shard applied it and when its handler ran (`appliedAt`).
 `SLOW_MS` makes each record take that long (a batch that is mid-flight when a worker
-is killed).
+is killed); a record whose payload says `"hang": true` never returns.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def handle(record):
     if SLOW:
         time.sleep(SLOW)
     body = json.loads(record.data)
+    if body.get("hang"):
+        time.sleep(3600)  # a handler that never returns: the batch's time budget interrupts it
     return [{"Update": {
         "TableName": SINK,
         "Key": {"pk": {"S": body["id"]}},
@@ -59,7 +61,7 @@ def clients(endpoint: str) -> dict[str, Any]:
         "aws_access_key_id": "test",
         "aws_secret_access_key": "test",
     }
-    return {name: boto3.client(name, **options) for name in ("kinesis", "dynamodb")}
+    return {name: boto3.client(name, **options) for name in ("kinesis", "dynamodb", "sqs")}
 
 
 @dataclass
@@ -75,7 +77,7 @@ class WorkerGroup:
 
     def __post_init__(self) -> None:
         aws = clients(self.endpoint)
-        self.kinesis, self.dynamodb = aws["kinesis"], aws["dynamodb"]
+        self.kinesis, self.dynamodb, self.sqs = aws["kinesis"], aws["dynamodb"], aws["sqs"]
         self.stream, self.leases, self.sink = (
             f"{self.name}-stream",
             f"{self.name}-leases",
@@ -93,18 +95,23 @@ class WorkerGroup:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "sink_handler.py").write_text(HANDLER)
         self.table = LeaseTable(self.dynamodb, self.leases)
+        self.dlq_url = self.sqs.create_queue(QueueName=f"{self.name}-dlq")["QueueUrl"]
         self.sent: list[str] = []
 
     # -- records --------------------------------------------------------------------------------
 
-    def send(self, count: int, *, keys: int = 64) -> list[str]:
-        """Put `count` records with unique ids over `keys` partition keys; their ids."""
+    def send(self, count: int, *, keys: int = 64, hang: frozenset[int] = frozenset()) -> list[str]:
+        """Put `count` records with unique ids over `keys` partition keys (those at the indexes in
+        `hang` hang their handler); their ids."""
         ids = [f"r-{len(self.sent) + n}" for n in range(count)]
         for start in range(0, count, 500):
             chunk = ids[start : start + 500]
             entries = [
-                {"Data": json.dumps({"id": rid}).encode(), "PartitionKey": f"k{hash(rid) % keys}"}
-                for rid in chunk
+                {
+                    "Data": json.dumps({"id": rid, **({"hang": True} if start + n in hang else {})}).encode(),
+                    "PartitionKey": f"k{sum(map(ord, rid)) % keys}",
+                }
+                for n, rid in enumerate(chunk)
             ]
             while entries:
                 answer = self.kinesis.put_records(StreamName=self.stream, Records=entries)
@@ -153,6 +160,11 @@ class WorkerGroup:
 
     # -- workers --------------------------------------------------------------------------------
 
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The dead-letter queue's messages (read, not deleted)."""
+        answer = self.sqs.receive_message(QueueUrl=self.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        return [json.loads(message["Body"]) for message in answer.get("Messages", [])]
+
     def start(self, name: str, *extra: str, slow_ms: int = 0) -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
@@ -171,6 +183,7 @@ class WorkerGroup:
             "--group", self.name,
             "--lease-table", self.leases,
             "--handler", "sink_handler:handle",
+            "--dlq-url", self.dlq_url,
             "--endpoint-url", self.endpoint,
             "--lease-duration", str(self.lease_duration),
             "--owner", name,

@@ -3,7 +3,8 @@
     python -m local.endpoint --host 127.0.0.1 --port 4566 [--no-limits]
 
 runs moto's all-services WSGI app in this process under a threaded server, with moto's Kinesis
-corrected and Kinesis's per-shard limits enforced for every client (`local.endpoint.kinesis.fixes`), moto's
+corrected and Kinesis's per-shard limits enforced for every client (`local.endpoint.kinesis.fixes`),
+SubscribeToShard answered with an event stream (`local.endpoint.kinesis.subscribe`), moto's
 DynamoDB writes made atomic and its transactions cheap (`local.endpoint.dynamodb`), and a
 few routes of its own under `/_shardline/`:
 
@@ -199,6 +200,7 @@ def serve(
     from . import dynamodb, metering
     from .kinesis import control, responses, writes
     from .kinesis.fixes import STATE, apply
+    from .kinesis.subscribe import Subscriptions
 
     STATE.limits = ShardLimits()
     STATE.writes_limited = STATE.reads_limited = limits
@@ -219,7 +221,7 @@ def serve(
             pass  # a line per request costs the server time and says nothing a counter does not
 
     dispatcher = DomainDispatcherApplication(create_backend_app)
-    app: Callable[..., Iterable[bytes]] = dispatcher
+    app: Callable[..., Iterable[bytes]] = Subscriptions(dispatcher)  # under the chaos: it refuses it too
     chaos_state = resharder = None
     if chaos is not None and chaos.active:
         from .chaos import ChaosMiddleware, ChaosState

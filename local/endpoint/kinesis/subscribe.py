@@ -58,7 +58,8 @@ from .responses import child_json, epoch_seconds, record_json
 __all__ = ["HEARTBEAT_SECONDS", "TAKEOVER_SECONDS", "TARGET", "Subscriptions"]
 
 TARGET = "Kinesis_20131202.SubscribeToShard"
-#: An empty event goes when no other has for this long (Kinesis: "at least one event every 5 seconds").
+#: An empty event goes when no other has for this long: AWS sends "*at least* 1 event every 5 seconds"
+#: (LocalStack's Kinesis provider, which emulates it every 3). The first event goes at once (ours).
 HEARTBEAT_SECONDS = 5.0
 #: Another call for the same consumer and shard within this long of a successful one is refused;
 #: one later takes the subscription over (the API reference's rule).

@@ -1,6 +1,6 @@
 """SubscribeToShard on the local endpoint, through boto3's own `subscribe_to_shard` (botocore reads the
 event stream): what arrives, in what order, from where, for how long, what is refused, what ends a
-subscription, and whose budget it spends. moto answers SubscribeToShard with an error.
+subscription, and whose budget it spends (moto implements no SubscribeToShard).
 
 The event-stream encoder's own checks: test_event_stream.py.
 """

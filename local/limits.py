@@ -29,8 +29,9 @@ THROTTLED = "ProvisionedThroughputExceededException"
 #: Set by the local event-source mapping of a registered consumer (enhanced fan-out) on its reads: Lambda
 #: reads such a mapping with SubscribeToShard, which pushes records over HTTP/2; locally the mapping
 #: keeps reading with GetRecords, named as the consumer's, and the endpoint charges those reads to
-#: the consumer's own budget (`admit_subscribed_read`). A consumer that is not registered on the
-#: stream is refused ResourceNotFoundException, as SubscribeToShard refuses it.
+#: the consumer's own budget (`admit_subscribed_read`), the budget its SubscribeToShard subscriptions
+#: spend too (`local.endpoint.kinesis.subscribe`). A consumer that is not registered on the stream
+#: is refused ResourceNotFoundException, as SubscribeToShard refuses it.
 CONSUMER_HEADER = "X-Shardline-Consumer"
 #: How often such a mapping reads when idle: records reach a subscriber as they arrive (AWS says
 #: about 70 ms), where a shared-throughput mapping polls once a second.
@@ -154,6 +155,13 @@ class ShardLimits:
         with self._lock:
             now = self._clock()
             return now >= self._state(key, now).read_free_at
+
+    def read_free_in(self, key: Hashable) -> float:
+        """Seconds until reads under `key` are free of their byte debt (0: now); a SubscribeToShard
+        subscription waits that long before it pushes more."""
+        with self._lock:
+            now = self._clock()
+            return max(0.0, self._state(key, now).read_free_at - now)
 
     def admit_iterator(self, key: Hashable) -> bool:
         """Whether a GetShardIterator call on the shard may go ahead now (and spend one if so)."""

@@ -32,7 +32,8 @@ Counters, per service and resource, and how each is metered (the AWS page that d
   https://aws.amazon.com/kinesis/data-streams/pricing/ ("A PUT Payload Unit is counted in 25KB
   payload chunks that comprise a record")
 - `kinesis_consumers` / `stream/consumer`: a registered consumer's reads (enhanced fan-out, billed
-  per GB retrieved): `get_records_calls`, `records_read`, `bytes_read`.
+  per GB retrieved): `get_records_calls` (the local mappings' reads named as the consumer's),
+  `subscriptions` (SubscribeToShard calls made), `records_read`, `bytes_read` (pushed ones too).
 - `dynamodb` / table name: `write_units` and `read_units` as on-demand bills them (`write_units()`,
   `read_units()`): a write costs ceil(item size / 1 KB) per item, the larger of the item before
   and after (PutItem, UpdateItem), the item deleted (DeleteItem; 1 if there was none), at least 1

@@ -32,7 +32,8 @@ COLUMNS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
         ("get_records_calls", "GetRecords"), ("records_read", "records read"), ("bytes_read", "bytes read"),
     )),
     "kinesis_consumers": ("Kinesis enhanced fan-out", "stream/consumer", (
-        ("get_records_calls", "reads"), ("records_read", "records"), ("bytes_read", "bytes"),
+        ("get_records_calls", "reads"), ("subscriptions", "subscriptions"), ("records_read", "records"),
+        ("bytes_read", "bytes"),
     )),
     "dynamodb": ("DynamoDB", "table", (
         ("write_units", "write units"), ("read_units", "read units"),

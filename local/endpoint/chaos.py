@@ -9,7 +9,8 @@ not carry `OBSERVER_AGENT`, by service (Kinesis, DynamoDB, SQS: told apart by `X
   reads and writes throttled — nothing written;
 - SQS SendMessage(Batch) refused — nothing sent;
 - a lost response: moto serves the call (it takes effect), then the connection is shut without a
-  response, so the client sees a closed connection and cannot tell whether it landed;
+  response, so the client sees a closed connection and cannot tell whether it landed (a
+  SubscribeToShard is made, so a retry within 5 s is refused, and its stream is dropped);
 - a lost request: the connection is shut without serving the call (nothing happens), which the
   client cannot tell from a lost response;
 - a slow PutRecords: held longer than the producer's read timeout, then served (the write lands
@@ -69,6 +70,8 @@ _DYNAMODB_READS_AND_WRITES = {
 _DYNAMODB_READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
 _RECORD_FAILURE_MESSAGE = "Internal service failure."
 _KINESIS_READS = {"GetRecords", "GetShardIterator", "SubscribeToShard"}
+#: Answered as a stream that lasts minutes: a lost response loses it once the call has taken effect.
+_STREAMED = {"SubscribeToShard"}
 #: In the User-Agent of a client in a Lambda execution environment (botocore adds AWS_EXECUTION_ENV).
 _LAMBDA_AGENT = "exec-env/AWS_Lambda"
 
@@ -205,7 +208,7 @@ class ChaosMiddleware:
         if refusal is not None:
             return refusal(start_response)
         if state.chance("requests", faults.lost_response_rate.get(service, 0.0)):
-            return self._lose_response(environ, start_response, service)
+            return self._lose_response(environ, service, operation)
         return self.app(environ, start_response)
 
     def _kinesis_fault(
@@ -260,14 +263,13 @@ class ChaosMiddleware:
             return lambda start: _request_error(start, "sqs", "InternalFailure")
         return None
 
-    def _lose_response(
-        self, environ: dict[str, Any], start_response: StartResponse, service: str
-    ) -> list[bytes]:
+    def _lose_response(self, environ: dict[str, Any], service: str, operation: str) -> list[bytes]:
         """Serve the call, drop its answer, and shut the connection (after the profile's delay)."""
         result = self.app(environ, lambda *args, **kwargs: lambda data: None)
         try:
             for _ in result:  # the answer is computed (and the call takes effect) as it is read
-                pass
+                if operation in _STREAMED:
+                    break  # the subscription is made (its first message is out), then the line drops
         finally:
             close = getattr(result, "close", None)
             if close is not None:

@@ -3,7 +3,8 @@
     python -m local.endpoint --host 127.0.0.1 --port 4566 [--no-limits]
 
 runs moto's all-services WSGI app in this process under a threaded server, with moto's Kinesis
-corrected and Kinesis's per-shard limits enforced for every client (`local.endpoint.kinesis.fixes`), moto's
+corrected and Kinesis's per-shard limits enforced for every client (`local.endpoint.kinesis.fixes`),
+SubscribeToShard answered with an event stream (`local.endpoint.kinesis.subscribe`), moto's
 DynamoDB writes made atomic and its transactions cheap (`local.endpoint.dynamodb`), and a
 few routes of its own under `/_shardline/`:
 
@@ -11,8 +12,10 @@ few routes of its own under `/_shardline/`:
 - `GET /_shardline/kinesis`: per stream and shard, open or closed, parents, records and bytes
   written, write and read throttles, GetRecords calls (for `status` and the dashboard);
 - `GET|PUT /_shardline/limits`: whether writes and reads are limited, how long a reshard keeps a
-  stream UPDATING, how long an iterator lives; PUT `{"writes": false}` (or `reshard_seconds`,
-  `iterator_ttl_seconds`) changes one while running;
+  stream UPDATING, how long an iterator lives, how long a SubscribeToShard subscription lasts, how
+  long a registered consumer stays CREATING; PUT `{"writes": false}` (or `reshard_seconds`,
+  `iterator_ttl_seconds`, `subscription_seconds`, `consumer_creating_seconds`) changes one while
+  running;
 - `GET /_shardline/metrics?after=N`: the Kinesis and DynamoDB metrics AWS would publish, per second
   (`local.endpoint.service_metrics`);
 - `GET /_shardline/usage[?reset=1]`, `POST /_shardline/usage`: the billable operations served
@@ -40,6 +43,8 @@ from .metering import serving
 from .service_metrics import SERVICE_METRICS
 
 _PRELOADED = ("kinesis", "dynamodb", "sqs", "s3", "logs")
+#: The `State` durations `/_shardline/limits` shows and changes (seconds).
+_KNOBS = ("reshard_seconds", "iterator_ttl_seconds", "subscription_seconds", "consumer_creating_seconds")
 
 
 class ShardlineRoutes:
@@ -82,13 +87,11 @@ class ShardlineRoutes:
                 change = json.loads(environ["wsgi.input"].read(length) or b"{}")
                 STATE.writes_limited = bool(change.get("writes", STATE.writes_limited))
                 STATE.reads_limited = bool(change.get("reads", STATE.reads_limited))
-                STATE.reshard_seconds = float(change.get("reshard_seconds", STATE.reshard_seconds))
-                STATE.iterator_ttl_seconds = float(
-                    change.get("iterator_ttl_seconds", STATE.iterator_ttl_seconds)
-                )
+                for knob in _KNOBS:
+                    setattr(STATE, knob, float(change.get(knob, getattr(STATE, knob))))
             return _json(start_response, {
                 "writes": STATE.writes_limited, "reads": STATE.reads_limited,
-                "reshard_seconds": STATE.reshard_seconds, "iterator_ttl_seconds": STATE.iterator_ttl_seconds,
+                **{knob: getattr(STATE, knob) for knob in _KNOBS},
             })  # fmt: skip
         return _json(start_response, {"error": f"no route {method} {path}"}, status="404 Not Found")
 
@@ -197,6 +200,7 @@ def serve(
     from . import dynamodb, metering
     from .kinesis import control, responses, writes
     from .kinesis.fixes import STATE, apply
+    from .kinesis.subscribe import Subscriptions
 
     STATE.limits = ShardLimits()
     STATE.writes_limited = STATE.reads_limited = limits
@@ -217,7 +221,7 @@ def serve(
             pass  # a line per request costs the server time and says nothing a counter does not
 
     dispatcher = DomainDispatcherApplication(create_backend_app)
-    app: Callable[..., Iterable[bytes]] = dispatcher
+    app: Callable[..., Iterable[bytes]] = Subscriptions(dispatcher)  # under the chaos: it refuses it too
     chaos_state = resharder = None
     if chaos is not None and chaos.active:
         from .chaos import ChaosMiddleware, ChaosState
@@ -225,7 +229,7 @@ def serve(
 
         chaos_state = ChaosState(chaos)
         STATE.entry_fault = chaos_state.entry_fault
-        app = ChaosMiddleware(dispatcher, chaos_state)
+        app = ChaosMiddleware(app, chaos_state)
     routes = ShardlineRoutes(app, chaos_state)
     server = cast(  # threaded: make_server's ThreadedWSGIServer, declared as its base class
         ThreadedWSGIServer, make_server(host, port, routes, threaded=True, request_handler=QuietHandler)

@@ -29,6 +29,7 @@ _ANY = ".+"
 FORMATS = {
     "sequence-number": r"\d{1,129}",
     "start-sequence-number": r"\d{1,129}",
+    "continuation-sequence-number": r"0|[1-9]\d{0,128}",  # the API reference's pattern
     "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
     "timestamp": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",  # <timestamp:2022-07-13T13:48:01.000Z>
     "region": r"[a-z]{2}(?:-[a-z]+)+-\d",
@@ -41,7 +42,7 @@ NUMBER_PLACEHOLDERS = {"approximate-arrival-timestamp"}  # 1545084650.987 (epoch
 
 @cache
 def load(name: str) -> dict[str, Any]:
-    """One recording file (`kinesis_esm`, `apigw`, `kinesis_errors`, `dynamodb_errors`)."""
+    """One recording file (`kinesis_esm`, `apigw`, `kinesis_errors`, `kinesis_subscribe`, ...)."""
     return json.loads((RECORDED / f"{name}.json").read_text())
 
 

@@ -8,6 +8,10 @@
   `LimitExceededException`).
 - A stream's `MaxRecordSizeInKiB` (1024 to 10240, CreateStream and UpdateMaxRecordSize) is kept and
   shown by DescribeStreamSummary; `max_record_size` is what PutRecord(s) enforce (`fixes`).
+- A registered consumer is CREATING for `State.consumer_creating_seconds` (0 by default: ACTIVE at
+  once, as moto answers; Kinesis takes some seconds), which SubscribeToShard refuses
+  (`consumer_status`). DeregisterStreamConsumer by StreamARN and ConsumerName removes that consumer
+  (moto 5.2.5 keeps it and removes every other one).
 
 `install(response_class)` patches moto's responses and backend in the endpoint's process, after
 `fixes.apply`.
@@ -33,7 +37,7 @@ from .fixes import (
     max_record_size,
 )
 
-__all__ = ["MAX_RECORD_KIB", "install"]
+__all__ = ["MAX_RECORD_KIB", "consumer_status", "install"]
 
 MAX_RECORD_KIB = 10240
 #: UpdateShardCount calls a stream may make in a rolling 24 hours.
@@ -179,6 +183,42 @@ def _summary(self: models.Stream) -> dict[str, Any]:
 _original_summary = models.Stream.to_json_summary
 
 
+# --- consumers -------------------------------------------------------------------------------------
+
+
+def consumer_status(consumer: models.Consumer) -> str:
+    """CREATING until the consumer's activation time, then ACTIVE (moto's consumers are ACTIVE at once)."""
+    return "CREATING" if time.time() < getattr(consumer, "active_at", 0.0) else "ACTIVE"
+
+
+def _register_stream_consumer(self: models.KinesisBackend, stream_arn: str, consumer_name: str) -> Any:
+    consumer = _original_register(self, stream_arn, consumer_name)
+    consumer.active_at = time.time() + STATE.consumer_creating_seconds  # type: ignore[attr-defined]
+    return consumer
+
+
+def _consumer_json(self: models.Consumer, include_stream_arn: bool = False) -> dict[str, Any]:
+    answer: dict[str, Any] = _original_consumer_json(self, include_stream_arn)
+    answer["ConsumerStatus"] = consumer_status(self)
+    return answer
+
+
+def _deregister_stream_consumer(self: models.KinesisBackend, stream_arn: str, consumer_name: str,
+                                consumer_arn: str) -> None:  # fmt: skip
+    with STATE.lock:
+        if stream_arn and consumer_name:
+            stream = self.describe_stream(stream_arn=stream_arn, stream_name=None)
+            stream.consumers = [c for c in stream.consumers if c.consumer_name != consumer_name]
+        if consumer_arn:
+            for stream in self.streams.values():
+                stream.delete_consumer(consumer_arn)
+    STATE.changed()  # its subscriptions end
+
+
+_original_register = models.KinesisBackend.register_stream_consumer
+_original_consumer_json = models.Consumer.to_json
+
+
 def install(response_class: type) -> None:
     """Patch the control plane in this process (idempotent), after `fixes.apply`."""
     if getattr(models.KinesisBackend, "_shardline_control", False):
@@ -188,5 +228,8 @@ def install(response_class: type) -> None:
     models.KinesisBackend.update_shard_count = _update_shard_count  # type: ignore[method-assign]
     models.KinesisBackend._shardline_control = True  # type: ignore[attr-defined]
     models.Stream.to_json_summary = _summary  # type: ignore[method-assign]
+    models.KinesisBackend.register_stream_consumer = _register_stream_consumer  # type: ignore[method-assign]
+    models.KinesisBackend.deregister_stream_consumer = _deregister_stream_consumer  # type: ignore[method-assign]
+    models.Consumer.to_json = _consumer_json  # type: ignore[method-assign]
     response_class.create_stream = _create_stream  # type: ignore[attr-defined]
     response_class.update_max_record_size = _update_max_record_size  # type: ignore[attr-defined]

@@ -7,7 +7,9 @@ imports this). What it corrects, each covered by tests/local/endpoint/test_endpo
   writes to the closed parent (it looks hash keys up in every shard, with an exclusive end); here
   records stay where they were written and writes go to the open shard holding the hash key;
 - a closed shard read to its end answers without NextShardIterator and with `ChildShards`;
-- sequence numbers are 56-digit decimals, increasing per shard (moto counts 1, 2, 3 ...);
+- sequence numbers are 56-digit decimals, increasing per shard (moto counts 1, 2, 3 ...), and
+  even: an odd number lies between two records and is no record's, which SubscribeToShard's
+  ContinuationSequenceNumber needs (`local.endpoint.kinesis.subscribe`);
 - ListShards honours `ShardFilter` and `ExclusiveStartShardId` (moto ignores both), and refuses a
   StreamName beside a NextToken, as Kinesis does;
 - MergeShards accepts the adjacent shard on either side and refuses closed shards; the open-shard
@@ -37,7 +39,8 @@ from moto.utilities.utils import md5_hash
 
 from ...limits import THROTTLED, MiB, ShardLimits, rate_exceeded_message
 
-#: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then microseconds.
+#: Sequence numbers look like Kinesis's: 56 digits, "49" first, then the shard, then twice the
+#: microseconds (every record's number is even: an odd one is a position between two records).
 _SEQUENCE_BASE = 49 * 10**54
 _SHARD_SPAN = 10**36
 MAX_GET_RECORDS = 10_000
@@ -68,6 +71,14 @@ class State:
     scalings: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     #: A shard iterator's life: GetRecords refuses an older one ExpiredIteratorException.
     iterator_ttl_seconds: float = 300.0
+    #: How long a SubscribeToShard subscription pushes events before its stream ends (`subscribe`).
+    subscription_seconds: float = 300.0
+    #: How long a registered consumer stays CREATING before it is ACTIVE (`control`; 0: at once).
+    consumer_creating_seconds: float = 0.0
+    #: Notified whenever records land or a shard closes or a stream goes: subscriptions wait on it.
+    arrivals: threading.Condition = field(default_factory=threading.Condition)
+    #: How many such changes so far (a subscription waits for it to move, so no wake-up is missed).
+    changes: int = 0
 
     def count(self, account: str, stream: str, shard: str, slot: int, amount: int = 1) -> None:
         key = (account, stream, shard)
@@ -75,6 +86,12 @@ class State:
         if counts is None:
             counts = self.counters[key] = [0] * len(COUNTER_NAMES)
         counts[slot] += amount
+
+    def changed(self) -> None:
+        """Wake the subscriptions: records landed, a shard closed or a stream went."""
+        with self.arrivals:
+            self.changes += 1
+            self.arrivals.notify_all()
 
 
 STATE = State()
@@ -131,14 +148,14 @@ def _shard_init(self: models.Shard, shard_id: int, starting_hash: int, ending_ha
     shard.created_at = time.time()
     shard.closed_at = None
     shard._base = _SEQUENCE_BASE + shard_id * _SHARD_SPAN
-    shard._start = shard._base + time.time_ns() // 1000
+    shard._start = shard._base + 2 * (time.time_ns() // 1000)
     shard._last = shard._start
     shard._sequences = []
 
 
 def _shard_put_record(self: models.Shard, partition_key: str, data: str, explicit_hash_key: str) -> str:
     shard = fixed(self)
-    shard._last = max(shard._last + 1, shard._base + time.time_ns() // 1000)
+    shard._last = max(shard._last + 2, shard._base + 2 * (time.time_ns() // 1000))
     shard.records[shard._last] = models.Record(partition_key, data, shard._last, explicit_hash_key)
     shard._sequences.append(shard._last)
     return str(shard._last)
@@ -152,8 +169,10 @@ def _shard_max(self: models.Shard) -> int:
     return fixed(self)._last
 
 
-def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.Record], int, bool]:
-    """Records after sequence `last`, at most `limit` and 10 MiB (one at least); their bytes; more left?"""
+def read_after(
+    shard: models.Shard, last: int, limit: int, max_bytes: int = MAX_GET_RECORDS_BYTES
+) -> tuple[list[models.Record], int, bool]:
+    """Records after sequence `last`, at most `limit` and `max_bytes` (one at least); their bytes; more?"""
     sequences = fixed(shard)._sequences
     start = bisect.bisect_right(sequences, last)
     stop = min(len(sequences), start + limit)
@@ -162,11 +181,17 @@ def read_after(shard: models.Shard, last: int, limit: int) -> tuple[list[models.
     for sequence in sequences[start:stop]:
         record = shard.records[sequence]
         size = data_size(record.data) + len(record.partition_key.encode())
-        if records and total + size > MAX_GET_RECORDS_BYTES:
+        if records and total + size > max_bytes:
             break
         records.append(record)
         total += size
     return records, total, start + len(records) < len(sequences)
+
+
+def shard_index_of(sequence_number: int) -> int | None:
+    """The index of the shard a sequence number (or a position between records) belongs to, or None."""
+    offset = sequence_number - _SEQUENCE_BASE
+    return offset // _SHARD_SPAN if offset >= 0 else None
 
 
 def data_size(data_b64: str) -> int:
@@ -185,6 +210,7 @@ def _close(stream: models.Stream, *shards: models.Shard) -> None:
         shard.is_open = False
         fixed(shard).closed_at = time.time()
     stream.shard_count = sum(1 for shard in stream.shards.values() if shard.is_open)
+    STATE.changed()  # a subscription to a closed shard ends with its children
 
 
 def check_split(stream: models.Stream, shard_id: str, new_starting_hash_key: str) -> None:
@@ -299,6 +325,7 @@ def _delete_stream(self: models.KinesisBackend, stream_arn: str | None, stream_n
             del STATE.counters[key]
             if STATE.limits is not None:
                 STATE.limits.forget((stream.arn, key[2]))
+        STATE.changed()
         return stream
 
 

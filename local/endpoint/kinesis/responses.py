@@ -112,11 +112,11 @@ def _get_records(self: responses.KinesisResponse) -> tuple[str, dict[str, Any]]:
             "kinesis_consumers", f"{stream.stream_name}/{consumer}")  # fmt: skip
         USAGE.add(service, reader, get_records_calls=1, records_read=len(records), bytes_read=total)
         answer: dict[str, Any] = {
-            "Records": [_record(record) for record in records],
+            "Records": [record_json(record) for record in records],
             "MillisBehindLatest": behind,
         }
         if not shard.is_open and not more:  # the end of a closed shard: no iterator, its children instead
-            answer["ChildShards"] = [_child(child) for child in stream.shards.values()
+            answer["ChildShards"] = [child_json(child) for child in stream.shards.values()
                                      if shard.shard_id in (child.parent, child.adjacent_parent)]  # fmt: skip
         else:
             answer["NextShardIterator"] = utils.compose_shard_iterator(stream.stream_name, shard, position)
@@ -156,7 +156,7 @@ def _get_metrics(stream: str, records: list[models.Record], total: int) -> None:
     add(NAMESPACE, "OutgoingBytes", dims, total)
 
 
-def _record(record: models.Record) -> dict[str, Any]:
+def record_json(record: models.Record) -> dict[str, Any]:
     """A record as Kinesis's JSON carries it: the data stays the base64 it arrived as."""
     return {
         "SequenceNumber": str(record.sequence_number),
@@ -166,7 +166,8 @@ def _record(record: models.Record) -> dict[str, Any]:
     }
 
 
-def _child(shard: models.Shard) -> dict[str, Any]:
+def child_json(shard: models.Shard) -> dict[str, Any]:
+    """A child of a closed shard as GetRecords and SubscribeToShard name it at the shard's end."""
     return {
         "ShardId": shard.shard_id,
         "ParentShards": [parent for parent in (shard.parent, shard.adjacent_parent) if parent],
@@ -243,7 +244,7 @@ def _selected(stream: models.Stream, shard: models.Shard, shard_filter: dict[str
     else:
         if shard_filter.get("Timestamp") is None:
             raise kinesis_errors.InvalidArgumentError(f"ShardFilter {kind} needs a Timestamp.")
-        moment = _seconds(shard_filter["Timestamp"])
+        moment = epoch_seconds(shard_filter["Timestamp"])
     closed_at = fixed(shard).closed_at
     still_open = closed_at is None or closed_at > moment
     if kind.startswith("FROM_"):
@@ -254,7 +255,8 @@ def _selected(stream: models.Stream, shard: models.Shard, shard_filter: dict[str
     return bool(fixed(shard).created_at <= moment and still_open)
 
 
-def _seconds(timestamp: Any) -> float:
+def epoch_seconds(timestamp: Any) -> float:
+    """A request's timestamp (epoch seconds, as botocore sends it, or ISO 8601) in epoch seconds."""
     if isinstance(timestamp, datetime.datetime):
         return timestamp.timestamp()
     if isinstance(timestamp, str):

@@ -91,6 +91,8 @@ def _write(
         STATE.count(account, stream.stream_name, shard_id, 0)
         STATE.count(account, stream.stream_name, shard_id, 1, _entry_size(entry))
         answers.append((shard_id, sequence))
+    if any(not isinstance(answer, Refused) for answer in answers):
+        STATE.changed()  # the subscriptions to these shards push them now
     return answers
 
 

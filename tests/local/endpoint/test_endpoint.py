@@ -49,6 +49,8 @@ def reads_limited_endpoint(tmp_path_factory) -> Iterator[str]:
             "reads": True,
             "reshard_seconds": 1.0,
             "iterator_ttl_seconds": 300.0,
+            "subscription_seconds": 300.0,
+            "consumer_creating_seconds": 0.0,
         }
         yield endpoint.url
 

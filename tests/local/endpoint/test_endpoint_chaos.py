@@ -58,6 +58,15 @@ def new_stream(url: str, shards: int = 1) -> str:
     return name
 
 
+def register_consumer(url: str, name: str) -> str:
+    """A consumer of the stream (enhanced fan-out), registered by an observer: its ARN."""
+    kinesis = observer("kinesis", url)
+    arn = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    return str(
+        kinesis.register_stream_consumer(StreamARN=arn, ConsumerName="fan-out")["Consumer"]["ConsumerARN"]
+    )
+
+
 def stream_records(url: str, name: str) -> list[dict[str, Any]]:
     kinesis = observer("kinesis", url)
     records = []
@@ -118,6 +127,19 @@ def test_a_lost_response_takes_effect_and_the_client_sees_a_closed_connection():
             subject("kinesis", url).put_record(StreamName=name, PartitionKey="k", Data=b"landed")
         [record] = stream_records(url, name)
         assert record["Data"] == b"landed"
+        assert chaos_report(url)["injected"] == {"kinesis.lost_response": 1}
+
+
+def test_a_lost_subscribe_to_shard_response_made_the_subscription_a_retry_within_5_s_is_refused():
+    with chaotic_endpoint({"endpoint": {"lost_response_rate": {"kinesis": 1.0}}}) as url:
+        name = new_stream(url)
+        call = {"ConsumerARN": register_consumer(url, name), "ShardId": "shardId-000000000000",
+                "StartingPosition": {"Type": "LATEST"}}  # fmt: skip
+        with pytest.raises(ConnectionClosedError):
+            subject("kinesis", url).subscribe_to_shard(**call)
+        with pytest.raises(ClientError) as refused:
+            observer("kinesis", url).subscribe_to_shard(**call)
+        assert refused.value.response["Error"]["Code"] == "ResourceInUseException"
         assert chaos_report(url)["injected"] == {"kinesis.lost_response": 1}
 
 
@@ -296,13 +318,15 @@ def test_a_brownout_refuses_every_put_records_for_its_duration_writing_nothing()
 _READER = """
 import json, sys, boto3
 from botocore.config import Config
-url, stream, iterator = sys.argv[1:4]
+url, stream, iterator, consumer = sys.argv[1:5]
 kinesis = boto3.client("kinesis", endpoint_url=url, config=Config(retries={"total_max_attempts": 1}))
 out = {}
 for name, call in [
     ("GetShardIterator", lambda: kinesis.get_shard_iterator(
         StreamName=stream, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON")),
     ("GetRecords", lambda: kinesis.get_records(ShardIterator=iterator)),
+    ("SubscribeToShard", lambda: kinesis.subscribe_to_shard(ConsumerARN=consumer,
+        ShardId="shardId-000000000000", StartingPosition={"Type": "LATEST"})["EventStream"].close()),
     ("PutRecords", lambda: kinesis.put_records(
         StreamName=stream, Records=[{"PartitionKey": "k", "Data": b"w"}])),
 ]:
@@ -315,7 +339,9 @@ print(json.dumps(out))
 """
 
 
-def _read_from_a_function(url: str, stream: str, iterator: str, **environment: str) -> dict[str, str]:
+def _read_from_a_function(
+    url: str, stream: str, iterator: str, consumer: str, **environment: str
+) -> dict[str, str]:
     """What a Lambda function's process (its environment: `environment`) gets for reads and a write."""
     env = {
         "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12", "AWS_DEFAULT_REGION": REGION,
@@ -323,7 +349,7 @@ def _read_from_a_function(url: str, stream: str, iterator: str, **environment: s
         "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", **environment,
     }  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-c", _READER, url, stream, iterator],
+        [sys.executable, "-c", _READER, url, stream, iterator, consumer],
         env=env,
         capture_output=True,
         timeout=60,
@@ -339,14 +365,21 @@ def test_a_producer_functions_reads_are_denied_and_no_one_elses():
         iterator = observer("kinesis", url).get_shard_iterator(
             StreamName=name, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
-        producer = _read_from_a_function(url, name, iterator, SHARDLINE_STREAMS='{"events": {}}')
+        fan_out = register_consumer(url, name)
+        producer = _read_from_a_function(url, name, iterator, fan_out, SHARDLINE_STREAMS='{"events": {}}')
         denied = "AccessDeniedException"
-        assert producer == {"GetShardIterator": denied, "GetRecords": denied, "PutRecords": "ok"}
-        consumer = _read_from_a_function(url, name, iterator, SINK_TABLE="sink")
-        assert consumer == {"GetShardIterator": "ok", "GetRecords": "ok", "PutRecords": "ok"}
+        assert producer == {"GetShardIterator": denied, "GetRecords": denied, "SubscribeToShard": denied,
+                            "PutRecords": "ok"}  # fmt: skip
+        consumer = _read_from_a_function(url, name, iterator, fan_out, SINK_TABLE="sink")
+        assert consumer == {
+            "GetShardIterator": "ok",
+            "GetRecords": "ok",
+            "SubscribeToShard": "ok",
+            "PutRecords": "ok",
+        }
         subject("kinesis", url).get_records(ShardIterator=iterator)  # the runtime's poller: not a function
         assert len(stream_records(url, name)) == 2
-        assert chaos_report(url)["injected"] == {"kinesis.producer_read_denied": 2}
+        assert chaos_report(url)["injected"] == {"kinesis.producer_read_denied": 3}
 
 
 def test_the_heavy_profile_has_every_fault_a_producer_must_survive():

@@ -9,6 +9,7 @@ import base64
 import json
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,3 +199,34 @@ def test_a_handler_that_hangs_is_interrupted_at_the_batch_timeout_and_its_record
     assert json.loads(base64.b64decode(letter["data"]))["id"] == hung
     assert letter["attempts"] == 2 and letter["errorType"].endswith("HandlerTimedOut")
     assert hung not in group2.applied()
+
+
+def test_workers_with_enhanced_fan_out_subscribe_to_their_shards_and_apply_every_record_once(group2):
+    kinesis = group2.kinesis
+    stream_arn = kinesis.describe_stream_summary(StreamName=group2.stream)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    consumer = kinesis.register_stream_consumer(StreamARN=stream_arn, ConsumerName=group2.name)["Consumer"]
+    arn = consumer["ConsumerARN"]
+    assert group2.wait_for(
+        lambda: (
+            kinesis.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]["ConsumerStatus"]
+            == "ACTIVE"
+        ),
+        timeout=30,
+    )
+    group2.send(800)
+    group2.start("w1", "--consumer-arn", arn)
+    group2.start("w2", "--consumer-arn", arn)
+    assert group2.wait_for(lambda: sorted(group2.owners().values()) == [1, 1], timeout=60), group2.owners()
+    exactly_once(group2)
+    group2.send(400)  # records pushed to the open subscriptions as they land
+    exactly_once(group2)
+    usage = _get_json(f"{group2.endpoint}/_shardline/usage")
+    consumers = usage["services"].get("kinesis_consumers", {})
+    assert consumers.get(f"{group2.stream}/{group2.name}", {}).get("subscriptions", 0) >= 2, consumers
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return dict(json.loads(answer.read()))

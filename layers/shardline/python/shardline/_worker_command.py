@@ -32,6 +32,7 @@ WORKER_SETTINGS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--handler", "SHARDLINE_HANDLER", None, "module:attribute of the group's code"),
     ("--sink-table", "SINK_TABLE", None, "the sink table a ConsumerFunction's handler_for is given"),
     ("--dlq-url", "DLQ_URL", None, "the dead-letter queue (none: poison records block)"),
+    ("--dlq-bucket", "DLQ_BUCKET", None, "where a dead letter over SQS's 1 MiB is stored whole"),
     ("--max-attempts", "MAX_ATTEMPTS", "3", "failed attempts before a record is dead-lettered"),
     ("--checkpoint-interval", "CHECKPOINT_INTERVAL", "5", "seconds between checkpoints within a batch"),
     ("--lease-duration", "LEASE_DURATION_SECONDS", "10", "seconds without renewal before a lease expires"),
@@ -90,7 +91,7 @@ def build(args: argparse.Namespace) -> Any:
     code = load(args.handler)
     function_type = _consumer_function_type()
     if function_type is not None and isinstance(code, function_type):
-        code.clients.update({service: client(service) for service in ("kinesis", "dynamodb", "sqs")})
+        code.clients.update({service: client(service) for service in ("kinesis", "dynamodb", "sqs", "s3")})
         consumer = code.get()
     elif isinstance(code, KinesisConsumer):
         consumer = code
@@ -128,13 +129,13 @@ def load(reference: str) -> Any:
 
 
 def _consumer_of(function: Callable[..., Any], args: argparse.Namespace, client: Callable[[str], Any]) -> Any:
-    from shardline.consumer import DeadLetterQueue, KinesisConsumer, LeaseTable
+    from shardline.consumer import KinesisConsumer, LeaseTable
 
     consumer = KinesisConsumer(
         args.group,
         LeaseTable(client("dynamodb"), args.lease_table),
         kinesis=client("kinesis"),
-        dlq=DeadLetterQueue(client("sqs"), args.dlq_url) if args.dlq_url else None,
+        dlq=_dead_letters(args, client),
         max_attempts=int(args.max_attempts),
         checkpoint_interval=float(args.checkpoint_interval),
     )
@@ -143,6 +144,16 @@ def _consumer_of(function: Callable[..., Any], args: argparse.Namespace, client:
     else:
         consumer.handler(function)
     return consumer
+
+
+def _dead_letters(args: argparse.Namespace, client: Callable[[str], Any]) -> Any:
+    from shardline.consumer import DeadLetterQueue
+
+    if not args.dlq_url:
+        return None
+    if not args.dlq_bucket:
+        return DeadLetterQueue(client("sqs"), args.dlq_url)
+    return DeadLetterQueue(client("sqs"), args.dlq_url, s3=client("s3"), bucket=args.dlq_bucket)
 
 
 def _consumer_function_type() -> type[Any] | None:

@@ -2,9 +2,9 @@
 
 shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
 without `.pyc` files compiles every module on every cold start. The package's own files (`*.py`
-and `py.typed`, nothing else the folder may hold; `shardline.cdk` left out) are copied to a
-folder of this process under the system's temporary folder and compiled
-there by an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`, `python3.12` on the
+and `py.typed`, nothing else the folder may hold; `shardline.cdk` and the worker driver left out)
+are copied to a folder of this process under the system's temporary folder and compiled there by
+an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`, `python3.12` on the
 PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses without comparing
 timestamps that the zip does not keep, naming their source where Lambda unpacks it
 (`/opt/python/...`, also what a traceback shows) rather than the build folder: the same commit
@@ -35,6 +35,17 @@ from shardline.cdk._interpreters import find_python
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
+#: The worker driver's modules (`shardline worker`, `shardline.consumer.Worker`): not in the layer.
+WORKER_DRIVER = frozenset(
+    {
+        "_worker_command.py",
+        "consumer/_worker.py",
+        "consumer/_worker_leases.py",
+        "consumer/_lease_balance.py",
+        "consumer/_shard_reader.py",
+        "consumer/_shard_subscriber.py",
+    }
+)
 #: The shardline package the layer ships: this one, wherever it is installed (its `cdk` subpackage
 #: stays out: it is for synthesizing, never for a function).
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -72,8 +83,10 @@ def build_layer() -> tuple[Path, bool]:
         relative = source.relative_to(PACKAGE)
         if (
             source.is_file()
-            # The constructs and the local runtime (installed as shardline.local) never run in Lambda.
+            # The constructs and the local runtime (installed as shardline.local) never run in Lambda,
+            # nor does the worker driver (its image installs the whole package).
             and relative.parts[0] not in ("cdk", "local")
+            and relative.as_posix() not in WORKER_DRIVER
             and "__pycache__" not in relative.parts
             and any(source.match(pattern) for pattern in LAYER_FILES)
         ):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import io
 import json
 import socket
 import threading
@@ -50,6 +49,7 @@ from ..chaos.profiles import (
 )
 from ..limits import THROTTLED
 from .callers import caller_environment, socket_inode
+from .request_body import json_body
 from .service_metrics import SERVICE_METRICS
 
 StartResponse = Callable[..., Any]
@@ -307,20 +307,8 @@ def _service_of(environ: dict[str, Any]) -> tuple[str | None, str]:
 
 
 def _body(environ: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body, read once and put back for moto to read again."""
-    cached: dict[str, Any] | None = environ.get("shardline.body")
-    if cached is not None:
-        return cached
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    raw = environ["wsgi.input"].read(length) if length else b""
-    environ["wsgi.input"] = io.BytesIO(raw)
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        body = {}
-    parsed: dict[str, Any] = body if isinstance(body, dict) else {}
-    environ["shardline.body"] = parsed
-    return parsed
+    """The JSON body ({} when it is not a JSON object: moto answers that itself)."""
+    return json_body(environ) or {}
 
 
 def _tables(body: dict[str, Any]) -> set[str]:

@@ -33,8 +33,6 @@ the last event's ContinuationSequenceNumber.
 from __future__ import annotations
 
 import bisect
-import io
-import json
 import re
 import time
 import uuid
@@ -49,6 +47,7 @@ from moto.kinesis import models
 
 from ...limits import MiB
 from ..metering import USAGE
+from ..request_body import json_body
 from ..service_metrics import SERVICE_METRICS
 from . import eventstream
 from .control import consumer_status
@@ -141,17 +140,8 @@ class Subscriptions:
 
 def _body(environ: dict[str, Any]) -> dict[str, Any]:
     """The JSON request (already read by the chaos middleware when it runs)."""
-    cached: dict[str, Any] | None = environ.get("shardline.body")
-    if cached is not None:
-        return cached
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    raw = environ["wsgi.input"].read(length) if length else b""
-    environ["wsgi.input"] = io.BytesIO(raw)
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        raise kinesis_errors.InvalidArgumentError("The request body is not JSON.") from None
-    if not isinstance(body, dict):
+    body = json_body(environ)
+    if body is None:
         raise kinesis_errors.InvalidArgumentError("The request body is not a JSON object.")
     return body
 

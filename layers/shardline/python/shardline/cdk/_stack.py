@@ -181,6 +181,7 @@ class PipelineStack(Stack):
             dead_letter_readers=group.dead_letter_readers,
             log_retention_days=self.config.log_retention_days,
             log_key=self.logs_key,
+            access_logs=self.access_logs,
             removal_policy=removal,
             key_alias=f"alias/{self.config.prefix}/{group.name}",
             metrics_namespace=self.config.metrics_namespace,

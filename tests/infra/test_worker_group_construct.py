@@ -622,12 +622,42 @@ def test_a_workers_group_is_read_with_its_defaults():
     assert config.consumer_groups[0].driver == "lambda" and config.consumer_groups[0].workers is None
 
 
-@pytest.mark.parametrize(("key", "value"), [(key, 1) for key in LAMBDA_ONLY_KEYS])
+#: The function's and the mapping's keys: what a workers group refuses (not `enhancedFanOut`: a
+#: worker subscribes through the group's consumer too).
+REFUSED = (
+    "batchSize", "batchingWindowSeconds", "parallelization", "retryAttempts", "maxRecordAgeSeconds",
+    "memoryMb", "timeoutSeconds", "reservedConcurrency", "startingPositionTimestamp",
+)  # fmt: skip
+
+
+def test_the_lambda_only_keys_are_the_function_s_and_the_mapping_s():
+    assert set(LAMBDA_ONLY_KEYS) == set(REFUSED)
+
+
+@pytest.mark.parametrize(("key", "value"), [(key, 1) for key in REFUSED])
 def test_a_workers_group_refuses_each_lambda_only_key(key, value):
     with pytest.raises(ConfigError) as refused:
         load_config(context_with(workers_group(**{key: value}))["shardline"])
     message = str(refused.value)
     assert message.startswith(f"shardline.consumerGroups[2].{key}: group 'slow-sink' is driven by workers")
+
+
+def test_a_workers_group_takes_enhanced_fan_out():
+    config = load_config(context_with(workers_group(enhancedFanOut=True))["shardline"])
+    assert config.consumer_groups[-1].enhanced_fan_out is True
+    assert (
+        load_config(context_with(workers_group())["shardline"]).consumer_groups[-1].enhanced_fan_out is False
+    )
+
+
+def test_a_stream_s_consumer_limit_counts_workers_groups_too():
+    groups = [
+        workers_group(name=f"w{index}", enhancedFanOut=True) for index in range(MAX_STREAM_CONSUMERS + 1)
+    ]
+    with pytest.raises(
+        ConfigError, match=r"^shardline\.consumerGroups\[22\]\.enhancedFanOut: stream 'events' would have"
+    ):
+        load_config(context_with(*groups)["shardline"])
 
 
 def test_a_lambda_group_refuses_a_workers_object():
@@ -718,8 +748,26 @@ def test_the_pipeline_stack_builds_a_worker_group_beside_the_lambda_groups(tmp_p
     assert image["source"]["dockerBuildArgs"] == {"HANDLER": HANDLER}
 
 
+def test_the_pipeline_stack_gives_a_fan_out_worker_group_its_consumer_and_dead_letter_bucket(tmp_path):
+    app, stack = build(context_with(workers_group(enhancedFanOut=True)), outdir=str(tmp_path))
+    app.synth()  # cdk-nag: raises on an unacknowledged finding
+    template = Template.from_stack(stack)
+    [(consumer_id, consumer)] = resources(template, "AWS::Kinesis::StreamConsumer").items()
+    assert consumer["Properties"]["ConsumerName"] == "slow-sink"
+    env = environment(template)
+    assert env["STREAM_CONSUMER_ARN"] == {"Fn::GetAtt": [consumer_id, "ConsumerARN"]}
+    assert actions_on(template, env["STREAM_CONSUMER_ARN"]) == set(CONSUMER_ACTIONS)
+    [bucket_id] = [
+        lid for lid in resources(template, "AWS::S3::Bucket") if lid.startswith("GroupslowsinkDead")
+    ]
+    assert env["DLQ_BUCKET"] == {"Ref": bucket_id}
+    logging = resources(template, "AWS::S3::Bucket")[bucket_id]["Properties"]["LoggingConfiguration"]
+    assert logging["DestinationBucketName"]["Ref"].startswith("AccessLogs"), "the stack's shared one"
+    assert logging["LogFilePrefix"] == "slow-sink/"
+
+
 def test_cfn_lint_finds_no_errors_in_a_stack_with_a_worker_group(tmp_path):
-    app, stack = build(context_with(workers_group()), outdir=str(tmp_path))
+    app, stack = build(context_with(workers_group(enhancedFanOut=True)), outdir=str(tmp_path))
     app.synth()
     template_file = tmp_path / f"{stack.stack_name}.template.json"
     result = subprocess.run(

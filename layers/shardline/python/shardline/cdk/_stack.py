@@ -169,6 +169,7 @@ class PipelineStack(Stack):
             build_context=self.config.code_root,
             handler_object=workers.handler_object,
             sinks=[_sink(group)],
+            enhanced_fan_out=group.enhanced_fan_out,
             worker_count=workers.count,
             cpu=workers.cpu,
             memory_mb=workers.memory_mb,

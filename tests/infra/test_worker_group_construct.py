@@ -2,10 +2,11 @@
 
 The service and its task definition (the repository's Dockerfile as an image asset, staged at synth
 and never built; the worker's environment contract; not root; time to hand its leases back), least
-privilege on its task role, the team's own VPC, cluster and lease table taken, its alarms and
-dashboard, cdk-nag clean with a reason for every acknowledgement; the configuration's `"driver":
-"workers"` groups and the refusals that keep a group driven one way; and the Dockerfile's pins,
-which are the lock files'."""
+privilege on its task role, the dead-letter bucket for letters over SQS's 1 MiB, enhanced fan-out
+through a stream consumer of the group's own, the team's own VPC, cluster and lease table taken,
+its alarms and dashboard, cdk-nag clean with a reason for every acknowledgement; the
+configuration's `"driver": "workers"` groups and the refusals that keep a group driven one way; and
+the Dockerfile's pins, which are the lock files'."""
 
 from __future__ import annotations
 
@@ -21,12 +22,24 @@ from aws_cdk import Acknowledgment, Duration, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from app import build
-from shardline.cdk import ConfigError, Monitoring, Sink, Stream, WorkerGroup, load_config
+from shardline.cdk import (
+    ConfigError,
+    ConsumerGroup,
+    Layers,
+    Monitoring,
+    Sink,
+    Stream,
+    WorkerGroup,
+    load_config,
+)
 from shardline.cdk._config_groups import LAMBDA_ONLY_KEYS
+from shardline.cdk._consumer_group import CONSUMER_ACTIONS
+from shardline.cdk._group_rules import MAX_STREAM_CONSUMERS
 from shardline.cdk._layers import POWERTOOLS_VERSION, RUNTIME
 from shardline.cdk._worker_group import (
     HANDLER_VARIABLES,
@@ -86,6 +99,13 @@ def container(template: Template) -> dict[str, Any]:
 
 def environment(template: Template) -> dict[str, Any]:
     return {variable["Name"]: variable["Value"] for variable in container(template)["Environment"]}
+
+
+def dead_letter_bucket_id(template: Template) -> str:
+    [lid] = [
+        lid for lid in resources(template, "AWS::S3::Bucket") if lid.startswith("WorkersDeadLetterBucket")
+    ]
+    return lid
 
 
 def table_id(template: Template, first_key: str) -> str:
@@ -177,13 +197,15 @@ def test_the_image_is_the_repository_s_dockerfile_staged_at_synth_with_the_handl
 
 def test_the_environment_is_the_worker_s_contract(template):
     env = environment(template)
-    assert set(env) == (set(WORKER_VARIABLES) - {"MAX_LEASES_PER_WORKER"}) | set(HANDLER_VARIABLES)
+    unset = {"MAX_LEASES_PER_WORKER", "STREAM_CONSUMER_ARN"}  # no limit given, no enhanced fan-out
+    assert set(env) == (set(WORKER_VARIABLES) - unset) | set(HANDLER_VARIABLES)
     assert env["SHARDLINE_GROUP"] == "order-workers"
     assert env["SHARDLINE_STREAM"] == "orders"
     assert env["SHARDLINE_HANDLER"] == "app:function"
     assert env["LEASE_TABLE"] == {"Ref": table_id(template, "leaseKey")}
     assert env["SINK_TABLE"] == {"Ref": table_id(template, "pk")}
     assert env["DLQ_URL"] == {"Ref": only(template, "AWS::SQS::Queue")[0]}
+    assert env["DLQ_BUCKET"] == {"Ref": dead_letter_bucket_id(template)}
     assert (env["MAX_ATTEMPTS"], env["CHECKPOINT_INTERVAL"], env["LEASE_DURATION_SECONDS"]) == (
         "3",
         "5",
@@ -238,30 +260,82 @@ def test_the_task_role_may_do_what_the_worker_calls_on_the_group_s_own_and_nothi
     assert actions_on(template, ORDERS_ARN) == set(STREAM_ACTIONS)
     queue = only(template, "AWS::SQS::Queue")[0]
     assert actions_on(template, {"Fn::GetAtt": [queue, "Arn"]}) == {"sqs:SendMessage"}
-    role = next(lid for lid in resources(template, "AWS::IAM::Role") if lid.startswith("WorkersTaskRole"))
-    task_statements = [
-        statement
-        for policy in resources(template, "AWS::IAM::Policy").values()
-        if {"Ref": role} in policy["Properties"]["Roles"]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-    ]
+    task_statements = task_role_statements(template)
     for statement in task_statements:
         assert "*" not in listed(statement["Resource"]), statement
         if any(action.startswith("kms:") for action in listed(statement["Action"])):
             assert "kms:ViaService" in json.dumps(statement["Condition"]), statement
     granted = json.dumps(task_statements)
-    for absent in ("kinesis:SubscribeToShard", "kinesis:ListStreams", "kms:Encrypt", "s3:", "logs:"):
+    for absent in ("kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer", "kinesis:ListStreams",
+                   "kms:Encrypt", "s3:GetObject", "s3:DeleteObject", "logs:"):  # fmt: skip
         assert absent not in granted, absent
+    s3_actions = {a for st in task_statements for a in listed(st["Action"]) if a.startswith("s3:")}
+    assert s3_actions == {"s3:PutObject"}, "what DeadLetterQueue calls with the bucket, and nothing more"
+    role = task_role_id(template)
     trust = resources(template, "AWS::IAM::Role")[role]["Properties"]["AssumeRolePolicyDocument"]
     [assume] = trust["Statement"]
     assert assume["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
     assert "aws:SourceAccount" in json.dumps(assume["Condition"])
 
 
+def task_role_id(template: Template) -> str:
+    return next(lid for lid in resources(template, "AWS::IAM::Role") if lid.startswith("WorkersTaskRole"))
+
+
+def task_role_statements(template: Template) -> list[dict[str, Any]]:
+    role = task_role_id(template)
+    return [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
 def test_only_the_worker_may_write_its_dead_letters_and_no_other_account_touch_them(template):
     _, policy = only(template, "AWS::SQS::QueuePolicy")
     sids = {statement.get("Sid") for statement in policy["PolicyDocument"]["Statement"]}
     assert {"OnlyTheGroupWrites", "OnlyThisAccount"} <= sids
+    bucket = dead_letter_bucket_id(template)
+    [bucket_policy] = [
+        p["Properties"]
+        for p in resources(template, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    by_sid = {s.get("Sid"): s for s in bucket_policy["PolicyDocument"]["Statement"]}
+    writers = by_sid["OnlyTheGroupWrites"]
+    assert writers["Effect"] == "Deny" and writers["Action"] == "s3:PutObject"
+    assert writers["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == [
+        {"Fn::GetAtt": [task_role_id(template), "Arn"]}
+    ]
+    assert by_sid["OnlyThisAccount"]["Action"] == "s3:*"
+    assert any(
+        s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} and s["Effect"] == "Deny"
+        for s in bucket_policy["PolicyDocument"]["Statement"]
+    ), "TLS only"
+
+
+def test_a_dead_letter_over_sqs_s_limit_goes_whole_to_a_bucket_as_a_lambda_group_s(template):
+    bucket = resources(template, "AWS::S3::Bucket")[dead_letter_bucket_id(template)]["Properties"]
+    [rule] = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    key = rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]["Fn::GetAtt"][0]
+    assert key.startswith("WorkersKey"), "the group's own key, as its tables and queue"
+    assert rule["BucketKeyEnabled"] is True
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    assert bucket["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    [expiry] = bucket["LifecycleConfiguration"]["Rules"]
+    assert expiry["ExpirationInDays"] == 14, "the queue's retention"
+    queue = only(template, "AWS::SQS::Queue")[1]
+    assert queue["MessageRetentionPeriod"] == 14 * 24 * 3600
+    logging = bucket["LoggingConfiguration"]
+    assert logging["LogFilePrefix"] == "order-workers/"
+    assert logging["DestinationBucketName"]["Ref"].startswith("WorkersAccessLogs")
+    bucket_arn = {"Fn::GetAtt": [dead_letter_bucket_id(template), "Arn"]}
+    objects = {"Fn::Join": ["", [bucket_arn, "/*"]]}
+    assert actions_on(template, objects) == {"s3:PutObject"}
+    via_s3 = [s for s in task_role_statements(template) if '"s3."' in json.dumps(s.get("Condition"))]
+    assert [listed(s["Action"]) for s in via_s3] == [["kms:GenerateDataKey"]], "PutObject under SSE-KMS"
 
 
 def test_every_acknowledged_finding_carries_its_reason(tmp_path):
@@ -273,12 +347,98 @@ def test_every_acknowledged_finding_carries_its_reason(tmp_path):
         for violation in plugin.get("suppressedViolations", [])
         if any("/Workers/" in c["constructPath"] for c in violation["violatingConstructs"])
     ]
+    bucket_objects = "AwsSolutions-IAM5[Resource::<WorkersDeadLetterBucketA4EE99A7.Arn>/*]"
     assert {v["ruleName"] for v in suppressed} == {
         "AwsSolutions-ECS2",
         "AwsSolutions-SQS3",
         "AwsSolutions-IAM5[Resource::*]",
+        bucket_objects,  # PutObject on the dead letters' keys
     }
     assert all(len(v["reason"]) > 40 for v in suppressed), suppressed
+
+
+# -- enhanced fan-out ------------------------------------------------------------------------------
+
+
+def test_enhanced_fan_out_registers_the_group_s_consumer_and_grants_its_actions_on_it_alone():
+    def build_(stack: Stack) -> None:
+        worker_in(
+            stack, stream=Stream(stack, "Events", stream_name="events", shards=2), enhanced_fan_out=True
+        )
+
+    template = alone(build_)
+    [(consumer_id, consumer)] = resources(template, "AWS::Kinesis::StreamConsumer").items()
+    [stream_id] = resources(template, "AWS::Kinesis::Stream")
+    stream_arn = {"Fn::GetAtt": [stream_id, "Arn"]}
+    assert consumer["Properties"] == {"ConsumerName": "order-workers", "StreamARN": stream_arn}
+    consumer_arn = {"Fn::GetAtt": [consumer_id, "ConsumerARN"]}
+    assert environment(template)["STREAM_CONSUMER_ARN"] == consumer_arn
+    assert actions_on(template, consumer_arn) == set(CONSUMER_ACTIONS)
+    assert actions_on(template, stream_arn) == set(STREAM_ACTIONS), "the stream's grants as without"
+    task_statements = task_role_statements(template)
+    for statement in task_statements:
+        if set(listed(statement["Action"])) & set(CONSUMER_ACTIONS):
+            assert listed(statement["Resource"]) == [consumer_arn], statement
+    # The stream's key, through Kinesis: SubscribeToShard's events are decrypted as GetRecords' are.
+    [key_id] = [lid for lid in resources(template, "AWS::KMS::Key") if lid.startswith("Events")]
+    assert any(
+        listed(s["Resource"]) == [{"Fn::GetAtt": [key_id, "Arn"]}]
+        and listed(s["Action"]) == ["kms:Decrypt"]
+        and "kinesis." in json.dumps(s["Condition"])
+        for s in task_statements
+    )
+
+
+def test_a_consumer_name_names_the_group_s_consumer():
+    template = alone(lambda stack: worker_in(stack, enhanced_fan_out=True, consumer_name="orders-efo"))
+    [consumer] = resources(template, "AWS::Kinesis::StreamConsumer").values()
+    assert consumer["Properties"] == {"ConsumerName": "orders-efo", "StreamARN": ORDERS_ARN}
+
+
+def test_without_enhanced_fan_out_no_consumer_is_registered_and_none_is_named(template):
+    assert resources(template, "AWS::Kinesis::StreamConsumer") == {}
+    assert "STREAM_CONSUMER_ARN" not in environment(template)
+    assert "kinesis:SubscribeToShard" not in json.dumps(task_role_statements(template))
+
+
+def test_worker_and_lambda_groups_share_a_stream_s_consumer_limit_and_wait_for_each_other():
+    inline = lambda_.Code.from_inline("def handler(event, context):\n    return {}\n")
+
+    def lambda_groups(stack: Stack, stream: Stream, count: int) -> None:
+        layers = Layers(stack, "Layers")
+        for index in range(count):
+            ConsumerGroup(
+                stack, f"G{index}", name=f"group-{index}", stream=stream, layers=layers, code=inline,
+                handler="index.handler", enhanced_fan_out=True,
+            )  # fmt: skip
+
+    def two(stack: Stack) -> None:
+        stream = Stream.from_stream_arn(stack, "Orders", ORDERS_ARN)
+        lambda_groups(stack, stream, 1)
+        worker_in(stack, stream=stream, enhanced_fan_out=True)
+
+    consumers = resources(alone(two), "AWS::Kinesis::StreamConsumer")
+    [worker_consumer] = [lid for lid in consumers if lid.startswith("Workers")]
+    [lambda_consumer] = [lid for lid in consumers if lid.startswith("G0")]
+    assert consumers[worker_consumer]["DependsOn"] == [lambda_consumer], "Kinesis creates 5 at a time"
+
+    def too_many(stack: Stack) -> None:
+        stream = Stream.from_stream_arn(stack, "Orders", ORDERS_ARN)
+        lambda_groups(stack, stream, MAX_STREAM_CONSUMERS)
+        worker_in(stack, stream=stream, enhanced_fan_out=True)
+
+    with pytest.raises(
+        ValueError, match=r"^WorkerGroup 'order-workers': enhanced_fan_out: the stream already has 20"
+    ):
+        alone(too_many, nag=False)
+
+    def same_name(stack: Stack) -> None:
+        stream = Stream.from_stream_arn(stack, "Orders", ORDERS_ARN)
+        lambda_groups(stack, stream, 1)
+        worker_in(stack, stream=stream, enhanced_fan_out=True, consumer_name="group-0")
+
+    with pytest.raises(ValueError, match=r"^WorkerGroup 'order-workers': consumer_name: the stream already"):
+        alone(same_name, nag=False)
 
 
 # -- the team's own resources ---------------------------------------------------------------------
@@ -371,6 +531,10 @@ def test_overrides_reach_the_service_the_task_and_the_container():
         ({"stop_timeout_seconds": 300}, r"stop_timeout_seconds: must be within 2\.\.120"),
         ({"max_attempts": 1}, r"max_attempts: must be at least 2"),
         (
+            {"enhanced_fan_out": True, "consumer_name": "no spaces"},
+            r"consumer_name: 'no spaces' is no Kinesis consumer name",
+        ),
+        (
             {"container_props": {"environment": {"LEASE_TABLE": "x"}}},
             r"\['LEASE_TABLE'\] are shardline's own",
         ),
@@ -458,12 +622,42 @@ def test_a_workers_group_is_read_with_its_defaults():
     assert config.consumer_groups[0].driver == "lambda" and config.consumer_groups[0].workers is None
 
 
-@pytest.mark.parametrize(("key", "value"), [(key, 1) for key in LAMBDA_ONLY_KEYS])
+#: The function's and the mapping's keys: what a workers group refuses (not `enhancedFanOut`: a
+#: worker subscribes through the group's consumer too).
+REFUSED = (
+    "batchSize", "batchingWindowSeconds", "parallelization", "retryAttempts", "maxRecordAgeSeconds",
+    "memoryMb", "timeoutSeconds", "reservedConcurrency", "startingPositionTimestamp",
+)  # fmt: skip
+
+
+def test_the_lambda_only_keys_are_the_function_s_and_the_mapping_s():
+    assert set(LAMBDA_ONLY_KEYS) == set(REFUSED)
+
+
+@pytest.mark.parametrize(("key", "value"), [(key, 1) for key in REFUSED])
 def test_a_workers_group_refuses_each_lambda_only_key(key, value):
     with pytest.raises(ConfigError) as refused:
         load_config(context_with(workers_group(**{key: value}))["shardline"])
     message = str(refused.value)
     assert message.startswith(f"shardline.consumerGroups[2].{key}: group 'slow-sink' is driven by workers")
+
+
+def test_a_workers_group_takes_enhanced_fan_out():
+    config = load_config(context_with(workers_group(enhancedFanOut=True))["shardline"])
+    assert config.consumer_groups[-1].enhanced_fan_out is True
+    assert (
+        load_config(context_with(workers_group())["shardline"]).consumer_groups[-1].enhanced_fan_out is False
+    )
+
+
+def test_a_stream_s_consumer_limit_counts_workers_groups_too():
+    groups = [
+        workers_group(name=f"w{index}", enhancedFanOut=True) for index in range(MAX_STREAM_CONSUMERS + 1)
+    ]
+    with pytest.raises(
+        ConfigError, match=r"^shardline\.consumerGroups\[22\]\.enhancedFanOut: stream 'events' would have"
+    ):
+        load_config(context_with(*groups)["shardline"])
 
 
 def test_a_lambda_group_refuses_a_workers_object():
@@ -554,8 +748,26 @@ def test_the_pipeline_stack_builds_a_worker_group_beside_the_lambda_groups(tmp_p
     assert image["source"]["dockerBuildArgs"] == {"HANDLER": HANDLER}
 
 
+def test_the_pipeline_stack_gives_a_fan_out_worker_group_its_consumer_and_dead_letter_bucket(tmp_path):
+    app, stack = build(context_with(workers_group(enhancedFanOut=True)), outdir=str(tmp_path))
+    app.synth()  # cdk-nag: raises on an unacknowledged finding
+    template = Template.from_stack(stack)
+    [(consumer_id, consumer)] = resources(template, "AWS::Kinesis::StreamConsumer").items()
+    assert consumer["Properties"]["ConsumerName"] == "slow-sink"
+    env = environment(template)
+    assert env["STREAM_CONSUMER_ARN"] == {"Fn::GetAtt": [consumer_id, "ConsumerARN"]}
+    assert actions_on(template, env["STREAM_CONSUMER_ARN"]) == set(CONSUMER_ACTIONS)
+    [bucket_id] = [
+        lid for lid in resources(template, "AWS::S3::Bucket") if lid.startswith("GroupslowsinkDead")
+    ]
+    assert env["DLQ_BUCKET"] == {"Ref": bucket_id}
+    logging = resources(template, "AWS::S3::Bucket")[bucket_id]["Properties"]["LoggingConfiguration"]
+    assert logging["DestinationBucketName"]["Ref"].startswith("AccessLogs"), "the stack's shared one"
+    assert logging["LogFilePrefix"] == "slow-sink/"
+
+
 def test_cfn_lint_finds_no_errors_in_a_stack_with_a_worker_group(tmp_path):
-    app, stack = build(context_with(workers_group()), outdir=str(tmp_path))
+    app, stack = build(context_with(workers_group(enhancedFanOut=True)), outdir=str(tmp_path))
     app.synth()
     template_file = tmp_path / f"{stack.stack_name}.template.json"
     result = subprocess.run(

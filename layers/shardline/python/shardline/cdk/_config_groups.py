@@ -65,7 +65,6 @@ LAMBDA_ONLY_KEYS = {
     "reservedConcurrency": "the function's reserved concurrency (workers: workers.count)",
     "startingPositionTimestamp": "AT_TIMESTAMP, which the mapping takes and a worker does not "
     "(INITIAL_POSITION is TRIM_HORIZON or LATEST)",
-    "enhancedFanOut": "the mapping's stream consumer (the worker's environment names none yet)",
 }
 
 
@@ -353,7 +352,8 @@ def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:
 
 
 def check_fan_out(groups: list[ConsumerGroupConfig]) -> None:
-    """Kinesis registers at most MAX_STREAM_CONSUMERS enhanced fan-out consumers per stream."""
+    """Kinesis registers at most MAX_STREAM_CONSUMERS enhanced fan-out consumers per stream (a
+    group's, whichever its driver)."""
     per_stream: dict[str, int] = {}
     for index, group in enumerate(groups):
         if group.enhanced_fan_out:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from aws_cdk import Acknowledgment, Aws, Duration, Names, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, Names, RemovalPolicy, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
@@ -21,6 +21,7 @@ from shardline.cdk import _group_rules as rules
 from shardline.cdk._dead_letters import (
     QueueDestination,
     access_log_bucket,
+    acknowledge_dead_letter_objects,
     dead_letter_bucket,
     dead_letter_queue,
     guard_dead_letters,
@@ -211,7 +212,9 @@ class ConsumerGroup(Construct):
             ),
             function_props=function_props,
         )
-        self.consumer = self._register(where, consumer_name or name) if enhanced_fan_out else None
+        self.consumer = (
+            register_consumer(self, stream, where, consumer_name or name) if enhanced_fan_out else None
+        )
         self._grant()
         assert self.function.role is not None
         guard_dead_letters(
@@ -250,20 +253,6 @@ class ConsumerGroup(Construct):
             removal_policy=removal_policy, key=self.key, ttl=sink.time_to_live_attribute,
             table_props=sink.table_props,
         )  # fmt: skip
-
-    def _register(self, where: rules.Where, consumer_name: str) -> kinesis.CfnStreamConsumer:
-        """The group's own enhanced fan-out consumer on its stream. Kinesis creates at most 5 at a
-        time: each waits for the stream's previous one, so a stack with many is not refused."""
-        rules.check_consumer_name(where, consumer_name)
-        registered = [c.consumer_name for c in self.stream.consumers]
-        rules.check_stream_consumers(where, consumer_name, registered)
-        consumer = kinesis.CfnStreamConsumer(
-            self, "Consumer", consumer_name=consumer_name, stream_arn=self.stream.stream_arn
-        )
-        if self.stream.consumers:
-            consumer.add_dependency(self.stream.consumers[-1])
-        self.stream.consumers.append(consumer)
-        return consumer
 
     def _mapping(
         self, where: rules.Where, defaults: dict[str, Any], overrides: Mapping[str, Any]
@@ -368,16 +357,24 @@ class ConsumerGroup(Construct):
         for queue in (self.dead_letters, self.failures):
             for rule, reason in DEAD_LETTER_QUEUE.items():
                 Validations.of(queue).acknowledge(Acknowledgment(id=rule, reason=reason))
-        bucket = self.dead_letter_bucket.node.default_child
-        assert isinstance(bucket, s3.CfnBucket)
-        bucket_id = Stack.of(self).get_logical_id(bucket)
-        Validations.of(self).acknowledge(
-            Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
-                reason="PutObject on the group's own dead-letter bucket: one object per dead letter, "
-                "by its id.",
-            )
-        )
+        acknowledge_dead_letter_objects(self, self.dead_letter_bucket)
+
+
+def register_consumer(
+    scope: Construct, stream: Stream, where: rules.Where, consumer_name: str
+) -> kinesis.CfnStreamConsumer:
+    """A group's own enhanced fan-out consumer on its stream (`Consumer` in `scope`). Kinesis creates
+    at most 5 at a time: each waits for the stream's previous one, so a stack with many is not refused."""
+    rules.check_consumer_name(where, consumer_name)
+    registered = [c.consumer_name for c in stream.consumers]
+    rules.check_stream_consumers(where, consumer_name, registered)
+    consumer = kinesis.CfnStreamConsumer(
+        scope, "Consumer", consumer_name=consumer_name, stream_arn=stream.stream_arn
+    )
+    if stream.consumers:
+        consumer.add_dependency(stream.consumers[-1])
+    stream.consumers.append(consumer)
+    return consumer
 
 
 def _via(service: str, actions: list[str], key: kms.IKey) -> iam.PolicyStatement:

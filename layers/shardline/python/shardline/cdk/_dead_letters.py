@@ -5,7 +5,7 @@ on-failure queue (what it gave up on, metadata only), the dead-letter bucket for
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -83,12 +83,26 @@ def access_log_bucket(scope: Construct, construct_id: str) -> s3.Bucket:
     return bucket
 
 
+def acknowledge_dead_letter_objects(group: Construct, bucket: s3.Bucket) -> None:
+    """The wildcard of PutObject on the group's own dead-letter bucket's objects (its role's policy)."""
+    resource = bucket.node.default_child
+    assert isinstance(resource, s3.CfnBucket)
+    bucket_id = Stack.of(group).get_logical_id(resource)
+    Validations.of(group).acknowledge(
+        Acknowledgment(
+            id=f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
+            reason="PutObject on the group's own dead-letter bucket: one object per dead letter, by its id.",
+        )
+    )
+
+
 def guard_dead_letters(
-    role_arn: str, readers: list[str], queues: tuple[sqs.Queue, ...], bucket: s3.Bucket | None
+    role_arn: str, readers: list[str], queues: tuple[sqs.Queue, ...], bucket: s3.Bucket
 ) -> None:
-    """Resource policies of the dead-letter stores, beside their TLS-only statement. Writers: the
-    group's role (its function's: its code, and Lambda for the mapping's on-failure messages; a
-    worker group's task role, which has no bucket) and the group's `readers` (a redrive
+    """Resource policies of the dead-letter stores, beside their TLS-only statement (`queues`: the
+    group's own; a team's queue keeps its policy). Writers: the group's role (its function's: its
+    code, and Lambda for the mapping's on-failure messages; a worker group's task role) and the
+    group's `readers` (a redrive
     dead-letters what still fails). Readers: with `readers`, they alone
     may receive, get or delete; without, whoever IAM allows in this account, with kms:Decrypt on the
     group's key (its key policy leaves that to IAM, so reading one group's dead letters is a grant on
@@ -101,8 +115,6 @@ def guard_dead_letters(
                 _deny_unless("OnlyItsReadersRead", readers, READ_QUEUE, queue.queue_arn)
             )
         queue.add_to_resource_policy(_deny_other_accounts("sqs:*", queue.queue_arn))
-    if bucket is None:  # a worker group's: its DLQ alone
-        return
     objects = bucket.arn_for_objects("*")
     bucket.add_to_resource_policy(
         _deny_unless("OnlyTheGroupWrites", [role_arn, *readers], ["s3:PutObject"], objects)

@@ -17,12 +17,20 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from shardline.cdk import _group_rules as rules
+from shardline.cdk._consumer_group import CONSUMER_ACTIONS, register_consumer
 from shardline.cdk._consumer_group import LEASE_ACTIONS as LAMBDA_LEASE_ACTIONS
-from shardline.cdk._dead_letters import dead_letter_queue, guard_dead_letters
+from shardline.cdk._dead_letters import (
+    access_log_bucket,
+    acknowledge_dead_letter_objects,
+    dead_letter_bucket,
+    dead_letter_queue,
+    guard_dead_letters,
+)
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention
 from shardline.cdk._keys import logs_key, retained_key
@@ -57,11 +65,13 @@ WORKER_VARIABLES = (
     "LEASE_TABLE",
     "SINK_TABLE",
     "DLQ_URL",
+    "DLQ_BUCKET",
     "MAX_ATTEMPTS",
     "CHECKPOINT_INTERVAL",
     "LEASE_DURATION_SECONDS",
     "MAX_LEASES_PER_WORKER",
     "INITIAL_POSITION",
+    "STREAM_CONSUMER_ARN",
     "AWS_REGION",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
@@ -81,15 +91,21 @@ SINK_ACTIONS = (
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 )
-#: What a worker calls on its stream: the shard map, iterators and records (no enhanced fan-out).
+#: What a worker calls on its stream: the shard map, iterators and records. With enhanced fan-out,
+#: `CONSUMER_ACTIONS` (SubscribeToShard, DescribeStreamConsumer) on the group's own consumer besides.
 STREAM_ACTIONS = (
     "kinesis:DescribeStreamSummary",
     "kinesis:GetRecords",
     "kinesis:GetShardIterator",
     "kinesis:ListShards",
 )
-#: The group's key, through the service holding the data: its DLQ (SQS) and its tables (DynamoDB).
-KEY_ACTIONS_VIA = {"sqs": ("kms:Decrypt", "kms:GenerateDataKey"), "dynamodb": ("kms:Decrypt",)}
+#: The group's key, through the service holding the data: its DLQ (SQS), its dead-letter bucket
+#: (S3's PutObject with SSE-KMS) and its tables (DynamoDB).
+KEY_ACTIONS_VIA = {
+    "sqs": ("kms:Decrypt", "kms:GenerateDataKey"),
+    "s3": ("kms:GenerateDataKey",),
+    "dynamodb": ("kms:Decrypt",),
+}
 #: The user the worker runs as (no such user in the image: a number is enough, and it is not root).
 WORKER_USER = "10001:10001"
 STOP_TIMEOUT_S = 60
@@ -114,9 +130,14 @@ class WorkerGroup(Construct):
     What it makes, each replaceable by the team's own: the group's KMS key (`key`), its lease table
     (`lease_table`: same schema as a Lambda group's, point-in-time recovery, under the key), its DLQ
     (`dead_letters`), sinks (`sinks`, as `ConsumerGroup` takes them), the log group (`log_key`), the
-    VPC and cluster (`vpc`, `cluster`), the image (`image`). Everything underlying is overridable:
-    `vpc_props`, `task_definition_props`, `container_props`, `service_props`, `image_props` are
-    merged over the defaults (the worker's environment contract is not).
+    VPC and cluster (`vpc`, `cluster`), the image (`image`), the bucket its dead-letter bucket's
+    requests are logged to (`access_logs`). The dead-letter bucket (`dead_letter_bucket`: a dead
+    letter over SQS's 1 MiB, whole; as a Lambda group's) is always its own. `enhanced_fan_out`
+    registers a stream consumer for the group alone (`consumer`, named `consumer_name` or the group's
+    name), which each worker subscribes to its shards through (SubscribeToShard). Everything
+    underlying is overridable: `vpc_props`, `task_definition_props`, `container_props`,
+    `service_props`, `image_props` are merged over the defaults (the worker's environment contract
+    is not).
 
     **Network.** In the team's `vpc` (or `cluster`'s), the tasks run in its private subnets with
     egress (`vpc_subnets`), without a public IP. Without one, a VPC of public subnets only, tasks with
@@ -156,6 +177,8 @@ class WorkerGroup(Construct):
         build_context: str | Path | None = None,
         dockerfile: str = DOCKERFILE,
         sinks: Sequence[Sink] = (),
+        enhanced_fan_out: bool = False,
+        consumer_name: str | None = None,
         worker_count: int = 2,
         cpu: int = 512,
         memory_mb: int = 1024,
@@ -179,6 +202,7 @@ class WorkerGroup(Construct):
         container_insights: bool = True,
         log_retention_days: int = 30,
         log_key: kms.IKey | None = None,
+        access_logs: s3.IBucket | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         dead_letters_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         key_alias: str | None = None,
@@ -231,7 +255,10 @@ class WorkerGroup(Construct):
         self.worker_count = worker_count
         self.max_attempts = max_attempts
         self.key = key or retained_key(
-            self, "Key", description=f"shardline worker group {name}: tables, queue", alias=key_alias
+            self,
+            "Key",
+            description=f"shardline worker group {name}: tables, queue, dead letters",
+            alias=key_alias,
         )
         self.leases = lease_table or new_lease_table(
             self, "Leases", removal_policy=removal_policy, key=self.key
@@ -243,6 +270,15 @@ class WorkerGroup(Construct):
         self._own_dead_letters = dead_letters is None
         self.dead_letters: sqs.IQueue = dead_letters or dead_letter_queue(
             self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
+        )
+        #: Where its dead-letter bucket's access is logged: given, or made here.
+        self.access_logs = access_logs if access_logs is not None else access_log_bucket(self, "AccessLogs")
+        self.dead_letter_bucket = dead_letter_bucket(
+            self, "DeadLetterBucket", key=self.key, prefix=f"{name}/",
+            removal_policy=dead_letters_removal_policy, access_logs=self.access_logs,
+        )  # fmt: skip
+        self.consumer = (
+            register_consumer(self, stream, where, consumer_name or name) if enhanced_fan_out else None
         )
         self.log_key = log_key or logs_key(
             self, "LogsKey", description=f"shardline worker group {name}: logs", alias=None
@@ -317,8 +353,13 @@ class WorkerGroup(Construct):
             },
         )
         self._grant()
-        if isinstance(self.dead_letters, sqs.Queue) and self._own_dead_letters:
-            guard_dead_letters(self.role.role_arn, list(dead_letter_readers), (self.dead_letters,), None)
+        # The group's own queue (a team's keeps its policy) and its bucket.
+        queues = (
+            (self.dead_letters,)
+            if isinstance(self.dead_letters, sqs.Queue) and self._own_dead_letters
+            else ()
+        )
+        guard_dead_letters(self.role.role_arn, list(dead_letter_readers), queues, self.dead_letter_bucket)
         self._acknowledge()
         add_tags(self, tags)
 
@@ -432,6 +473,7 @@ class WorkerGroup(Construct):
             "SHARDLINE_HANDLER": handler_object,
             "LEASE_TABLE": self.leases.table_name,
             "DLQ_URL": self.dead_letters.queue_url,
+            "DLQ_BUCKET": self.dead_letter_bucket.bucket_name,
             "MAX_ATTEMPTS": str(self.max_attempts),
             "CHECKPOINT_INTERVAL": f"{checkpoint_interval_seconds:g}",
             "LEASE_DURATION_SECONDS": str(lease_duration_seconds),
@@ -442,6 +484,8 @@ class WorkerGroup(Construct):
         }
         if self.sink is not None:
             environment["SINK_TABLE"] = self.sink.table_name
+        if self.consumer is not None:
+            environment["STREAM_CONSUMER_ARN"] = self.consumer.attr_consumer_arn
         if max_leases_per_worker is not None:
             environment["MAX_LEASES_PER_WORKER"] = str(max_leases_per_worker)
         declarations = [
@@ -509,6 +553,12 @@ class WorkerGroup(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn])
         )
+        # Dead letters over SQS's 1 MiB: PutObject only (no read, delete or tagging).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject"], resources=[self.dead_letter_bucket.arn_for_objects("*")]
+            )
+        )
         queue_key = self.dead_letters.encryption_master_key
         if queue_key is not None and queue_key is not self.key:
             role.add_to_principal_policy(_via("sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key))
@@ -517,7 +567,13 @@ class WorkerGroup(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(STREAM_ACTIONS), resources=[self.stream.stream_arn])
         )
-        if self.stream.key is not None:
+        if self.consumer is not None:  # each shard through the group's own consumer, and only it
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(CONSUMER_ACTIONS), resources=[self.consumer.attr_consumer_arn]
+                )
+            )
+        if self.stream.key is not None:  # GetRecords, and SubscribeToShard's events
             role.add_to_principal_policy(_via("kinesis", ["kms:Decrypt"], self.stream.key))
 
     def _acknowledge(self) -> None:
@@ -526,12 +582,14 @@ class WorkerGroup(Construct):
             acknowledge_rules(self.dead_letters, DEAD_LETTER_QUEUE)
         acknowledge_rules(self.task_definition, WORKER_TASK)
         acknowledge_rules(self.execution_role, EXECUTION_ROLE)
+        acknowledge_dead_letter_objects(self, self.dead_letter_bucket)
 
 
 #: The task definition's container: its environment.
 WORKER_TASK = {
     "AwsSolutions::AwsSolutions-ECS2": "The variables are the worker's settings and the names of its "
-    "stream, tables and queue (shardline's environment contract, as its functions have); no secret.",
+    "stream, stream consumer, tables, queue and bucket (shardline's environment contract, as its "
+    "functions have); no secret.",
 }
 #: The execution role ECS pulls the image and writes the logs with.
 EXECUTION_ROLE = {

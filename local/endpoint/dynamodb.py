@@ -19,7 +19,14 @@ succeed.
 - takes the faster paths of `local.endpoint.dynamodb_speed` (same answers, less CPU per item);
 - answers a Query on a table's own key from the one partition it names: moto listed and sorted
   the whole table for every Query (340 ms at 20,000 items), which made reading a sink's new
-  items (`local.commands.verify`) cost more than writing them.
+  items (`local.commands.verify`) cost more than writing them;
+- looks an item up without adding a partition: a table's `items` is a defaultdict, so moto's
+  `Table.get_item` of a missing item (a table with a range key) added an empty partition under
+  the look-up's own key, for good. Each read of an item not written yet (a BatchGetItem polling
+  for a sink's new items) kept ~300 bytes; and each new item kept a third copy of its hash key
+  (88 bytes), the key of the partition that the metering's or a transaction's look-up before the
+  write had made. An empty partition answers nothing (a Scan sorts the items, an item count
+  counts the items), so the answers are the same.
 """
 
 from __future__ import annotations
@@ -152,6 +159,18 @@ def _partition_query(
     return query, all_items
 
 
+def _get_item(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`Table.get_item`, a missing partition looked up without adding it (the answer is moto's: None)."""
+
+    @functools.wraps(original)
+    def get_item(self: Table, hash_key: Any, range_key: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if range_key and hash_key not in self.items:  # moto's `self.items[hash_key][range_key]`
+            return None
+        return original(self, hash_key, range_key, *args, **kwargs)
+
+    return get_item
+
+
 def apply() -> None:
     """Patch moto's DynamoDB backend in this process (the endpoint's)."""
     global _APPLIED
@@ -167,4 +186,5 @@ def apply() -> None:
         )
         dynamodb_speed.apply(dynamodb_models)
         Table.query, Table.all_items = _partition_query(Table.query, Table.all_items)  # type: ignore[method-assign]
+        Table.get_item = _get_item(Table.get_item)  # type: ignore[method-assign]
         _APPLIED = True

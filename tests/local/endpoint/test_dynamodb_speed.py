@@ -159,6 +159,11 @@ def _script(dynamodb: Any, suffix: str) -> list[Any]:
             {"ConditionCheck": missing},
         ],
     )
+    # an attribute holding its key's value (a one-character string is one object in CPython: the key's)
+    call("put_item", TableName=numbers, Item={"n": {"N": "7"}, "c": {"N": "7"}})
+    seven = {"TableName": numbers, "Key": {"n": {"N": "7.0"}}, "ReturnValues": "ALL_NEW"}
+    call("update_item", **seven, UpdateExpression="ADD c :one", ExpressionAttributeValues=one)
+    call("get_item", TableName=numbers, Key={"n": {"N": "7"}}, ConsistentRead=True)
     call("get_item", TableName=leases, Key={"leaseKey": {"S": "k1"}}, ConsistentRead=True)
     call("query", TableName=sink, KeyConditionExpression="pk = :p AND sk > :s",
          ExpressionAttributeValues={":p": {"S": "shard-1"}, ":s": {"S": "105"}}, Limit=7)  # fmt: skip

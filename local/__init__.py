@@ -12,6 +12,8 @@ ones below it (pyproject's import contract, `make lint`):
 - `runtime`: the whole app, started and stopped together.
 - `commands`: `status`, `send` and its verdict (`verify`), `redrive`, `usage` (the billable
   operations counted so far): clients of a running app.
+- `ecs`: a worker consumer group's ECS service, its tasks as local processes of the image's code
+  (above `lambda_`, whose runtime packages they use).
 - `lambda_`: functions in warm worker processes, packaged as Lambda packages them (`runtimes`), and
   the Kinesis event-source mappings (`esm`).
 - `apigw`: the REST API, as API Gateway serves it (SigV4, resource policy, keys, validator, throttling).

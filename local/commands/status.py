@@ -379,10 +379,12 @@ def _render_workers(group: dict[str, Any], service: dict[str, Any], console: Con
         owner = lease.get("owner") or "(no one)"
         held[owner] = held.get(owner, 0) + 1
     tasks = service.get("tasks", [])
+    behind = service.get("behind_ms")
+    lag = "not published yet (the tasks' EMF, every 60 s)" if behind is None else f"{behind:,.0f} ms"
     console.print(
         f"  workers: {service.get('running', 0)} running of {service.get('desired', '?')} "
         f"({service.get('replaced', 0)} replaced, {service.get('killed', 0)} killed by chaos); "
-        f"behind: {service.get('behind_ms') or 0:,.0f} ms"
+        f"behind: {lag}"
     )
     for task in tasks:
         state = "running" if task.get("alive") else "stopped"

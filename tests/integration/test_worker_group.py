@@ -69,7 +69,6 @@ def test_a_killed_workers_shards_are_taken_within_the_lease_and_one_interval_and
     for row in group8.rows():  # each taken shard resumed at its checkpoint: none moved back
         if row.key in victims:
             assert row.checkpoint >= victims[row.key]
-    assert "lease lost" not in group8.log("w2")
 
 
 def test_a_paused_worker_cannot_commit_once_its_lease_was_taken(group2):

@@ -128,7 +128,7 @@ class Worker:
         previous = self._trap_signals()
         self._coordinator = threading.Thread(target=self._coordinate, name="shardline-leases", daemon=True)
         self._coordinator.start()
-        published, last = time.monotonic(), None
+        published = time.monotonic()
         try:
             while not self.stopping.is_set():
                 self._sync_readers()
@@ -139,12 +139,12 @@ class Worker:
                 if item is not None:
                     self._handle(item)
                 if self._publish is not None and time.monotonic() - published >= self.publish_interval:
-                    last = self._emit(last)
+                    self._emit()
                     published = time.monotonic()
         finally:
             self.shutdown()
             if self._publish is not None:
-                self._emit(last)
+                self._emit()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -179,11 +179,10 @@ class Worker:
             previous[signum] = signal.signal(signum, lambda number, frame: self.stop())
         return previous
 
-    def _emit(self, last: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _emit(self) -> None:
+        """Publish the consumer's counters and the worker's state (the publisher takes increases)."""
         assert self._publish is not None
-        snapshot = {**self.consumer.metrics.snapshot(), **self.snapshot()}
-        self._publish(snapshot)
-        return snapshot
+        self._publish({**self.consumer.metrics.snapshot(), **self.snapshot()})
 
     # -- processing (the calling thread) ---------------------------------------------------------
 

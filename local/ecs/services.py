@@ -168,10 +168,6 @@ class WorkerServices:
                 for service in self._services
             }
 
-    def running(self, name: str) -> int:
-        """Tasks of service `name` running now (what ECS's RunningTaskCount says)."""
-        return int(self.stats().get(name, {}).get("running", 0))
-
     # -- keeping the desired count ---------------------------------------------------------------
 
     def _watch(self) -> None:

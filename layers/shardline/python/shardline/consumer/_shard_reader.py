@@ -98,7 +98,6 @@ class ShardReader(threading.Thread):
         self.stopped = threading.Event()
         self.last_read: str | None = None  # sequence number of the last record handed on
         self.calls = 0
-        self.throttled = 0
 
     def stop(self) -> None:
         self.stopped.set()
@@ -124,7 +123,6 @@ class ShardReader(threading.Thread):
                     iterator = None  # fetched again after the last record read
                     continue
                 failures += 1
-                self.throttled += code == "ProvisionedThroughputExceededException"
                 wait = min(self.max_backoff, self.min_interval * 2**failures)
                 logger.warning("shard %s: GetRecords refused (%s), again in %.1fs", self.shard_id, code, wait)
                 self.stopped.wait(wait * random.uniform(0.5, 1.0))

@@ -276,9 +276,9 @@ class Worker:
         for key in self.held.renew():
             self.consumer.metrics.count("LeaseLosses")
             logger.warning("worker %s: lease %s was taken by another worker", self.owner, key)
-        if time.monotonic() - self._discovered_at >= self.discovery_interval:
-            self._discover()
         rows = self.held.leases()
+        if time.monotonic() - self._discovered_at >= self.discovery_interval and self._discover(rows):
+            rows = self.held.leases()  # with the rows it created
         self.observer.observe(rows)
         if self.stopping.is_set():
             return
@@ -297,8 +297,9 @@ class Worker:
             except LeaseLost:
                 pass  # another worker was faster, or its owner renewed it: next interval
 
-    def _discover(self) -> None:
-        """List the stream's shards; create a row (owned by no one) for each shard without one."""
+    def _discover(self, rows: list[Lease]) -> bool:
+        """List the stream's shards; create a row (owned by no one) for each shard without one in
+        `rows`. Whether it created any."""
         shards: list[Mapping[str, Any]] = []
         request: dict[str, Any] = {"StreamName": self.stream}
         while True:
@@ -314,15 +315,17 @@ class Worker:
             shard_id = shard["ShardId"]
             parents = tuple(p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p)
             found[self.consumer.settings.lease_key(self.stream, shard_id)] = (shard_id, parents)
-        existing = {row.key for row in self.held.leases()}
+        existing = {row.key for row in rows}
+        created = False
         for key, (_, parents) in found.items():
             if key not in existing:
                 start = TRIM_HORIZON if any(parent in listed for parent in parents) else self.initial_position
-                self.held.store.start_at(key, Position(start), parent_shard_ids=parents)
+                created |= self.held.store.start_at(key, Position(start), parent_shard_ids=parents)
         with self._shards_lock:
             self._shards.update(found)
             self._listed = listed
         self._discovered_at = time.monotonic()
+        return created
 
     def _open_keys(self, rows: list[Lease]) -> set[str]:
         """The leases that may be processed now: this stream's, not at SHARD_END, parents done."""

@@ -28,7 +28,6 @@ from tests.support.lineage import (
 )
 
 DRIVERS = {"lambda": lambda_driver, "worker": worker_driver}
-OLD = pytest.mark.xfail(strict=True, reason="issue 39: dedup state is not handed through an empty shard")
 
 
 def run(kinesis_mock: str, moto_server: str, driver: str, shards: int, reshard: Callable[[Any, str], None]):
@@ -41,7 +40,6 @@ def run(kinesis_mock: str, moto_server: str, driver: str, shards: int, reshard: 
     return consumer.metrics.snapshot()
 
 
-@OLD
 @pytest.mark.parametrize("driver", list(DRIVERS))
 def test_property_5_dedup_state_follows_split_split_through_an_empty_middle_shard(
     kinesis_mock, moto_server, driver
@@ -50,14 +48,12 @@ def test_property_5_dedup_state_follows_split_split_through_an_empty_middle_shar
     assert metrics["AggregateCopiesSkipped"] == 4, "the resend, in each of the four grandchildren"
 
 
-@OLD
 @pytest.mark.parametrize("driver", list(DRIVERS))
 def test_property_5_dedup_state_follows_split_merge(kinesis_mock, moto_server, driver):
     metrics = run(kinesis_mock, moto_server, driver, 1, split_merge)
     assert metrics["AggregateCopiesSkipped"] == 1, "the resend, in the merged child"
 
 
-@OLD
 @pytest.mark.parametrize("driver", list(DRIVERS))
 def test_property_5_dedup_state_follows_merge_split(kinesis_mock, moto_server, driver):
     metrics = run(kinesis_mock, moto_server, driver, 2, merge_split)

@@ -126,7 +126,9 @@ class AppliedAggregates:
             qualified: dict[str, dict[int, list[int]]] = {}
             for key, entries in value.get("q", {}).items():
                 for entry in entries:
-                    if len(entry) < 4 or len(entry) % 2 or not all(isinstance(n, int) for n in entry):
+                    # [counter, arrival, low, high, ...]: no range at all is an aggregate applied
+                    # nowhere in this shard's range (a merged child's, split again)
+                    if len(entry) < 2 or len(entry) % 2 or not all(isinstance(n, int) for n in entry):
                         raise ValueError(f"qualified aggregates of {key!r} are malformed")
                     qualified.setdefault(key, {})[entry[0]] = entry[1:]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

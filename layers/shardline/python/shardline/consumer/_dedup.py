@@ -25,7 +25,8 @@ earlier in the same batch is also a copy (`DedupRun`, in `_dedup_run`).
 Lanes whose newest arrival is more than `DEDUP_HORIZON_S` behind the newest arrival the state
 has folded in are dropped: the producer never resends an aggregate more than `RESEND_HORIZON_S`
 (120 s) after its first send, so a copy cannot arrive that late. A child shard starts from the
-union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates).
+union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates;
+a parent that received nothing hands down its own parents', `_resharding`).
 
 Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<producer>.<lane>":[w,t,a,b,...]}}`,
 a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
@@ -46,7 +47,9 @@ arrival, under `p`. A child whose range its parent's covers (a split) needs noth
 the child's range the parent applied every member. A child of a *merge* (`inherit`) covers more
 than each parent: for an aggregate some parent applied only in part, the child keeps the hash
 ranges its parents applied it in (`q`), and a copy landing in the child — the producer's
-re-routed copy — applies only its members outside them. Both lists are pruned by the horizon.
+re-routed copy — applies only its members outside them. A further split clips those ranges to
+each child's (`inherit` again): a child they cover whole has the aggregate applied, one they miss
+entirely keeps the entry with no range (applied nowhere in it). Both lists are pruned by the horizon.
 """
 
 from __future__ import annotations

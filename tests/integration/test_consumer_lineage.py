@@ -3,9 +3,10 @@
 A PutRecords lands in the stream's first shards and its reply is lost; the stream is resharded
 twice before the producer's resend lands (split–split, split–merge, merge–split), so the resend
 lands in descendants two reshards down, and the shards in between received nothing: no lease row
-under the Lambda driver, a row that never checkpointed under the worker. Kinesis is kinesis-mock,
-the lease and sink tables are moto server's DynamoDB (`tests/support/lineage.py`). Every record
-must be applied exactly once.
+under the Lambda driver, a row that never checkpointed under the worker. Kinesis is kinesis-mock
+(the lease and sink tables on moto server's DynamoDB) or the local endpoint, whose resharding is
+made right in local/ (its own DynamoDB); see `tests/support/lineage.py`. Every record must be
+applied exactly once.
 """
 
 from __future__ import annotations
@@ -30,9 +31,19 @@ from tests.support.lineage import (
 DRIVERS = {"lambda": lambda_driver, "worker": worker_driver}
 
 
-def run(kinesis_mock: str, moto_server: str, driver: str, shards: int, reshard: Callable[[Any, str], None]):
-    raw, stream = resend_after(kinesis_mock, shards, reshard)
-    sink = Sink(moto_server)
+@pytest.fixture(params=["kinesis-mock", "local-endpoint"])
+def endpoints(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(Kinesis endpoint, DynamoDB endpoint) on loopback."""
+    if request.param == "kinesis-mock":
+        return request.getfixturevalue("kinesis_mock"), request.getfixturevalue("moto_server")
+    local = request.getfixturevalue("local_endpoint")
+    return local, local
+
+
+def run(endpoints: tuple[str, str], driver: str, shards: int, reshard: Callable[[Any, str], None]):
+    kinesis, dynamodb = endpoints
+    raw, stream = resend_after(kinesis, shards, reshard)
+    sink = Sink(dynamodb)
     consumer = DRIVERS[driver](raw, stream, sink)
     counts = sink.counts()
     assert not applied_twice(counts), f"{len(applied_twice(counts))} of 9 records applied twice: {counts}"
@@ -41,20 +52,18 @@ def run(kinesis_mock: str, moto_server: str, driver: str, shards: int, reshard: 
 
 
 @pytest.mark.parametrize("driver", list(DRIVERS))
-def test_property_5_dedup_state_follows_split_split_through_an_empty_middle_shard(
-    kinesis_mock, moto_server, driver
-):
-    metrics = run(kinesis_mock, moto_server, driver, 1, split_split)
+def test_property_5_dedup_state_follows_split_split_through_an_empty_middle_shard(endpoints, driver):
+    metrics = run(endpoints, driver, 1, split_split)
     assert metrics["AggregateCopiesSkipped"] == 4, "the resend, in each of the four grandchildren"
 
 
 @pytest.mark.parametrize("driver", list(DRIVERS))
-def test_property_5_dedup_state_follows_split_merge(kinesis_mock, moto_server, driver):
-    metrics = run(kinesis_mock, moto_server, driver, 1, split_merge)
+def test_property_5_dedup_state_follows_split_merge(endpoints, driver):
+    metrics = run(endpoints, driver, 1, split_merge)
     assert metrics["AggregateCopiesSkipped"] == 1, "the resend, in the merged child"
 
 
 @pytest.mark.parametrize("driver", list(DRIVERS))
-def test_property_5_dedup_state_follows_merge_split(kinesis_mock, moto_server, driver):
-    metrics = run(kinesis_mock, moto_server, driver, 2, merge_split)
+def test_property_5_dedup_state_follows_merge_split(endpoints, driver):
+    metrics = run(endpoints, driver, 2, merge_split)
     assert metrics["AggregateCopiesSkipped"] >= 2, "each parent's resend, in each child it landed in"

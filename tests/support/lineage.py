@@ -1,6 +1,6 @@
-"""Chained reshards between a lost copy and its resend, on kinesis-mock, and both consumer drivers.
+"""Chained reshards between a lost copy and its resend, on a loopback Kinesis, and both consumer drivers.
 
-`resend_after(kinesis_mock, shards, reshard)` makes the stream of a test of issue 39's property 5:
+`resend_after(endpoint, shards, reshard)` makes the stream of a test of issue 39's property 5:
 a stream of `shards` shards; the real `Producer` (its map loaded) sends 8 records whose explicit
 hash keys spread over the whole range (two per quarter) through `LossyProxy`; their PutRecords
 lands and its reply is lost; in between, `reshard` runs (e.g. a split and then a split of each
@@ -8,8 +8,8 @@ child); the producer's resend then lands in the descendants, re-routed whole to 
 that holds one of its members. So every record is in the stream twice: once in an ancestor, once
 in a descendant, with shards in between that received nothing.
 
-The two drivers consume it, each with a transactional counting sink on moto server's DynamoDB
-(`ADD n :1` keyed by the record's data, in the checkpoint's transaction):
+The two drivers consume it, each with a transactional counting sink
+(`ADD n :1` keyed by the record's data, in the checkpoint's transaction) on a loopback DynamoDB:
 
 - `lambda_driver`: the event-source mapping, as Lambda runs it — each shard that holds records
   replayed (`MappingReplay`) parents before children; a shard without records is never invoked,
@@ -92,13 +92,13 @@ def merge_split(raw: Any, stream: str) -> None:
     wait_active(raw, stream)
 
 
-def resend_after(kinesis_mock: str, shards: int, reshard: Callable[[Any, str], None]) -> tuple[Any, str]:
+def resend_after(endpoint: str, shards: int, reshard: Callable[[Any, str], None]) -> tuple[Any, str]:
     """A stream whose records' lost copies are in the first shards and whose resends are in the
     descendants `reshard` made (module docstring): (Kinesis client, stream name)."""
-    raw = kinesis_client(kinesis_mock)
+    raw = kinesis_client(endpoint)
     stream = unique_stream_name("lineage")
     create_stream(raw, stream, shard_count=shards)
-    with LossyProxy(kinesis_mock) as proxy:
+    with LossyProxy(endpoint) as proxy:
         producer = Producer(producer_client(proxy.url, read_timeout=10), stream, config=FAST)
         assert producer.put_many([WARM_UP])[0].success  # the producer's map: the shards before
         done: list[int] = []
@@ -148,10 +148,10 @@ def _lineage_order(raw: Any, stream: str) -> list[str]:
 
 
 class Sink:
-    """A counting sink table and a lease table on moto server's DynamoDB."""
+    """A counting sink table and a lease table on a loopback DynamoDB."""
 
-    def __init__(self, moto_server: str) -> None:
-        self.dynamodb = aws_client("dynamodb", moto_server)
+    def __init__(self, endpoint: str) -> None:
+        self.dynamodb = aws_client("dynamodb", endpoint)
         self.name = create_sink_table(self.dynamodb)
         self.leases = LeaseTable(self.dynamodb, f"leases-{uuid.uuid4().hex[:8]}")
         LeaseTable.create(self.dynamodb, self.leases.table_name)

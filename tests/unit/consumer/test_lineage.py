@@ -202,3 +202,33 @@ def test_property_5_a_grandparent_trimmed_past_retention_still_hands_down_its_ro
     MappingReplay(kinesis.hold(M1, entry(x, aggregate_id(1), seq(2), M1))).drain(consumer.process)
     assert applied(table) == {"x-0": 1, "x-1": 1}
     assert consumer.metrics.snapshot()["AggregateCopiesSkipped"] == 1
+
+
+@pytest.mark.parametrize("middle", ["no row", "a row that never checkpointed"])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_property_5_a_resend_any_number_of_reshards_down_is_skipped(table, depth: int, middle: str) -> None:
+    """P applied x; P split, and the low child split again, `depth` times: the shards in between
+    received nothing. The resend of x lands in the last low child (its members are low)."""
+    chain = [f"shardId-{n:012d}" for n in range(depth + 1)]
+    shards: dict[str, tuple[int, int, tuple[str, ...], bool]] = {chain[0]: (0, TOP, (), True)}
+    for level in range(1, depth + 1):
+        high = (TOP + 1) // 2**level - 1
+        shards[chain[level]] = (0, high, (chain[level - 1],), level < depth)
+        shards[f"shardId-{100 + level:012d}"] = (
+            high + 1,
+            (TOP + 1) // 2 ** (level - 1) - 1,
+            (chain[level - 1],),
+            False,
+        )
+    kinesis = Topology(shards)
+    consumer = consumer_on(table, kinesis)
+    x = members("x", 2, hash_key=7)
+    MappingReplay(kinesis.hold(chain[0], entry(x, aggregate_id(1), seq(0), chain[0]))).drain(consumer.process)
+    if middle != "no row":  # as a worker leaves them: created at discovery, read to the end
+        for shard in chain[1:-1]:
+            assert table.start_at(shard, Position("TRIM_HORIZON"), parent_shard_ids=shards[shard][2])
+            assert table.mark_shard_end(table.get(shard))
+    leaf = chain[-1]
+    MappingReplay(kinesis.hold(leaf, entry(x, aggregate_id(1), seq(1), leaf))).drain(consumer.process)
+    assert applied(table) == {"x-0": 1, "x-1": 1}
+    assert consumer.metrics.snapshot()["AggregateCopiesSkipped"] == 1

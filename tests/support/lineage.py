@@ -122,6 +122,9 @@ def resend_after(endpoint: str, shards: int, reshard: Callable[[Any, str], None]
     assert {copy.shard_id for copy in copies} - first == {result.shard_id for result in results}, (
         "the resends landed in the open descendants only"
     )
+    listed = raw.list_shards(StreamName=stream)["Shards"]
+    between = {shard["ShardId"] for shard in listed if shard.get("ParentShardId")} & first
+    assert between and not {copy.shard_id for copy in copies} & between, "the shards between received nothing"
     return raw, stream
 
 

@@ -164,7 +164,8 @@ class WorkerGroup(Construct):
     `stop_timeout_seconds` to finish its batch, checkpoint and release its leases.
 
     **Monitoring.** Pass the group to `Monitoring`: stalls, dead letters, failed records, lease losses
-    that go on, `MillisBehindLatest` as its lag, and running tasks below the desired count (Container
+    that go on, lanes evicted from a shard's dedup state, `MillisBehindLatest` as its lag, and running
+    tasks below the desired count (Container
     Insights metrics: `container_insights`, on for a cluster made here; a team's cluster needs it on)."""
 
     def __init__(

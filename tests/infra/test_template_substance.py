@@ -20,6 +20,11 @@ EXPLAINED: dict[str, str] = {
     "the events sink declares that it holds records (idAttribute recordId), for the local runtime's verdict.",
     "changed GroupkeycounterFunctionDD4D08B2 (AWS::Lambda::Function): Environment": "SHARDLINE_SINKS added: "
     "the counter sink declares that it holds counts (keyAttribute partitionKey, countAttribute count).",
+    "added MonitoringeventsinkDedupLanesEvictedECE27431 (AWS::CloudWatch::Alarm)": "issue 39, 8: lanes "
+    "evicted from a shard's dedup state past its bound page (records without ids may apply twice).",
+    "added MonitoringkeycounterDedupLanesEvicted564650E1 (AWS::CloudWatch::Alarm)": "issue 39, 8: as above.",
+    "changed MonitoringDashboard0C3675C6 (AWS::CloudWatch::Dashboard): DashboardBody": "issue 39, 8: each "
+    "group's 'copies and client ids skipped' widget draws DedupLanesEvicted too.",
 }
 
 

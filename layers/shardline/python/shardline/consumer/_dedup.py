@@ -231,26 +231,44 @@ class AppliedAggregates:
                 del self.qualified[key]
 
     def bounded(self, max_bytes: int = MAX_STATE_BYTES) -> tuple[str, int]:
-        """The serialized state within `max_bytes`, evicting the lanes with the oldest arrivals
-        first; and how many lanes were evicted."""
+        """The serialized state within `max_bytes`, and how many lanes were evicted for it.
+
+        Whole lanes go (with their partial and qualified aggregates), by age: the lane whose newest
+        arrival is oldest first. A producer that still writes to the shard keeps moving its lane's
+        newest arrival; one that stopped (dead, restarted under a new id, or no longer writing
+        here) does not, so its lanes are retired before any live one — whatever their counters or
+        the order they were folded in. No more lanes go than the bound needs: each eviction's
+        saving is counted exactly (`_cost`), its partial and qualified entries included."""
         text = self.serialize()
-        evicted = 0
         if len(text) <= max_bytes:
             return text, 0
-        by_age = sorted(self.lanes, key=lambda key: self.lanes[key][1])
         size = len(text)
-        for key in by_age:
+        evicted = 0
+        for key in sorted(self.lanes, key=lambda key: self.lanes[key][1]):
             if size <= max_bytes:
                 break
-            size -= len(json.dumps({key: self.lanes[key]}, separators=(",", ":"))) - 1  # "{", "}" vs ","
+            size -= self._cost(key)
             self._evict(key)
             evicted += 1
         text = self.serialize()
-        while len(text) > max_bytes and self.lanes:  # the estimate fell short: one at a time
+        while len(text) > max_bytes and self.lanes:  # the count fell short: one at a time
             self._evict(min(self.lanes, key=lambda key: self.lanes[key][1]))
             evicted += 1
             text = self.serialize()
         return text, evicted
+
+    def _cost(self, key: str) -> int:
+        """The bytes the serialized state loses when lane `key` is evicted: its entry in `k`, and in
+        `p` and `q` (each with the comma before it; the whole `,"p":{}` when it is the last there)."""
+        cost = _entry_bytes(key, self.lanes[key])
+        for section, entries in (("p", self.partial), ("q", self.qualified)):
+            if key not in entries:
+                continue
+            value: object = entries[key]
+            if section == "q":
+                value = [[counter, *entry] for counter, entry in self.qualified[key].items()]
+            cost += _entry_bytes(key, value) + (len(f',"{section}":{{}}') - 1 if len(entries) == 1 else 0)
+        return cost
 
     def _evict(self, key: str) -> None:
         del self.lanes[key]
@@ -316,6 +334,11 @@ class AppliedAggregates:
                     add(mine, lane[at], lane[at + 1])
                 add(mine, mine[0])  # fold the ranges the larger w reaches
         return merged
+
+
+def _entry_bytes(key: str, value: object) -> int:
+    """`"key":value` and its separating comma, as `serialize` writes them."""
+    return len(json.dumps({key: value}, separators=(",", ":"))) - 1  # "{", "}" vs ","
 
 
 def _list_partial(partial: dict[str, list[int]], key: str, counter: int, arrival: int) -> None:

@@ -824,7 +824,9 @@ def test_property_2_an_own_id_that_equals_a_derived_one_is_another_identity():
     [(_, records)] = put.calls
     assert [(r.id, r.id_derived) for r in records] == [("key:0", True), ("key:0", False)]
     # Two explicit ids, or two derived ones, that are equal are still one identity twice: refused.
-    body = json_body({"data": "", "partitionKey": "a", "id": "x"}, {"data": "", "partitionKey": "b", "id": "x"})
+    body = json_body(
+        {"data": "", "partitionKey": "a", "id": "x"}, {"data": "", "partitionKey": "b", "id": "x"}
+    )
     response, put = call_with_key(body, "key")
     assert response.status == 400 and put.calls == []
     assert response.body["errors"] == [{"index": 1, "field": "id", "message": "is the id of record 0 too"}]

@@ -51,6 +51,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import inspect
 import itertools
 import json
 import os
@@ -84,6 +85,7 @@ from tests.unit.test_identity_model import (
 
 CALLERS_STAMPED = "caller" in UserRecord._fields  # the design's API (issue 39), once merged
 IDS_SCOPED = hasattr(ConsumedRecord, "scoped_id")
+GUARDS_HASH_PAYLOADS = "payload_hash" in inspect.signature(once).parameters
 SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -160,7 +162,8 @@ class World(Pipeline):
             raise DependencyUnavailable("the sink's table is unavailable")
         scoped = getattr(record, "scoped_id", None) if IDS_SCOPED else record.id
         name = scoped or record.data.decode()
-        writes = [once("sink", {"pk": {"S": f"once#{name}"}})] if record.id else []
+        conflict = {"payload_hash": record.payload_hash} if GUARDS_HASH_PAYLOADS else {}  # type: ignore[attr-defined]
+        writes = [once("sink", {"pk": {"S": f"once#{name}"}}, **conflict)] if record.id else []
         return [
             *writes,
             {
@@ -372,7 +375,7 @@ fleet_ops = st.lists(
 
 
 @pytest.mark.xfail(strict=True, reason="issue 39 property 1: a forked or restored producer keeps its id")
-@settings(SLOW, max_examples=25)
+@settings(SLOW, max_examples=100)
 # Today's shrunk counterexamples: the child's record confirmed, never applied (its aggregate
 # numbered like the parent's, under the same producer id); and a child forked after the producer
 # was used, whose first send never returns (the request pool's threads did not survive the fork).
@@ -389,9 +392,12 @@ def test_property_1_a_forked_producer_id_is_never_live_in_two_processes(ops, fau
 
 
 @pytest.mark.xfail(strict=True, reason="issue 39 property 1: a restored snapshot's producers share its id")
-@settings(SLOW, max_examples=25)
+@settings(SLOW, max_examples=100)
+# Today's shrunk counterexample: the snapshot created its producer (the module-level pattern) and
+# never used it; both restores send; the second one's record is skipped as a copy of the first's.
+@example(before=[], ops=[("child", 1, 0), ("child", 1, 1)], faults=[], shard_count=1)
 @given(
-    st.lists(st.integers(1, 12), min_size=1, max_size=3),
+    st.lists(st.integers(1, 12), max_size=3),
     fleet_ops.filter(lambda ops: all(op != "send" for op, _, _ in ops)),
     st.lists(st.sampled_from(FAULTS), max_size=20),
     st.integers(1, 3),
@@ -466,7 +472,7 @@ def one_body_per_identity(ops: list[tuple[str, Any, Any]]) -> list[tuple[str, An
 
 
 @pytest.mark.xfail(strict=True, reason="issue 39 property 2: ids are global, not their caller's")
-@settings(SLOW, max_examples=60)
+@settings(SLOW, max_examples=200)
 @example(
     ops=[("post", 0, [("alice", "x", False, "alice|i|x"), ("alice", "x", True, "alice|k|x")])], faults=[]
 )
@@ -484,7 +490,7 @@ def test_property_2_ids_belong_to_their_caller_and_derived_ids_to_their_own_name
 @pytest.mark.xfail(
     strict=True, reason="issue 39 property 3: a re-used id with another body is dropped silently"
 )
-@settings(SLOW, max_examples=60)
+@settings(SLOW, max_examples=200)
 @example(
     ops=[("post", 0, [("alice", "x", False, "alice|x|v0"), ("alice", "x", False, "alice|x|v1")])], faults=[]
 )
@@ -525,6 +531,8 @@ def run_outages(world: World, ops: list[tuple[str, int, int]]) -> None:
         elif op == "consume":
             shards = world.stream.in_lineage_order()
             world.deliver(shards[number % len(shards)].shard_id, 0, down=option)
+        elif op == "split":
+            world.stream.split(number)
         elif op == "redrive":
             pending = [m for replay in world.mappings.values() for m in replay.on_failure]
             if pending:
@@ -553,7 +561,7 @@ outage_ops = st.lists(
 
 
 @pytest.mark.xfail(strict=True, reason="issue 39 property 4: a redrive and the main run apply a copy each")
-@settings(SLOW, max_examples=60)
+@settings(SLOW, max_examples=300)
 # Copy 1 of a resent aggregate given up by the mapping, copy 2 applied by the main run, copy 1 redriven.
 @example(ops=[("send", 1, 0), ("consume", 0, 1)], faults=["lost_after"], batch_size=1, retries=0)
 @given(
@@ -615,7 +623,7 @@ reshard_ops = st.lists(
 @pytest.mark.xfail(
     strict=True, reason="issue 39 property 5: dedup state is lost through a shard that got nothing"
 )
-@settings(SLOW, max_examples=80)
+@settings(SLOW, max_examples=300)
 @example(ops=[("send", 2, [("split", 0), ("split", 0)])], faults=[], shard_count=1, batch_size=1)
 @example(ops=[("send", 2, [("split", 0), ("merge", 0)])], faults=[], shard_count=1, batch_size=1)
 @example(ops=[("send", 2, [("merge", 0), ("split", 0)])], faults=[], shard_count=2, batch_size=1)
@@ -694,7 +702,7 @@ forgery_ops = st.lists(
 @pytest.mark.xfail(
     strict=True, reason="issue 39 property 7: another caller's record moves the victim's floor"
 )
-@settings(SLOW, max_examples=60)
+@settings(SLOW, max_examples=200)
 @example(
     ops=[("send", 1, 0), ("send", 1, 0), ("send", 1, 0), ("forge", 0, 0), ("send", 1, 0)],
     faults=[],
@@ -790,3 +798,41 @@ def test_property_8_lane_eviction_is_counted_and_retires_dead_producers_first(
     kept = len(json.loads(row.applied_aggregates)["k"])
     evicted = consumer.metrics.snapshot()["DedupLanesEvicted"]
     assert evicted >= lanes - kept, f"{lanes - kept} lanes evicted from the stored state, {evicted} counted"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 39 property 4 with reshards: a parent whose last batch the mapping gave up never reaches "
+    "SHARD_END, so its children wait for it forever, and their redrives too",
+)
+@settings(SLOW, max_examples=150)
+@example(
+    ops=[("send", 1, 0), ("send", 1, 0), ("split", 1, 0), ("send", 1, 0), ("consume", 1, 1)],
+    faults=[],
+    shard_count=2,
+    batch_size=1,
+    retries=0,
+)
+@given(
+    st.lists(
+        st.one_of(
+            outage_ops.flatmap(lambda ops: st.just(ops[0])),
+            st.tuples(st.just("split"), st.integers(0, 100), st.just(0)),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.lists(st.sampled_from((*FAULTS, "lost_after", "lost_after")), max_size=20),
+    st.integers(1, 2),
+    st.integers(1, 5),
+    st.integers(0, 2),
+)
+def test_property_4_a_redrive_is_applied_once_with_the_main_run_across_reshards(
+    ops, faults, shard_count, batch_size, retries
+):
+    world = World(SimStream(shard_count, faults), batch_size, retries=retries)
+    try:
+        run_outages(world, ops)
+    finally:
+        world.producer.close()
+    check_exactly_once(world)

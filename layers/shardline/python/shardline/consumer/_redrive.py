@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +38,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from botocore.exceptions import ClientError
 
+from shardline.consumer._deaggregation import deaggregate
+from shardline.consumer._redrive_claims import REDRIVE_SUFFIX
 from shardline.kinesis._positions import TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only
@@ -46,7 +49,9 @@ if TYPE_CHECKING:  # annotations only
 
 logger = logging.getLogger(__name__)
 
-REDRIVE_SUFFIX = "#redrive#"
+GUARD_TTL_VARIABLE = "SHARDLINE_GUARD_TTL_SECONDS"
+#: A `once` guard's lifetime when nothing says otherwise (functions/key_counter's ONCE_TTL_SECONDS).
+DEFAULT_GUARD_TTL_SECONDS = 7 * 24 * 3600.0
 #: GetShardIterator and GetRecords refusals that mean "not here": the start is gone, or the stream.
 _NOT_HELD = frozenset({"InvalidArgumentException", "ResourceNotFoundException"})
 _THROTTLED = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException"})
@@ -54,6 +59,19 @@ _CALL_ATTEMPTS = 8
 _BACKOFF_S = 0.2
 _BACKOFF_CAP_S = 5.0
 _GET_RECORDS_LIMIT = 10_000
+
+
+class RedriveRefused(ValueError):
+    """The redrive would not be applied once: nothing was written; the message says why and how
+    to redrive anyway."""
+
+
+class GuardsExpired(RedriveRefused):
+    """Records of the batch with client ids are older than their `once` guards last."""
+
+    def __init__(self, message: str, age_seconds: float, guard_ttl_seconds: float) -> None:
+        super().__init__(message)
+        self.age_seconds, self.guard_ttl_seconds = age_seconds, guard_ttl_seconds
 
 
 class BatchInfo(NamedTuple):
@@ -121,6 +139,10 @@ def redrive(
     max_deliveries: int = 10,
     max_reads: int = 1000,
     sleep: Callable[[float], None] = time.sleep,
+    guard_ttl_seconds: float | None = None,
+    allow_expired_guards: bool = False,
+    allow_unnoted: bool = False,
+    now: Callable[[], float] = time.time,
 ) -> RedriveResult:
     """Put the batch an on-failure `message` points at through `consumer` (module docstring).
 
@@ -129,19 +151,30 @@ def redrive(
     runs out (the next run resumes). At most `max_deliveries` deliveries and `max_reads` GetRecords
     calls; `sleep` waits out Kinesis throttling. Raises `ValueError` for a message that is not a
     Kinesis on-failure record.
+
+    `GuardsExpired` (nothing written) when a record of the batch with a client id is older than
+    its `once` guard lasts — `guard_ttl_seconds`, else `SHARDLINE_GUARD_TTL_SECONDS`, else 7 days
+    — unless `allow_expired_guards=True`; `now` is the clock the ages are measured with.
+    `RedriveRefused` when the group's row moved past the batch without noting it (what the group
+    applied since cannot be told from what it settled), unless `allow_unnoted=True`.
     """
     info = batch_info(message)
     main_key = consumer.settings.lease_key(info.stream, info.shard_id)
     suffix = f"{REDRIVE_SUFFIX}{info.start}"
     key = main_key + suffix
     table = consumer.table
-    if table.start_at(key, start_position(table.get(main_key), info)):
-        logger.info("redrive %s: lease row created", key)
     records, missing, read_all = _RangeReader(kinesis_client, info, max_reads, sleep).read()
     done = RedriveResult(info.stream, info.shard_id, info.start, info.end, key, len(records), missing=missing)
     if not records:
         return replace(done, finished=read_all)
     event_records = [_event_record(info, record) for record in records]
+    if not allow_expired_guards:
+        _check_guards(info, event_records, guard_ttl(guard_ttl_seconds), now())
+    if table.get(key) is None:
+        main = table.get(main_key)
+        start, applied = _row_start(main, info, allow_unnoted)
+        if table.start_at(key, start, applied=applied):
+            logger.info("redrive %s: lease row created", key)
     metrics = consumer.metrics
     before = metrics.snapshot()
     already = deliveries = 0
@@ -228,6 +261,74 @@ def _decimal(value: object) -> TypeGuard[str]:
 
 
 # -- where the redrive starts ------------------------------------------------------------------
+
+
+def _row_start(main: Lease | None, info: BatchInfo, allow_unnoted: bool) -> tuple[Position, str | None]:
+    """Where a redrive row the group's run did not create starts, and the applied-aggregate state
+    it starts from: the group's, while its checkpoint is not past the batch (its floors then only
+    settle what precedes the batch). A note without its row (written before redrive rows were)
+    starts from no state; a row moved past the batch with no note is refused (`RedriveRefused`)."""
+    position = start_position(main, info)
+    if main is None or _noted_checkpoint(main.skipped_by_mapping, info.start) is not None:
+        return position, None
+    checkpoint = main.checkpoint
+    last = int(info.end) if info.end is not None else None
+    if checkpoint.is_sentinel or last is None or int(checkpoint.sequence) <= last:
+        return position, main.applied_aggregates
+    if not allow_unnoted:
+        raise RedriveRefused(
+            f"redrive of {info.stream}/{info.shard_id} {info.start}..{info.end}: refused: the group's lease "
+            f"row {main.key} is past the batch (checkpoint {checkpoint}) and never noted it as discarded "
+            "(skippedByMapping), so the copies the group applied since cannot be told apart from those "
+            "it only settled; pass allow_unnoted=True to redrive anyway (a copy applied by the group "
+            "may then be applied again)"
+        )
+    return position, None
+
+
+def guard_ttl(seconds: float | None = None) -> float:
+    """How long a client id's `once` guard lasts: `seconds`, else the `SHARDLINE_GUARD_TTL_SECONDS`
+    environment variable, else `DEFAULT_GUARD_TTL_SECONDS`."""
+    if seconds is None:
+        text = os.environ.get(GUARD_TTL_VARIABLE)
+        if text is None or not text.strip():
+            return DEFAULT_GUARD_TTL_SECONDS
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise ValueError(f"{GUARD_TTL_VARIABLE} is not a number of seconds: {text!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"a guard lifetime is a positive number of seconds, not {seconds!r}")
+    return seconds
+
+
+def _check_guards(info: BatchInfo, event_records: list[dict[str, Any]], ttl: float, now: float) -> None:
+    """`GuardsExpired` if a record of the batch with a client id is older than its guard lasts."""
+    with_ids = [record for record in deaggregate(event_records) if record.id is not None]
+    if not with_ids:
+        return
+    oldest = min(record.approximate_arrival for record in with_ids)
+    age = now - oldest
+    if age <= ttl:
+        return
+    expired = sum(1 for record in with_ids if now - record.approximate_arrival > ttl)
+    raise GuardsExpired(
+        f"redrive of {info.stream}/{info.shard_id} {info.start}..{info.end}: refused: {expired} of its "
+        f"{len(with_ids)} records with client ids are up to {_duration(age)} old, older than the "
+        f"{_duration(ttl)} their client-id guards last ({GUARD_TTL_VARIABLE}): a record applied "
+        "before may have lost its guard and would be applied again. Pass allow_expired_guards=True "
+        "to redrive anyway",
+        age,
+        ttl,
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    if seconds >= 3_600:
+        return f"{seconds / 3_600:.1f} hours"
+    return f"{seconds:.0f} s"
 
 
 def start_position(main: Lease | None, info: BatchInfo) -> Position:

@@ -153,14 +153,14 @@ class DedupRun:
         self._at = end
         self._text = self.state.serialize()
 
-    def claimed_through(self, position: Position) -> list[AggregateId]:
-        """The aggregates admitted in this run whose Kinesis record is at or before `position`:
-        a checkpoint there applied (some of) their members (`_redrive_claims`)."""
+    def claimed_through(self, position: Position) -> list[tuple[AggregateId, float]]:
+        """The aggregates (and their arrivals) admitted in this run whose Kinesis record is at or
+        before `position`: a checkpoint there applied (some of) their members (`_redrive_claims`)."""
         if position.is_sentinel:
             return []
         last = int(position.sequence)
         return [
-            entry.aggregate
+            (entry.aggregate, entry.arrival)
             for entry in self._pending
             if not entry.replay and int(entry.passed_at.sequence) <= last
         ]

@@ -116,10 +116,15 @@ def claimed(lease: Lease, claims: Sequence[Claim]) -> Lease:
     """`lease` after its checkpoint landed with `claims`: those on its own row are now its own."""
     for claim in claims:
         if claim.key == lease.key:
-            lease = replace(
-                lease, apply_version=claim.version + 1, **{CLAIM_FIELDS[claim.attribute]: claim.claims}
-            )
+            lease = with_claim(lease, claim)
     return lease
+
+
+def with_claim(row: Lease, claim: Claim) -> Lease:
+    """`row` (the claim's) once `claim` landed in it."""
+    if claim.attribute == "groupClaims":
+        return replace(row, apply_version=claim.version + 1, group_claims=claim.claims)
+    return replace(row, apply_version=claim.version + 1, redrive_claims=claim.claims)
 
 
 def advanced(

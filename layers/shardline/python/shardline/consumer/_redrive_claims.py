@@ -14,9 +14,12 @@ apply), one after it (the group's) — so each must skip what the other applied.
 
 `Arbiters` is one run's view: the redrive's of its own row, the group's of the redrive rows of the
 batches its row noted (`skippedByMapping`) whose copies may still arrive: a note carries the
-arrival time of the first record the group saw past the batch, and a copy lands at most
-`RESEND_HORIZON_S` after its original, so past `CLAIM_WINDOW_S` (`DEDUP_HORIZON_S`, five times
-that) the group's records cannot be copies of the batch's, and it stops consulting the row.
+arrival time of the first record the group saw past the batch (no record of the batch arrived
+later), and a producer sends no copy of an aggregate more than `RESEND_HORIZON_S` (120 s) after
+its first send, so a record arriving more than `CLAIM_WINDOW_S` (that, and room for the clocks of
+Kinesis's hosts) after the note's arrival is no copy of the batch's: the group neither consults
+nor claims past it. What the group claims is so bounded by what arrives in those five minutes
+(about 20 bytes an aggregate; `MAX_CLAIMS_BYTES` stops the shard, loudly, rather than exceed it).
 
 Claims hold aggregate ids only, never a producer's floor: the group's applied-aggregate state
 (`appliedAggregates`) settles counters below a floor, and a floor seen past the discarded batch
@@ -33,20 +36,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardline.consumer._dedup import DEDUP_HORIZON_S
 from shardline.consumer._lane_ranges import union
 from shardline.consumer._lease_store import Claim, Lease, LeaseStore
 from shardline.kinesis._positions import Position
 from shardline.kpl._identity import AggregateId
 
-__all__ = ["GROUP_CLAIMS", "REDRIVE_CLAIMS", "REDRIVE_SUFFIX", "Arbiters", "Claims", "notes_of"]
+__all__ = [
+    "CLAIM_WINDOW_S",
+    "GROUP_CLAIMS",
+    "MAX_CLAIMS_BYTES",
+    "REDRIVE_CLAIMS",
+    "REDRIVE_SUFFIX",
+    "Arbiters",
+    "Claims",
+    "notes_of",
+]
 
 logger = logging.getLogger(__name__)
 
 REDRIVE_SUFFIX = "#redrive#"
 GROUP_CLAIMS, REDRIVE_CLAIMS = "groupClaims", "redriveClaims"
-#: Seconds (of record arrival) after a discarded batch during which the group consults its redrive row.
-CLAIM_WINDOW_S = DEDUP_HORIZON_S
+#: Seconds (of record arrival) after a discarded batch during which the group consults its redrive row:
+#: the producer's RESEND_HORIZON_S (120 s) and room for clock skew between Kinesis's hosts.
+CLAIM_WINDOW_S = 300.0
+#: The bound on one run's claims in a redrive row (DynamoDB's items are at most 400 KB).
+MAX_CLAIMS_BYTES = 250_000
 
 
 class Claims:
@@ -108,15 +122,21 @@ class _Arbiter:
     attribute: str  # this run's claims attribute
     mine: Claims
     theirs: Claims
+    until: float | None = None  # the group's: the last arrival that may be a copy of the batch's
 
     @classmethod
-    def of(cls, row: Lease, redrive: bool) -> _Arbiter:
+    def of(cls, row: Lease, redrive: bool, until: float | None = None) -> _Arbiter:
         mine, theirs = (
             (row.redrive_claims, row.group_claims) if redrive else (row.group_claims, row.redrive_claims)
         )
         attribute = REDRIVE_CLAIMS if redrive else GROUP_CLAIMS
         return cls(
-            row.key, row.apply_version, attribute, Claims.parse(mine, row.key), Claims.parse(theirs, row.key)
+            row.key,
+            row.apply_version,
+            attribute,
+            Claims.parse(mine, row.key),
+            Claims.parse(theirs, row.key),
+            until,
         )
 
 
@@ -146,6 +166,7 @@ class Arbiters:
             anchor = note.get("arrival", note.get("detectedAt"))
             if not isinstance(anchor, int | float) or arrival > anchor + CLAIM_WINDOW_S:
                 continue
+            until = anchor + CLAIM_WINDOW_S
             key = row.key + REDRIVE_SUFFIX + str(note["start"])
             redrive_row = table.get(key)
             if redrive_row is None:
@@ -153,20 +174,28 @@ class Arbiters:
                 table.start_at(key, noted)
                 redrive_row = table.get(key)
             if redrive_row is not None:
-                arbiters.append(_Arbiter.of(redrive_row, False))
+                arbiters.append(_Arbiter.of(redrive_row, False, until))
         return cls(arbiters, False)
 
     def applied(self, aggregate: AggregateId) -> bool:
         """Did the other run apply (or begin to apply) `aggregate`?"""
         return any(arbiter.theirs.has(aggregate) for arbiter in self._arbiters)
 
-    def claims(self, aggregates: list[AggregateId]) -> list[Claim]:
-        """The claims a checkpoint that applies `aggregates` writes (none where nothing is new)."""
+    def claims(self, applied: list[tuple[AggregateId, float]]) -> list[Claim]:
+        """The claims a checkpoint that applies `applied` (aggregates, arrivals) writes: in each
+        row, those that may be copies of its batch's (none where nothing is new)."""
         out = []
         for arbiter in self._arbiters:
-            mine = arbiter.mine.with_(aggregates)
-            if mine is not arbiter.mine:
-                out.append(Claim(arbiter.key, arbiter.version, arbiter.attribute, mine.serialize()))
+            until = arbiter.until
+            mine = arbiter.mine.with_(a for a, arrival in applied if until is None or arrival <= until)
+            if mine is arbiter.mine:
+                continue
+            text = mine.serialize()
+            if len(text) > MAX_CLAIMS_BYTES:
+                raise ValueError(
+                    f"the claims of redrive row {arbiter.key} would exceed {MAX_CLAIMS_BYTES} bytes"
+                )
+            out.append(Claim(arbiter.key, arbiter.version, arbiter.attribute, text))
         return out
 
     def landed(self, claims: list[Claim]) -> None:
@@ -187,7 +216,7 @@ class Arbiters:
             row = table.get(arbiter.key)
             if row is None:
                 raise ValueError(f"redrive row {arbiter.key} disappeared while this run used it")
-            fresh = _Arbiter.of(row, self._redrive)
+            fresh = _Arbiter.of(row, self._redrive, arbiter.until)
             arbiter.version, arbiter.mine, arbiter.theirs = fresh.version, fresh.mine, fresh.theirs
             conflict = conflict or any(fresh.theirs.has(aggregate) for aggregate in admitted)
         return conflict

@@ -21,7 +21,6 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer._idempotent import BATCH_ITEMS, IDEMPOTENT_PUT
 from shardline.consumer._lease_store import (
-    CLAIM_FIELDS,
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
     MAX_TRANSACTION_ITEMS,
@@ -33,6 +32,7 @@ from shardline.consumer._lease_store import (
     Lease,
     advanced,
     claimed,
+    with_claim,
 )
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
@@ -423,9 +423,7 @@ class LeaseRows(LeaseRequests):
     def _claim(self, lease: Lease, claims: Sequence[Claim]) -> Lease:
         """Write `claims` into their rows (the checkpoint's own row included), as one write with it."""
         for claim in claims:
-            field = CLAIM_FIELDS[claim.attribute]
-            stored = self._rows[claim.key]
-            self._rows[claim.key] = replace(stored, apply_version=claim.version + 1, **{field: claim.claims})
+            self._rows[claim.key] = with_claim(self._rows[claim.key], claim)
         return claimed(lease, claims)
 
     def _confirm(self, lease: Lease, error: Exception) -> None:

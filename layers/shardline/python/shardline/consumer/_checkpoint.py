@@ -27,7 +27,7 @@ from typing import Any
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
 from shardline.consumer._dedup_run import DedupRun
-from shardline.consumer._lease_store import Claim, ClaimsMoved, Lease, LeaseStore
+from shardline.consumer._lease_store import MAX_TRANSACTION_ITEMS, Claim, ClaimsMoved, Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._once import guarded_id, is_once_guard
 from shardline.consumer._redrive_claims import Arbiters
@@ -113,7 +113,7 @@ class Checkpoint:
         """`record`'s handler returned: its writes wait for the checkpoint that passes it. With
         `covering` > 1 the writes are those of the `covering` records up to `record`, done with it."""
         if writes:
-            if not self.pending.fits(writes):
+            if not self.pending.fits(writes) or not self._room_for_claims(writes):
                 self.commit()  # what is done so far; these writes start the next one
             self.pending.add(record, writes, self.done, covering)
         self.done = record
@@ -289,6 +289,13 @@ class Checkpoint:
     def _applied_at(self, position: Position) -> str | None:
         """The applied-aggregate state a checkpoint at `position` writes (None: leave it)."""
         return self.dedup.state_at(position) if self.dedup is not None else None
+
+    def _room_for_claims(self, writes: list[Mapping[str, Any]]) -> bool:
+        """Do `writes` leave room, in the checkpoint's transaction, for an item per redrive row
+        whose claims ride along (`_redrive_claims`)?"""
+        if not self.arbiters:
+            return True
+        return len(self.pending.writes) + len(writes) + self.arbiters.rows <= MAX_TRANSACTION_ITEMS - 1
 
     def _claims_at(self, position: Position) -> list[Claim]:
         """The redrive rows' claims a checkpoint at `position` writes (`_redrive_claims`)."""

@@ -151,6 +151,11 @@ class Arbiters:
     def __bool__(self) -> bool:
         return bool(self._arbiters)
 
+    @property
+    def rows(self) -> int:
+        """How many redrive rows a checkpoint may write claims into."""
+        return len(self._arbiters)
+
     @classmethod
     def for_redrive(cls, row: Lease) -> Arbiters:
         """A redrive's own row (as its lease was taken)."""

@@ -127,6 +127,7 @@ class RedriveResult:
     records_read: int = 0  # Kinesis records read back from the stream
     processed: int = 0  # user records whose handler ran and returned
     already_applied: int = 0  # user records at or below the redrive row's checkpoint when it began
+    copies_skipped: int = 0  # aggregates skipped: the group's own run applied a copy (`_redrive_claims`)
     failed: int = 0  # failed attempts
     dead_lettered: int = 0
     deliveries: int = 0
@@ -213,6 +214,7 @@ def redrive(
         done,
         processed=_delta(before, after, "RecordsProcessed"),
         already_applied=already,
+        copies_skipped=_delta(before, after, "RedriveCopiesSkipped"),
         failed=_delta(before, after, "RecordsFailed"),
         dead_lettered=_delta(before, after, "RecordsSentToDLQ"),
         deliveries=deliveries,

@@ -169,13 +169,13 @@ class ShardRun:
         if lineage is not None and not lineage.parents_finished(self.stream, parent_keys):
             metrics.count("BatchesWaitingForParent")
             return first
-        if self.redrive is None and _discarded_from(lease, first) is not None:
-            self._note_skipped_by_mapping(first)
-            lease = checkpoint.lease
         hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
         stored = lease.applied_aggregates
         if stored is None and lineage is not None and parent_keys:
             stored = lineage.inherited(self.stream, self.shard_id, parent_keys)  # from its parents' states
+        if self.redrive is None and _discarded_from(lease, first) is not None:
+            self._note_skipped_by_mapping(first, stored)
+            lease = checkpoint.lease
         checkpoint.dedup = DedupRun(stored, metrics, lease.checkpoint)
         self._consult_redrives(lease)
         records = user_records(self.records, hash_range=hash_range, metrics=metrics, dedup=checkpoint.dedup)
@@ -232,21 +232,22 @@ class ShardRun:
         assert checkpoint.dedup is not None
         checkpoint.dedup.others = applied_by_the_other
 
-    def _note_skipped_by_mapping(self, first: str) -> None:
+    def _note_skipped_by_mapping(self, first: str, state: str | None) -> None:
         """The shard stalled and asked the mapping to retry from `stalledSequence` (or a record
         failed, and the mapping retried from it: `failedSequenceNumber`); a delivery that starts
         past it means the mapping gave that batch up (its record age or retries): the records from
         there to this one were never applied. Note them for a redrive, and create the redrive's
         row: at the checkpoint, from the applied-aggregate state as it is before the batch
         (`_redrive_claims`), so the redrive and this group's run can each skip what the other
-        applied. The row comes first: a note is never without its row."""
+        applied. The row comes first: a note is never without its row. `state`: the applied-
+        aggregate state this run starts from (the row's, or its parents')."""
         lease = self.checkpoint.lease
         assert lease is not None
         start = _discarded_from(lease, first)
         assert start is not None
         notes = json.loads(lease.skipped_by_mapping) if lease.skipped_by_mapping else []
         table = self.group.table
-        table.start_at(self.key + REDRIVE_SUFFIX + start, lease.checkpoint, applied=lease.applied_aggregates)
+        table.start_at(self.key + REDRIVE_SUFFIX + start, lease.checkpoint, applied=state)
         notes = [note for note in notes if note.get("start") != start]
         notes.append(
             {

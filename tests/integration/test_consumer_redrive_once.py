@@ -268,31 +268,69 @@ def test_property_4_the_group_crashing_around_its_commit_of_copy_2_applies_every
     assert straddle.applied() == EXPECTED
 
 
-def test_property_4_the_redrive_and_the_group_running_at_once_apply_every_record_once(straddle):
-    """The group's run commits copy 2 between the redrive's reading of its row and its commits:
-    one of them must give way."""
+def is_checkpoint(name: str, request: dict[str, Any]) -> bool:
+    """Is this write a checkpoint (an UpdateItem of one, or a transaction holding one)?"""
+    if name == "transact_write_items":
+        return True
+    return name == "update_item" and "checkpoint = :seq" in request.get("UpdateExpression", "")
+
+
+class BeforeFirstCommit(CrashingDynamoDB):
+    """The DynamoDB client, which runs `meanwhile` once, right before the first checkpoint write:
+    the other run commits between this run's reading of the claims and its own commit."""
+
+    def __init__(self, client: Any, meanwhile: Callable[[], None]) -> None:
+        super().__init__(client)
+        self.meanwhile, self.ran = meanwhile, False
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._client, name)
+        if name not in WRITES:
+            return call
+
+        def write(**request: Any) -> Any:
+            if not self.ran and is_checkpoint(name, request):
+                self.ran = True
+                self.meanwhile()
+            return call(**request)
+
+        return write
+
+
+def test_property_4_the_group_committing_copy_2_while_the_redrive_runs_applies_it_once(straddle):
+    """The redrive read its row (no claims of the group), then the group's run commits copy 2,
+    then the redrive commits copy 1: its condition fails, it re-reads the claims and skips A."""
     straddle.discard_batch()
     straddle.deliver(3, 3)
-    group_ran = threading.Event()
+    client = BeforeFirstCommit(straddle.dynamodb, lambda: straddle.deliver(4, 5) and None)
+    consumer = straddle.consumer(client)
 
-    class MainRunsMidway(CrashingDynamoDB):
-        def __getattr__(self, name: str) -> Any:
-            call = super().__getattr__(name)
-            if name not in WRITES:
-                return call
-
-            def write(**request: Any) -> Any:
-                if not group_ran.is_set() and name in ("transact_write_items", "update_item"):
-                    group_ran.set()  # the redrive is about to commit: the group gets there first
-                    assert straddle.deliver(4, 5) == []
-                return call(**request)
-
-            return write
-
-    for _ in range(5):
-        if straddle.redrive(MainRunsMidway(straddle.dynamodb)).complete:
+    first = redrive(consumer, straddle.kinesis, straddle.message(), sleep=lambda _: None)
+    assert client.ran
+    assert consumer.metrics.snapshot()["RedriveClaimsMoved"] >= 1  # it found the group's claim
+    for _ in range(3):
+        if first.complete:
             break
-    assert group_ran.is_set()
+        first = straddle.redrive()
+    assert first.complete
+    assert straddle.twice() == {}, "a record applied twice"
+    assert straddle.applied() == EXPECTED
+
+
+def test_property_4_the_redrive_committing_copy_1_while_the_group_runs_applies_it_once(straddle):
+    """The group's run read the redrive row (no claims of the redrive), then the redrive commits
+    copy 1, then the group commits copy 2: its condition fails, it re-reads, stops before A, and
+    the mapping's next delivery skips A."""
+    straddle.discard_batch()
+    straddle.deliver(3, 3)
+    client = BeforeFirstCommit(straddle.dynamodb, lambda: straddle.redrive() and None)
+    consumer = straddle.consumer(client)
+
+    failed = straddle.deliver(4, 5, consumer)
+    assert client.ran
+    assert failed == [straddle.sequences[4]]  # it stopped before A: the mapping retries from there
+    assert consumer.metrics.snapshot()["RedriveClaimsMoved"] >= 1
+    assert straddle.deliver(4, 5) == []
     assert straddle.twice() == {}, "a record applied twice"
     assert straddle.applied() == EXPECTED
 

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from shardline.consumer import KinesisConsumer, redrive
+from shardline.consumer import KinesisConsumer, read_event, redrive
 from shardline.consumer._lease_store import Claim, ClaimsMoved
 from shardline.consumer._redrive_claims import Arbiters, Claims
+from shardline.consumer._worker_leases import HeldLeases
 from shardline.errors import DependencyUnavailable
 from shardline.kinesis import Position, UserRecord
 from shardline.kinesis._positions import TRIM_HORIZON
@@ -53,6 +55,7 @@ MESSAGE = {
 }
 #: The lease-table calls a redrive and the group's run make.
 OPERATIONS = ("get", "begin", "start_at", "checkpoint", "checkpoint_with", "release", "note_skipped")
+KEY = "shardId-000000000000"
 
 
 class Died(BaseException):
@@ -102,11 +105,13 @@ class CrashAt:
 
 
 class Group:
-    """The group's consumer and its deliveries, on one in-memory table."""
+    """The group's consumer and its deliveries, on one in-memory table: the mapping's (Lambda's
+    `process`), or a worker's batches (`HeldLeases`, each batch by a worker that took the lease)."""
 
-    def __init__(self, table: InMemoryLeaseTable) -> None:
+    def __init__(self, table: InMemoryLeaseTable, driver: str = "mapping") -> None:
         self.table = table
         self.stalled = False
+        self.driver = driver
 
     def consumer(self, table: Any = None) -> KinesisConsumer:
         consumer = KinesisConsumer("g", table or self.table, checkpoint_every=1)
@@ -121,8 +126,18 @@ class Group:
         return consumer
 
     def deliver(self, first: int, last: int, table: Any = None) -> list[str]:
-        answer = self.consumer(table).process({"Records": RECORDS[first : last + 1]}, None)
-        return [failure["itemIdentifier"] for failure in answer["batchItemFailures"]]
+        event = {"Records": RECORDS[first : last + 1]}
+        if self.driver == "mapping":
+            answer = self.consumer(table).process(event, None)
+            return [failure["itemIdentifier"] for failure in answer["batchItemFailures"]]
+        [((stream, shard_id), records)] = read_event(event).items()
+        worker = HeldLeases(table or self.table, f"worker-{uuid.uuid4().hex[:6]}")
+        row = self.table.row(KEY)
+        assert row is not None
+        worker.acquire(row)
+        consumer = self.consumer(table)
+        retry = consumer._run_shard(stream, shard_id, records, table=worker, owner=worker.owner, context=None)
+        return [] if retry is None else [retry]
 
     def until_done(self, first: int, last: int) -> None:
         """The mapping delivers from where the group asks, until the records are through."""
@@ -144,19 +159,22 @@ class Group:
         raise AssertionError("the redrive did not finish")
 
 
-def discarded() -> Group:
+def discarded(driver: str = "mapping") -> Group:
+    """The mapping applied record 0, stalled on 1..2, discarded them and delivered 3 (the group
+    noted the discard); from here on the group's driver is `driver`."""
     group = Group(InMemoryLeaseTable())
     assert group.deliver(0, 0) == []
     group.stalled = True
     assert group.deliver(1, 2) == [SEQUENCES[1]]
     group.stalled = False
     assert group.deliver(3, 3) == []  # the group notes the discard (and creates the redrive row)
+    group.driver = driver
     return group
 
 
 def crash_points() -> Iterator[tuple[str, int, bool]]:
     for operation in OPERATIONS:
-        for at in range(1, 5):
+        for at in range(1, 9):
             for landed in (False, True):
                 yield operation, at, landed
 
@@ -166,11 +184,13 @@ def dies(run: Callable[..., Any], *args: Any) -> None:
         run(*args)
 
 
+@pytest.mark.parametrize("driver", ["mapping", "worker"])
 @pytest.mark.parametrize("order", ["group-first", "redrive-first", "redrive-dies-group-runs"])
 @pytest.mark.parametrize("who", ["redrive", "group"])
-def test_property_4_every_crash_point_of_either_run_applies_every_record_once(order, who):
+def test_property_4_every_crash_point_of_either_run_applies_every_record_once(order, who, driver):
+    fired = 0
     for operation, at, landed in crash_points():
-        group = discarded()
+        group = discarded(driver)
         crashing = CrashAt(group.table, operation, at, landed)
         if who == "redrive":
             if order == "group-first":
@@ -195,6 +215,8 @@ def test_property_4_every_crash_point_of_either_run_applies_every_record_once(or
             group.redrive_until_done()
         point = f"{who} dies at {operation} #{at} ({'after' if landed else 'before'} it lands)"
         assert applied(group.table) == EXPECTED, point
+        fired += crashing.calls >= at
+    assert fired >= 10, f"only {fired} crash points were reached"
 
 
 def test_property_4_a_commit_under_moved_claims_is_refused_whole_by_the_in_memory_table():

@@ -179,7 +179,7 @@ class LeaseRows(LeaseRequests):
                 LeaseWrite.TRANSACTION if any(c.key != lease.key for c in claims) else LeaseWrite.CHECKPOINT
             )
             self._fence(lease, kind)
-            self._check_claims(claims, kind)
+            self._check_claims(lease, claims, kind)
             return self._claim(self._advance(lease, position, kind, release, applied, careful_span), claims)
 
         return self._faulted("checkpoint", checkpoint, lease)
@@ -221,7 +221,7 @@ class LeaseRows(LeaseRequests):
                 message = refused.response["Error"]["Message"]
                 raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from refused
             self._fence(lease, LeaseWrite.TRANSACTION)  # the checkpoint's condition...
-            self._check_claims(claims, LeaseWrite.TRANSACTION)  # ...the claims'...
+            self._check_claims(lease, claims, LeaseWrite.TRANSACTION)  # ...the claims'...
             try:
                 self._sinks.apply(writes)  # ...then the sink writes' own; all or nothing
             except SinkConflict:
@@ -411,13 +411,15 @@ class LeaseRows(LeaseRequests):
 
         return self._faulted("mark_shard_end", mark)
 
-    def _check_claims(self, claims: Sequence[Claim], kind: LeaseWrite) -> None:
+    def _check_claims(self, lease: Lease, claims: Sequence[Claim], kind: LeaseWrite) -> None:
         """Each claim's condition, before anything is written: the row's `applyVersion` is the
-        one the claim was made under (`ClaimsMoved`, billed, otherwise)."""
+        one the claim was made under (`ClaimsMoved`, billed, otherwise; on the lease's own row
+        `LeaseTable` re-reads the row to tell it from a lost lease)."""
         for claim in claims:
             stored = self._rows.get(claim.key)
             if stored is None or stored.apply_version != claim.version:
                 self.writes[kind] += 1
+                self.reads += claim.key == lease.key
                 raise ClaimsMoved(claim.key)
 
     def _claim(self, lease: Lease, claims: Sequence[Claim]) -> Lease:

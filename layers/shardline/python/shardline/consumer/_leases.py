@@ -16,7 +16,10 @@ in the same write (a batch that succeeds then costs two writes, and no read); `h
 it, and the holder's first checkpoint claims it — a batch that succeeds costs one write. A
 checkpoint only moves forward (compare-and-swap against the stored position; DynamoDB numbers
 cannot hold 56-digit sequence numbers, so the order is checked here). A write whose reply was
-lost is re-read and accepted if it landed.
+lost is re-read and accepted if it landed. A checkpoint's claims in a redrive row
+(`_redrive_claims`) go in its own UpdateItem when the row is its own, else in its transaction as
+one Update more (UpdateItem on the same table: no other grant), each conditional on the row's
+`applyVersion`.
 """
 
 from __future__ import annotations

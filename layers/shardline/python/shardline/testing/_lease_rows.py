@@ -5,7 +5,9 @@ it increments; checkpoints compare-and-swap on the stored position and only move
 `_lease_store.advanced` documents), and `checkpoint_with` applies the sink writes to in-memory
 tables in the same step (`_sink_tables`). A checkpoint keeps the applied-aggregate state it is
 given (`Lease.applied_aggregates`), and a `once` guard whose item is already there cancels the
-transaction at its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does. The clock
+transaction at its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does. A
+checkpoint's claims (`_lease_store.Claim`) are checked against their rows' `applyVersion` before
+anything is written (`ClaimsMoved`), and written with it. The clock
 is virtual: `now()` starts at the wall clock and `sleep()` moves it on without waiting. Each
 request is billed and may be made to fail through `LeaseRequests` (`_lease_requests`).
 """

@@ -54,7 +54,9 @@ applied twice, under any interleaving and crash:
    disturbed by the other, and a run that dies between batches holds no claim it did not commit.
 
 What it does not cover: records without a shardline aggregate id (no copy can be told; a sink
-keyed or guarded by the client's id is, `once`), a group's row that moved past the batch without
+keyed or guarded by the client's id is, `once`), copies straddling two discarded batches that are
+both redriven (each redrive arbitrates with the group's run, not with the other redrive), a
+group's row that moved past the batch without
 noting it (refused: `RedriveRefused`, unless `allow_unnoted=True`), and records whose client-id
 guards may have expired (refused: `GuardsExpired`, unless `allow_expired_guards=True`).
 """

@@ -390,7 +390,7 @@ def test_property_6_redrive_of_records_older_than_their_guards_is_refused(stradd
 
     straddle.discard_batch()
     straddle.deliver(3, 3)
-    eight_days = 8 * 24 * 3600.0
+    past_guards = 17 * 24 * 3600.0  # the default guard lifetime is 16 days
     key = f"{straddle.shard_id}#redrive#{straddle.sequences[1]}"
     row = straddle.table().get(key)  # the group created it when it noted the discard
 
@@ -400,13 +400,13 @@ def test_property_6_redrive_of_records_older_than_their_guards_is_refused(stradd
             straddle.kinesis,
             straddle.message(),
             sleep=lambda _: None,
-            now=lambda: time.time() + eight_days,
+            now=lambda: time.time() + past_guards,
         )
 
     text = str(refused.value)
     assert f"{straddle.stream}/{straddle.shard_id}" in text
     assert f"{straddle.sequences[1]}..{straddle.sequences[2]}" in text
-    assert "8.0 days old" in text and "7.0 days" in text and "allow_expired_guards=True" in text
+    assert "17.0 days old" in text and "16.0 days" in text and "allow_expired_guards=True" in text
     assert straddle.applied() == {item: 1 for item in EXPECTED if item[0] in "ax"}  # nothing written
     assert straddle.table().get(key) == row
 
@@ -415,7 +415,7 @@ def test_property_6_redrive_of_records_older_than_their_guards_is_refused(stradd
         straddle.kinesis,
         straddle.message(),
         sleep=lambda _: None,
-        now=lambda: time.time() + eight_days,
+        now=lambda: time.time() + past_guards,
         allow_expired_guards=True,
     )
     assert result.complete

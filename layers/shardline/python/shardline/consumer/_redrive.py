@@ -167,7 +167,7 @@ def redrive(
     Kinesis on-failure record.
 
     `GuardsExpired` (nothing written) when a record of the batch with a client id is older than
-    its `once` guard lasts — `guard_ttl_seconds`, else `SHARDLINE_GUARD_TTL_SECONDS`, else 7 days
+    its `once` guard lasts — `guard_ttl_seconds`, else `SHARDLINE_GUARD_TTL_SECONDS`, else 16 days
     — unless `allow_expired_guards=True`; `now` is the clock the ages are measured with.
     `RedriveRefused` when the group's row moved past the batch without noting it (what the group
     applied since cannot be told from what it settled), unless `allow_unnoted=True`.

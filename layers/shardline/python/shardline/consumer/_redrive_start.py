@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shardline.consumer._deaggregation import deaggregate
+from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS
 from shardline.kinesis._positions import TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only
@@ -35,9 +36,8 @@ __all__ = [
 
 logger = logging.getLogger("shardline.consumer._redrive")
 
+#: The variable `ConsumerEnvironment.guard_ttl_seconds` is read from (the constructs render it).
 GUARD_TTL_VARIABLE = "SHARDLINE_GUARD_TTL_SECONDS"
-#: A `once` guard's lifetime when nothing says otherwise (functions/key_counter's ONCE_TTL_SECONDS).
-DEFAULT_GUARD_TTL_SECONDS = 7 * 24 * 3600.0
 
 
 class RedriveRefused(ValueError):
@@ -93,7 +93,7 @@ def guard_ttl(seconds: float | None = None) -> float:
     if seconds is None:
         text = os.environ.get(GUARD_TTL_VARIABLE)
         if text is None or not text.strip():
-            return DEFAULT_GUARD_TTL_SECONDS
+            return float(DEFAULT_GUARD_TTL_SECONDS)
         try:
             seconds = float(text)
         except ValueError:

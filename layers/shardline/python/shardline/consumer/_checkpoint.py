@@ -10,7 +10,9 @@ puts (`_idempotent`) landed just before it.
 When DynamoDB refuses the writes, the refusal is blamed on the record whose write it was
 (`PendingTransaction.owner`; when DynamoDB does not say which write, on the half of the pending
 records that is refused, narrowed in O(log n) transactions): what precedes it commits, a record
-whose `once` guard's condition failed is already applied and is passed, and any other refusal is
+whose `once` guard's condition failed is already applied and is passed — unless the refusing
+guard (or id-keyed put) keeps another payload's hash: a conflict (`ClientIdConflict`, counted
+`ClientIdConflicts`), dead-lettered at once — and any other refusal is
 handed to the failure policy (`give_up`, `_failure_policy`) — which dead-letters the record (it
 is passed too) or has the run stop and retry from it (`RetryFrom`). A batch handler's one list of
 writes for several records cannot be blamed on one of them: the run reruns them (`Rerun`).
@@ -29,10 +31,10 @@ from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub
 from shardline.consumer._dedup_run import DedupRun
 from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
-from shardline.consumer._once import guarded_id, is_once_guard
+from shardline.consumer._once import conflict_of, guarded_id, is_once_guard
 from shardline.consumer._settings import ConsumerSettings
 from shardline.consumer._transaction import PendingTransaction, RecordWrites
-from shardline.errors import SinkConflict, SinkRejected
+from shardline.errors import ClientIdConflict, SinkConflict, SinkRejected
 from shardline.kinesis._positions import Position
 
 Refusal = SinkConflict | SinkRejected
@@ -52,20 +54,30 @@ class RetryFrom(Exception):
 
 class Rerun(Exception):
     """A batch handler's one list of writes for `records` was refused: run them again — without
-    the records at `applied` (their `once` guards are there: already applied), else in halves."""
+    the records at `applied` (their `once` guards are there: already applied) and at `conflicts`
+    (their guards keep another payload: each is dead-lettered alone), else in halves."""
 
-    def __init__(self, records: list[ConsumedRecord], applied: frozenset[Position] = frozenset()) -> None:
+    def __init__(
+        self,
+        records: list[ConsumedRecord],
+        applied: frozenset[Position] = frozenset(),
+        conflicts: Mapping[Position, ClientIdConflict] | None = None,
+    ) -> None:
         super().__init__(len(records))
         self.records = records
         self.applied = applied
+        self.conflicts: Mapping[Position, ClientIdConflict] = conflicts or {}
 
 
 class PutRefused(Exception):
-    """DynamoDB refused one of `culprit`'s idempotent puts as invalid."""
+    """DynamoDB refused one of `culprit`'s idempotent puts as invalid, or its condition (`conflict`:
+    its id holds another payload)."""
 
-    def __init__(self, culprit: RecordWrites, refusal: SinkRejected) -> None:
+    def __init__(
+        self, culprit: RecordWrites, refusal: Refusal, conflict: ClientIdConflict | None = None
+    ) -> None:
         super().__init__(str(refusal))
-        self.culprit, self.refusal = culprit, refusal
+        self.culprit, self.refusal, self.conflict = culprit, refusal, conflict
 
 
 def _retry_it(record: ConsumedRecord, exc: BaseException, details: Mapping[str, Any] | None) -> bool:
@@ -155,7 +167,7 @@ class Checkpoint:
             try:
                 self._land_puts()
             except PutRefused as refused:
-                self._reject(refused.culprit, refused.refusal, False)
+                self._reject(refused.culprit, refused.refusal, False, conflict=refused.conflict)
                 continue
             try:
                 self.lease = self.table.checkpoint_with(
@@ -187,13 +199,17 @@ class Checkpoint:
         puts = [put for group in groups for put in group.puts]
         try:
             self.table.put_idempotent(puts)
-        except SinkRejected as refused:
+        except (SinkRejected, SinkConflict) as refused:
             if not refused.indexes:
                 raise
             index = refused.indexes[0]
             for group in groups:
                 if index < len(group.puts):
-                    raise PutRefused(group, refused) from refused
+                    conflict = None
+                    if isinstance(refused, SinkConflict):
+                        refusing = refused.items[0] if refused.items else None
+                        conflict = conflict_of(group.puts[index], refusing, group.record.scoped_id)
+                    raise PutRefused(group, refused, conflict) from refused
                 index -= len(group.puts)
             raise
         self.pending.mark_landed(groups)
@@ -202,14 +218,16 @@ class Checkpoint:
     def _blame(self, refused: Refusal) -> None:
         """Pin a refusal on the record whose writes caused it, and deal with that record."""
         culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
-        guarded = culprit is not None and guard_refused(refused, culprit, self.pending)
-        ids = guarded_ids(refused, culprit, self.pending) if culprit is not None else None
+        pending: PendingTransaction | None = self.pending
         if culprit is None:
             culprit, refused = self._isolate(refused)
-            guarded = culprit is not None and guard_refused(refused, culprit)
-            ids = guarded_ids(refused, culprit) if culprit is not None else None
+            pending = None
         if culprit is not None:
-            self._reject(culprit, refused, guarded, ids)
+            guarded = guard_refused(refused, culprit, pending)
+            ids = guarded_ids(refused, culprit, pending)
+            conflicts = guard_conflicts(refused, culprit, pending)
+            conflict = next(iter(conflicts.values()), None) if culprit.covering == 1 else None
+            self._reject(culprit, refused, guarded, ids, conflict=conflict, conflicts=conflicts)
 
     def _span_after(self, position: Position, release: bool) -> int | None:
         """The careful span a checkpoint at `position` writes (None: not careful, or done)."""
@@ -226,12 +244,14 @@ class Checkpoint:
         if not isinstance(refused, SinkConflict) or not refused.indexes:
             return False
         applied = []
-        for index in refused.indexes:
+        for at, index in enumerate(refused.indexes):
             if index >= len(pending.writes) or not is_once_guard(pending.writes[index]):
                 return False
             owner = pending.owner(index)
             if owner.covering != 1:
                 return False  # a batch handler's one list: whose guard it is, is unknown
+            if conflict_of(pending.writes[index], _refusing(refused, at), owner.record.scoped_id):
+                return False  # not a copy: a conflict, pinned on its record (`_blame`)
             applied.append(owner)
         pending.keep(group for group in pending.groups if all(group is not a for a in applied))
         self.metrics.count("ClientIdDuplicatesSkipped", len({id(a) for a in applied}))
@@ -284,9 +304,13 @@ class Checkpoint:
         refused: Refusal,
         guarded: bool,
         guarded_ids: frozenset[str] | None = None,
+        *,
+        conflict: ClientIdConflict | None = None,
+        conflicts: Mapping[str, ClientIdConflict] | None = None,
     ) -> None:
-        """Commit what precedes `culprit`, then pass it (already applied, or dead-lettered) or
-        stop the run at it; a batch handler's one list is rerun instead (`Rerun`)."""
+        """Commit what precedes `culprit`, then pass it (already applied, or dead-lettered: a
+        `conflict` at once) or stop the run at it; a batch handler's one list is rerun instead
+        (`Rerun`), its records' `conflicts` (by scoped id) each dead-lettered alone."""
         groups = self.pending.groups
         at = groups.index(culprit)
         done, after = self.done, groups[at + 1 :]
@@ -295,10 +319,21 @@ class Checkpoint:
         self.commit()  # the records before the culprit
         if culprit.covering > 1:  # a batch handler's one list: pin it on one record
             covered = self._covered(culprit)
-            ids = guarded_ids or frozenset()
-            raise Rerun(covered, frozenset(r.position for r in covered if r.id is not None and r.id in ids))
+            ids, conflicts = guarded_ids or frozenset(), conflicts or {}
+            applied = frozenset(
+                r.position for r in covered if r.scoped_id in ids and r.scoped_id not in conflicts
+            )
+            found = {r.position: conflicts[r.scoped_id] for r in covered if r.scoped_id in conflicts}
+            raise Rerun(covered, applied, found)
         metrics = self.metrics
-        if guarded:
+        if conflict is not None:
+            metrics.count("ClientIdConflicts")  # dead-lettered at once, both hashes in the letter
+            writes = [*culprit.puts, *culprit.writes]
+            details = {"clientIdConflict": conflict.details(), "refusedWrites": writes}
+            if not self.give_up(culprit.record, conflict, details):
+                self.pending.clear()
+                raise RetryFrom(culprit.record.sequence_number)
+        elif guarded:
             metrics.count("ClientIdDuplicatesSkipped")  # its `once` guard is there: already applied
         elif isinstance(refused, SinkConflict) and self.settings.sink_conflicts == "skip":
             metrics.count("SinkConflictsSkipped")  # its effect is already there
@@ -377,3 +412,31 @@ def guarded_ids(
             return None
         ids.add(record_id)
     return frozenset(ids) or None
+
+
+def _refusing(refused: Refusal, at: int) -> Mapping[str, Any] | None:
+    """The item that refused the `at`-th write `refused.indexes` names (ALL_OLD), if returned."""
+    items = getattr(refused, "items", ())
+    return items[at] if at < len(items) else None
+
+
+def guard_conflicts(
+    refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None
+) -> dict[str, ClientIdConflict]:
+    """The `once` guards of `culprit` whose refusing guard keeps another payload's hash, by the
+    scoped id each stands for (the record's; in a one list, the guard's `record_id`). Indexes as
+    in `guard_refused`."""
+    if not isinstance(refused, SinkConflict):
+        return {}
+    writes = pending.writes if pending is not None else culprit.writes
+    found: dict[str, ClientIdConflict] = {}
+    for at, index in enumerate(refused.indexes):
+        if index >= len(writes) or not is_once_guard(writes[index]):
+            continue
+        if pending is not None and pending.owner(index) is not culprit:
+            continue
+        scoped_id = culprit.record.scoped_id if culprit.covering == 1 else guarded_id(writes[index])
+        conflict = conflict_of(writes[index], _refusing(refused, at), scoped_id)
+        if conflict is not None:
+            found[conflict.scoped_id] = conflict
+    return found

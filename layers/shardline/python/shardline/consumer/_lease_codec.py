@@ -356,7 +356,10 @@ def raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientErr
     failed = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_BY_CONDITION)
     if failed:
         why = tuple(str(reasons[index + 1].get("Message", CANCELED_BY_CONDITION)) for index in failed)
-        raise SinkConflict(f"sink writes {list(failed)} failed their condition", failed, why) from error
+        items = tuple(reasons[index + 1].get("Item") for index in failed)  # ALL_OLD, when asked for
+        raise SinkConflict(
+            f"sink writes {list(failed)} failed their condition", failed, why, items
+        ) from error
     invalid = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_AS_INVALID)
     if invalid:
         raise SinkRejected(f"DynamoDB refused sink writes {list(invalid)} as invalid", invalid) from error

@@ -320,11 +320,17 @@ class Checkpoint:
         if culprit.covering > 1:  # a batch handler's one list: pin it on one record
             covered = self._covered(culprit)
             ids, conflicts = guarded_ids or frozenset(), conflicts or {}
-            applied = frozenset(
-                r.position for r in covered if r.scoped_id in ids and r.scoped_id not in conflicts
-            )
-            found = {r.position: conflicts[r.scoped_id] for r in covered if r.scoped_id in conflicts}
-            raise Rerun(covered, applied, found)
+            applied, found = set(), {}
+            for r in covered:
+                scoped_id = r.scoped_id
+                if scoped_id is None or scoped_id not in ids:
+                    continue
+                known = conflicts.get(scoped_id)
+                if known is None or r.payload_hash == known.applied_hash:
+                    applied.add(r.position)  # a copy of what was applied
+                else:
+                    found[r.position] = ClientIdConflict(scoped_id, known.applied_hash, r.payload_hash)
+            raise Rerun(covered, frozenset(applied), found)
         metrics = self.metrics
         if conflict is not None:
             metrics.count("ClientIdConflicts")  # dead-lettered at once, both hashes in the letter

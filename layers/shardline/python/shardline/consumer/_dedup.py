@@ -5,7 +5,11 @@ shard may then hold two copies of an aggregate (the producer resends one whose o
 not know only inside the identical aggregate, with the same `AggregateId`). The consumer applies
 each aggregate once: a Kinesis record whose aggregate is already applied is skipped whole.
 
-The state (`AppliedAggregates`), per lane (`AggregateId.key`, `<producer>.<lane>`):
+The state (`AppliedAggregates`), per lane — `<caller scope>.<producer>.<lane>` (`_dedup_run.scoped`:
+the aggregate's `sl.c` caller scope, "-" for none, then `AggregateId.key`), so a lane's floor moves
+only by aggregates of its own caller and producer: another caller forging the producer's id and a
+high floor moves a lane of its own, never the victim's. A state written before lanes were scoped
+stays readable: its unscoped keys are simply other lanes, pruned by the horizon.
 
 - `w`: every counter <= w is applied here or settled (the producer will never send it again,
   and no copy of it can still land) — a copy at or below it is skipped;
@@ -27,16 +31,19 @@ has folded in are dropped: the producer never resends an aggregate more than `RE
 (120 s) after its first send, so a copy cannot arrive that late. A child shard starts from the
 union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates).
 
-Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<producer>.<lane>":[w,t,a,b,...]}}`,
+Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<scope>.<producer>.<lane>":[w,t,a,b,...]}}`,
 a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
-an active lane costs its key (~19 characters) plus w and t: about 45 bytes, and ~10 more per
+an active lane costs its key (the 16-character producer id, a lane of 1 to 3 characters, and the
+scope: 2 characters "-." for no caller, 17 for a caller's 16-character scope and its dot; so ~21
+characters, ~36 with a caller) plus w and t: about 41 bytes (~56 with a caller), and ~10 more per
 gap (a range above w, from an aggregate still unsettled — in flight, or confirmed elsewhere —
 while later ones are applied; it folds into w as the producer's floor passes it, at most
 `RESEND_HORIZON_S` later). 50 producers (2 lanes each, restarting now
 and then) writing 100,000 aggregates with lost, throttled and misrouted sends keep it under 8 KB
 (tests/unit/test_consumer_identity.py measures it). The lease row must stay under DynamoDB's
 400 KB item limit (and a checkpoint transaction under 4 MB), and each checkpoint write costs one
-write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes) the lanes with the
+write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes without callers, ~2,650
+with them: 150,000 / 41 or / 56 bytes) the lanes with the
 oldest arrivals are dropped first (`DedupLanesEvicted`, logged) — the horizon shrinks for them;
 a copy of one of their aggregates arriving later would be applied again, never lost.
 

@@ -15,13 +15,16 @@
 Identity: a Kinesis record that is a copy of a shardline aggregate already applied (a lost
 PutRecords reply, retried) is skipped — the lease row remembers the aggregates each shard applied,
 written with the checkpoint — so a handler sees each of the producer's user records once, as a
-transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record; a
-sink guards on it with `once(table, key)` (a guard item written in the checkpoint's transaction),
-so that a client's re-POST of the same id is applied once too. A record without a client id that
-a client posts again is a new record. A sink item keyed by the record's identity and built from
-the record alone is the same on every replay: return it as `idempotent_put(table, item)` and it
-is written with BatchWriteItem before the checkpoint, with no transaction and no guard (half the
-write units).
+transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record,
+`ConsumedRecord.caller` who asked for it to be written; an id is its caller's, so a sink keys by
+`ConsumedRecord.scoped_id` and guards on it with `once(table, key, payload_hash=...)` (a guard
+item written in the checkpoint's transaction), so that a client's re-POST of the same id is
+applied once too, and the same id with another payload is a conflict (`ClientIdConflict`,
+dead-lettered), never dropped. A record without a client id that a client posts again is a new
+record. A sink item keyed by the record's identity and built from the record alone is the same on
+every replay: return it as `idempotent_put(table, item)` and it is written with BatchWriteItem
+before the checkpoint, with no transaction and no guard (half the write units); keyed by a client
+id, with `payload_hash=`, it is a conditional PutItem that another payload cannot overwrite.
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard, composed of `_handler_loop` (running the handler over the
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
     from shardline.consumer._settings import Writes as Writes
     from shardline.consumer._settings import client_config as client_config
     from shardline.consumer._worker import Worker as Worker
+    from shardline.errors import ClientIdConflict as ClientIdConflict
     from shardline.errors import DependencyUnavailable as DependencyUnavailable
     from shardline.errors import EventError as EventError
     from shardline.errors import LeaseLost as LeaseLost
@@ -119,6 +123,7 @@ _EXPORTS = {
     "DependencyUnavailable": "shardline.errors",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",
+    "ClientIdConflict": "shardline.errors",
     "SinkConflict": "shardline.errors",
     "SinkRejected": "shardline.errors",
 }

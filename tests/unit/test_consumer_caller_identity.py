@@ -11,7 +11,7 @@ from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._dedup_run import DedupRun
 from shardline.kinesis import UserRecord
 from shardline.kpl._identity import AggregateId, caller_scope
-from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, kinesis_event
+from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, LeaseWrite, kinesis_event
 from tests.support.consumer import RecordingSQS
 from tests.support.consumer_identity import applied, counting_sink, seq
 
@@ -74,7 +74,11 @@ def test_property_3_a_re_posted_batch_skips_its_copies_and_dead_letters_its_conf
     consumer.process(kinesis_event(posted, producer="p1", first_sequence=seq(0)), FakeLambdaContext())
     changed = UserRecord("k", b"order-3 changed", id="order-3", caller=ALICE)  # order-3, another payload
     again = [*posted[:3], changed, *posted[4:]]
+    before = table.writes[LeaseWrite.TRANSACTION]
     consumer.process(kinesis_event(again, producer="p2", first_sequence=seq(1)), FakeLambdaContext())
+    assert table.writes[LeaseWrite.TRANSACTION] - before == 1, (
+        "one refused transaction: the copies skipped together"
+    )
 
     assert applied(table) == {f"order-{i}": 1 for i in range(10)}, "nothing of the conflict applied"
     [letter] = sqs.bodies()

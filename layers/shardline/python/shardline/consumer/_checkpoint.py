@@ -237,24 +237,33 @@ class Checkpoint:
 
     def _skip_applied(self, refused: Refusal) -> bool:
         """Every write DynamoDB blamed is a `once` guard of its own record: those records are
-        already applied. Drop all their writes at once (a re-posted batch costs one more round
-        trip, not one per record) and let the rest commit; False if any blamed write is not such
-        a guard (then the refusal is handled record by record)."""
+        already applied — or, where the refusing guard keeps another payload's hash, in conflict.
+        Drop all the copies' writes at once (a re-posted batch costs one more round trip, not one
+        per record), dead-letter the first conflict (`_reject`), and let the rest commit; False if
+        any blamed write is not such a guard (then the refusal is handled record by record)."""
         pending = self.pending
         if not isinstance(refused, SinkConflict) or not refused.indexes:
             return False
-        applied = []
+        applied: list[RecordWrites] = []
+        conflicts: list[tuple[RecordWrites, ClientIdConflict]] = []
         for at, index in enumerate(refused.indexes):
             if index >= len(pending.writes) or not is_once_guard(pending.writes[index]):
                 return False
             owner = pending.owner(index)
             if owner.covering != 1:
                 return False  # a batch handler's one list: whose guard it is, is unknown
-            if conflict_of(pending.writes[index], _refusing(refused, at), owner.record.scoped_id):
-                return False  # not a copy: a conflict, pinned on its record (`_blame`)
-            applied.append(owner)
+            conflict = conflict_of(pending.writes[index], _refusing(refused, at), owner.record.scoped_id)
+            if conflict is not None:
+                conflicts.append((owner, conflict))  # not a copy: dead-lettered, never skipped
+            else:
+                applied.append(owner)
+        in_conflict = [owner for owner, _ in conflicts]
+        applied = [a for a in applied if all(a is not c for c in in_conflict)]
         pending.keep(group for group in pending.groups if all(group is not a for a in applied))
         self.metrics.count("ClientIdDuplicatesSkipped", len({id(a) for a in applied}))
+        if conflicts:
+            owner, conflict = conflicts[0]  # the others are refused again by the next commit
+            self._reject(owner, refused, False, conflict=conflict)
         return True
 
     def _isolate(self, refused: Refusal) -> tuple[RecordWrites | None, Refusal]:

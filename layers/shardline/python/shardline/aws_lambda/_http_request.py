@@ -89,12 +89,14 @@ def handle(
     idempotency_key: str | Sequence[str] | None = None,
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
     request_id: str | None = None,
+    caller: str | None = None,
 ) -> ApiResponse:
     """Answer one request: check all of it, then `put` the records and shape their results.
 
     `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
     `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
-    body); `request_id` names the request in a 500."""
+    body); `request_id` names the request in a 500; `caller` is the authenticated caller stamped
+    on every record (`_http_caller.caller_of`; None: the producer's own `ProducerConfig.caller`)."""
     try:
         request = parse_request(
             route_name,
@@ -104,6 +106,7 @@ def handle(
             settings=settings,
             idempotency_key=idempotency_key,
             envelope_bytes=envelope_bytes,
+            caller=caller,
         )
     except RequestRejected as rejected:
         assert isinstance(rejected.response, ApiResponse)  # this module raises it with one
@@ -126,6 +129,7 @@ def parse_request(
     settings: ApiSettings,
     idempotency_key: str | Sequence[str] | None = None,
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
+    caller: str | None = None,
 ) -> PutRequest:
     """The route and records of a request, or `RequestRejected` (404, 415, 400 for the header, 413
     for the body, 400, 413 for the count, 400 for the records) — in that order."""
@@ -147,7 +151,11 @@ def parse_request(
         items = parse_json_body(text, max_records=settings.max_records_per_request)
     try:
         records = to_user_records(
-            items, route.limits, idempotency_key=key, explicit_hash_keys=route.explicit_hash_keys
+            items,
+            route.limits,
+            idempotency_key=key,
+            explicit_hash_keys=route.explicit_hash_keys,
+            caller=caller,
         )
         return PutRequest(route, records)
     except InvalidRecord as invalid:

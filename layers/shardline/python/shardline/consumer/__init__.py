@@ -36,7 +36,8 @@ whose they are), `_handler_deadline` (interrupting a handler at the time budget)
 environment, which stall a shard and blame no record), `_redrive` (putting what the mapping
 discarded back through the group), `_deaggregation` (events to user records, with their ids),
 `_dedup` (the aggregates a shard applied: producer-retry dedup; counter ranges in `_lane_ranges`),
-`_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards),
+`_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards;
+which refusals are copies and which conflicts: `_guard_refusals`),
 `_idempotent` (sink items written the same way on every replay, with BatchWriteItem before the checkpoint),
 `_lease_store` (the `Lease` row and `LeaseStore`, the protocol of a lease table, which
 `LeaseTable` and `shardline.testing.InMemoryLeaseTable` implement), `_leases` (`LeaseTable`, the

@@ -29,15 +29,14 @@ from typing import Any
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
 from shardline.consumer._dedup_run import DedupRun
+from shardline.consumer._guard_refusals import Refusal, guard_conflicts, guard_refused, guarded_ids, refusing
 from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
-from shardline.consumer._once import conflict_of, guarded_id, is_once_guard
+from shardline.consumer._once import conflict_of, is_once_guard
 from shardline.consumer._settings import ConsumerSettings
 from shardline.consumer._transaction import PendingTransaction, RecordWrites
 from shardline.errors import ClientIdConflict, SinkConflict, SinkRejected
 from shardline.kinesis._positions import Position
-
-Refusal = SinkConflict | SinkRejected
 
 #: The failure policy's verdict on a record whose writes DynamoDB refused: True when it went to
 #: the dead-letter queue (the checkpoint may pass it), False when it must run again.
@@ -252,7 +251,7 @@ class Checkpoint:
             owner = pending.owner(index)
             if owner.covering != 1:
                 return False  # a batch handler's one list: whose guard it is, is unknown
-            conflict = conflict_of(pending.writes[index], _refusing(refused, at), owner.record.scoped_id)
+            conflict = conflict_of(pending.writes[index], refusing(refused, at), owner.record.scoped_id)
             if conflict is not None:
                 conflicts.append((owner, conflict))  # not a copy: dead-lettered, never skipped
             else:
@@ -394,64 +393,3 @@ class Checkpoint:
             and record.position > lease.checkpoint
             and (self.done is None or self.done.position <= lease.checkpoint)
         )
-
-
-def guard_refused(refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None) -> bool:
-    """Did the cancelled transaction blame a `once` guard of `culprit` (one record's writes)?
-    `refused.indexes` count in `pending.writes`, or, without `pending`, in `culprit.writes`."""
-    if not isinstance(refused, SinkConflict) or culprit.covering != 1:
-        return False  # a batch handler's one list for several records: whose guard is unknown
-    writes = pending.writes if pending is not None else culprit.writes
-    return any(
-        index < len(writes)
-        and is_once_guard(writes[index])
-        and (pending is None or pending.owner(index) is culprit)
-        for index in refused.indexes
-    )
-
-
-def guarded_ids(
-    refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None
-) -> frozenset[str] | None:
-    """The client ids of a one-list chunk's refused `once(..., record_id=)` guards — None unless
-    every write of `culprit` that DynamoDB blamed is such a guard. Indexes as in `guard_refused`."""
-    if not isinstance(refused, SinkConflict) or culprit.covering == 1 or not refused.indexes:
-        return None
-    writes = pending.writes if pending is not None else culprit.writes
-    ids = set()
-    for index in refused.indexes:
-        if index >= len(writes) or (pending is not None and pending.owner(index) is not culprit):
-            continue
-        record_id = guarded_id(writes[index])
-        if record_id is None:
-            return None
-        ids.add(record_id)
-    return frozenset(ids) or None
-
-
-def _refusing(refused: Refusal, at: int) -> Mapping[str, Any] | None:
-    """The item that refused the `at`-th write `refused.indexes` names (ALL_OLD), if returned."""
-    items = getattr(refused, "items", ())
-    return items[at] if at < len(items) else None
-
-
-def guard_conflicts(
-    refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None
-) -> dict[str, ClientIdConflict]:
-    """The `once` guards of `culprit` whose refusing guard keeps another payload's hash, by the
-    scoped id each stands for (the record's; in a one list, the guard's `record_id`). Indexes as
-    in `guard_refused`."""
-    if not isinstance(refused, SinkConflict):
-        return {}
-    writes = pending.writes if pending is not None else culprit.writes
-    found: dict[str, ClientIdConflict] = {}
-    for at, index in enumerate(refused.indexes):
-        if index >= len(writes) or not is_once_guard(writes[index]):
-            continue
-        if pending is not None and pending.owner(index) is not culprit:
-            continue
-        scoped_id = culprit.record.scoped_id if culprit.covering == 1 else guarded_id(writes[index])
-        conflict = conflict_of(writes[index], _refusing(refused, at), scoped_id)
-        if conflict is not None:
-            found[conflict.scoped_id] = conflict
-    return found

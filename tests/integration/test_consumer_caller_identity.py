@@ -7,7 +7,9 @@ delivered as the event-source mapping does.
   id `k:1` never meets the id `k:1` derived from an Idempotency-Key; a re-POST is applied once.
 - Property 3: the same scoped id re-used with another payload is a conflict — the first payload's
   item or count stays as it was, the conflicting record is dead-lettered whole with both payload
-  hashes, and `ClientIdConflicts` counts it; also when the two copies race in two shards.
+  hashes, and `ClientIdConflicts` counts it; also when the two copies race in two shards. What
+  tells the two apart (the refusing item, returned with the refusal) holds on moto server and on
+  the local endpoint.
 - Property 7: one `PutRecord` from another caller carrying the victim's aggregate id with a high
   floor suppresses none of the victim's records.
 """
@@ -17,8 +19,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
+
+from shardline.consumer import once
+from shardline.consumer._idempotent import SAME_PAYLOAD
 from shardline.kinesis import UserRecord
 from shardline.kpl import encode
 from shardline.kpl._decode import decode_aggregate
@@ -26,7 +34,7 @@ from shardline.kpl._identity import AggregateId
 from shardline.producer import Producer, ProducerConfig
 from shardline.testing import read_shard
 from tests.support.consumer_handlers import Function, Stream, drain
-from tests.support.integration import shard_ranges
+from tests.support.integration import aws_client, shard_ranges
 
 ALICE = "arn:aws:iam::000000000000:user/alice"
 BOB = "arn:aws:iam::000000000000:user/bob"
@@ -202,3 +210,39 @@ def test_property_7_a_forged_floor_from_another_caller_suppresses_none_of_the_vi
 
 def base64_data(letter: dict[str, Any]) -> bytes:
     return base64.b64decode(letter["data"])
+
+
+@pytest.mark.parametrize("server", ["moto_server", "local_endpoint"])
+def test_property_3_both_endpoints_return_the_refusing_item_that_tells_a_copy_from_a_conflict(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """What the consumer relies on to tell a copy from a conflict without another call: a refused
+    conditional write that asks `ReturnValuesOnConditionCheckFailure=ALL_OLD` comes back with the
+    item that refused it — in a TransactWriteItems (a `once` guard) and in a PutItem (an id-keyed
+    idempotent put) — on moto server and on the local endpoint, as on DynamoDB."""
+    dynamodb = aws_client("dynamodb", request.getfixturevalue(server))
+    table = f"t-{uuid.uuid4().hex[:12]}"
+    dynamodb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    guard = once(table, {"pk": {"S": "-/i/order-1"}}, payload_hash="a" * 64)
+    dynamodb.transact_write_items(TransactItems=[guard])
+    again = once(table, {"pk": {"S": "-/i/order-1"}}, payload_hash="b" * 64)
+    with pytest.raises(ClientError) as refused:
+        dynamodb.transact_write_items(TransactItems=[again])
+    [reason] = refused.value.response["CancellationReasons"]
+    assert reason["Code"] == "ConditionalCheckFailed" and reason["Item"]["shardlinePayload"] == {
+        "S": "a" * 64
+    }
+    with pytest.raises(ClientError) as put_refused:
+        dynamodb.put_item(
+            TableName=table,
+            Item={"pk": {"S": "-/i/order-1"}, "shardlinePayload": {"S": "b" * 64}},
+            ConditionExpression=SAME_PAYLOAD,
+            ExpressionAttributeValues={":payloadHash": {"S": "b" * 64}},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    assert put_refused.value.response["Item"]["shardlinePayload"] == {"S": "a" * 64}

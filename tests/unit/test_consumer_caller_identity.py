@@ -4,14 +4,16 @@ id-keyed idempotent put never overwritten by another payload, and lanes keyed by
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+from bench.identity import function_module
 from shardline.consumer import ConsumedRecord, KinesisConsumer, deaggregate, idempotent_put, once
 from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._dedup_run import DedupRun
 from shardline.kinesis import UserRecord
 from shardline.kpl._identity import AggregateId, caller_scope
-from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, LeaseWrite, kinesis_event
+from shardline.testing import SEQUENCE_STEP, FakeLambdaContext, InMemoryLeaseTable, LeaseWrite, kinesis_event
 from tests.support.consumer import RecordingSQS
 from tests.support.consumer_identity import applied, counting_sink, seq
 
@@ -138,3 +140,41 @@ def test_property_7_an_aggregate_of_another_caller_never_moves_a_lanes_floor() -
     assert not run.admit(forged, str(seq(3)), 100.0, caller="mallory"), (
         "mallory's own lane is still deduplicated"
     )
+
+
+def test_property_3_the_key_counter_counts_copies_once_and_dead_letters_conflicts_in_and_across_chunks() -> (
+    None
+):
+    """functions/key_counter's batch handler (one list per chunk): a re-posted batch holding copies
+    and one conflict costs one rerun, not a split; two payloads under one id in one chunk are run
+    apart, the first counted, the second dead-lettered."""
+    counter = function_module("key_counter")
+    table, sqs = InMemoryLeaseTable(key_schema={"counts": ["partitionKey"]}), RecordingSQS()
+    consumer = KinesisConsumer("key_counter", table, dlq=DeadLetterQueue(sqs, "https://sqs/dlq"))
+    consumer.batch_handler(partial(counter.count, "counts"))
+    users = [UserRecord(f"k{i % 5}", b"x", id=f"order-{i}", caller=ALICE) for i in range(40)]
+    first = kinesis_event(users, producer="p1", records_per_aggregate=10, first_sequence=seq(0))
+    consumer.process(first, FakeLambdaContext())
+    changed = UserRecord("k9", b"y", id="order-7", caller=ALICE)  # order-7 again, another payload
+    same_chunk = [
+        UserRecord("k7", b"1", id="twice", caller=BOB),
+        UserRecord("k8", b"2", id="twice", caller=BOB),
+    ]
+    after = int(first["Records"][-1]["kinesis"]["sequenceNumber"]) + SEQUENCE_STEP
+    again = kinesis_event([*users, changed, *same_chunk], producer="p2", first_sequence=after)
+    assert consumer.process(again, FakeLambdaContext()) == {"batchItemFailures": []}
+
+    counted = {i["partitionKey"]["S"]: int(i["count"]["N"]) for i in table.items("counts") if "count" in i}
+    assert counted == {**{f"k{i}": 8 for i in range(5)}, "k7": 1}, "copies once, conflicts never"
+    letters = sqs.bodies()
+    assert sorted((letter["partitionKey"], letter["recordId"]) for letter in letters) == [
+        ("k8", "twice"),
+        ("k9", "order-7"),
+    ]
+    assert all(
+        letter["details"]["clientIdConflict"]["payloadHash"]
+        != (letter["details"]["clientIdConflict"]["appliedPayloadHash"])
+        for letter in letters
+    )
+    metrics = consumer.metrics.snapshot()
+    assert metrics["ClientIdDuplicatesSkipped"] == 40 and metrics["ClientIdConflicts"] == 2

@@ -178,3 +178,12 @@ def test_property_3_the_key_counter_counts_copies_once_and_dead_letters_conflict
     )
     metrics = consumer.metrics.snapshot()
     assert metrics["ClientIdDuplicatesSkipped"] == 40 and metrics["ClientIdConflicts"] == 2
+
+
+def test_property_7_a_state_written_before_lanes_were_scoped_still_skips_its_copies() -> None:
+    """The lease row of a consumer before the upgrade keys lanes `<producer>.<lane>`: a copy of an
+    aggregate it applied (caller-less, as every aggregate then was) is still a copy after it."""
+    run = DedupRun('{"v":1,"t":100,"k":{"oldproducer0000.0":[5,100]}}')
+    assert not run.admit(AggregateId("oldproducer0000", "0", 5, 5).encode(), str(seq(0)), 100.0)
+    assert run.admit(AggregateId("oldproducer0000", "0", 6, 6).encode(), str(seq(1)), 100.0)
+    assert run.admit(AggregateId("oldproducer0000", "0", 5, 5).encode(), str(seq(2)), 100.0, caller=ALICE)

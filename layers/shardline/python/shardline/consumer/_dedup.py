@@ -9,7 +9,9 @@ The state (`AppliedAggregates`), per lane — `<caller scope>.<producer>.<lane>`
 the aggregate's `sl.c` caller scope, "-" for none, then `AggregateId.key`), so a lane's floor moves
 only by aggregates of its own caller and producer: another caller forging the producer's id and a
 high floor moves a lane of its own, never the victim's. A state written before lanes were scoped
-stays readable: its unscoped keys are simply other lanes, pruned by the horizon.
+stays readable: its unscoped keys are other lanes, pruned by the horizon — but a caller-less
+aggregate (scope "-") is also looked up under its unscoped key, so a copy of one applied before
+the upgrade is still skipped after it (those lanes only ever held caller-less aggregates).
 
 - `w`: every counter <= w is applied here or settled (the producer will never send it again,
   and no copy of it can still land) — a copy at or below it is skipped;
@@ -74,6 +76,7 @@ DEDUP_HORIZON_S = 600
 #: a checkpoint transaction within the headroom `_lease_store.MAX_TRANSACTION_BYTES` leaves under 4 MB.
 MAX_STATE_BYTES = 150_000
 _VERSION = 1
+_NO_CALLER = "-."  # the scope of a lane whose aggregates name no caller (`_dedup_run.scoped`)
 
 
 class AppliedAggregates:
@@ -175,7 +178,12 @@ class AppliedAggregates:
         applied only in some hash ranges is not: `covered`.)"""
         if aggregate.key in self.qualified and aggregate.counter in self.qualified[aggregate.key]:
             return False
-        return self._in_lane(aggregate.key, aggregate.counter)
+        if self._in_lane(aggregate.key, aggregate.counter):
+            return True
+        # A state written before lanes were scoped keys a caller-less lane `<producer>.<lane>`:
+        # a copy of an aggregate it applied, landing just after the upgrade, is still skipped.
+        legacy = aggregate.key[2:] if aggregate.key.startswith(_NO_CALLER) else None
+        return legacy is not None and legacy in self.lanes and self._in_lane(legacy, aggregate.counter)
 
     def _in_lane(self, key: str, counter: int) -> bool:
         lane = self.lanes.get(key)

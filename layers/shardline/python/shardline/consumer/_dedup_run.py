@@ -16,7 +16,7 @@ from typing import Protocol
 from shardline.consumer._dedup import MAX_STATE_BYTES, AppliedAggregates
 from shardline.errors import AggregationError
 from shardline.kinesis._positions import Position
-from shardline.kpl._identity import AggregateId
+from shardline.kpl._identity import AggregateId, caller_scope
 
 logger = logging.getLogger("shardline.consumer._dedup")  # the name operators filter on
 
@@ -80,14 +80,16 @@ class DedupRun:
         #: Did another run (a redrive and the group's, `_redrive_claims`) apply this aggregate?
         self.others: Callable[[AggregateId], bool] | None = None
 
-    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool:
-        """Should the Kinesis record at `sequence`, aggregate `aggregate_id`, be applied? No if
-        the state has the aggregate, or this batch held it earlier. An id that is not a shardline
-        aggregate id is admitted and not remembered. A record wholly before the checkpoint is
-        admitted (the checkpoint skips it: a replay, not a copy) and remembered for this batch."""
+    def admit(self, aggregate_id: str, sequence: str, arrival: float, caller: str | None = None) -> bool:
+        """Should the Kinesis record at `sequence`, aggregate `aggregate_id` of `caller` (its
+        `sl.c`), be applied? No if the state has the aggregate, or this batch held it earlier. An
+        id that is not a shardline aggregate id is admitted and not remembered. A record wholly
+        before the checkpoint is admitted (the checkpoint skips it: a replay, not a copy) and
+        remembered for this batch. Lanes are the caller's (`scoped`): another caller's aggregate
+        naming the same producer and lane is another lane, and never moves this one's floor."""
         self._covered = None
         try:
-            aggregate = AggregateId.parse(aggregate_id)
+            aggregate = scoped(AggregateId.parse(aggregate_id), caller)
         except AggregationError:
             return True
         identity = (aggregate.key, aggregate.counter)
@@ -183,3 +185,9 @@ class DedupRun:
         while end < len(pending) and pending[end].passed_at <= position:
             end += 1
         return end
+
+
+def scoped(aggregate: AggregateId, caller: str | None) -> AggregateId:
+    """`aggregate` as its caller's: its lane key (`AggregateId.key`) becomes
+    `<caller scope>.<producer>.<lane>`, so only the lane's own caller and producer move its floor."""
+    return aggregate._replace(producer=f"{caller_scope(caller)}.{aggregate.producer}")

@@ -491,9 +491,6 @@ def one_body_per_identity(ops: list[tuple[str, Any, Any]]) -> list[tuple[str, An
     ]
 
 
-@pytest.mark.xfail(
-    strict=True, raises=MODEL_FAILS, reason="issue 39 property 2: ids are global, not their caller's"
-)
 @settings(SLOW, max_examples=200)
 @example(
     ops=[("post", 0, [("alice", "x", False, "alice|i|x"), ("alice", "x", True, "alice|k|x")])], faults=[]
@@ -509,9 +506,6 @@ def test_property_2_ids_belong_to_their_caller_and_derived_ids_to_their_own_name
     check_exactly_once(world)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 39 property 3: a re-used id with another body is dropped silently"
-)
 @settings(SLOW, max_examples=200)
 @example(
     ops=[("post", 0, [("alice", "x", False, "alice|x|v0"), ("alice", "x", False, "alice|x|v1")])], faults=[]
@@ -731,9 +725,6 @@ forgery_ops = st.lists(
 )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 39 property 7: another caller's record moves the victim's floor"
-)
 @settings(SLOW, max_examples=200)
 @example(
     ops=[("send", 1, 0), ("send", 1, 0), ("send", 1, 0), ("forge", 0, 0), ("send", 1, 0)],

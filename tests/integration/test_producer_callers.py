@@ -20,9 +20,9 @@ from local.apigw.server import ApiServer
 from local.app.model import KeyPlan, Method
 from shardline.kinesis import UserRecord
 from shardline.kpl._identity import caller_scope
-from tests.integration.test_producer_handler import FakeContext, load_app, rest_event
 from tests.support.apigw import RECORDS, FunctionInvoker, request
 from tests.support.integration import create_stream, kinesis_client, read_stream, unique_stream_name
+from tests.support.producer_handler import FakeContext, load_app, rest_event
 
 ROUTE = "orders"
 PATH = f"/v1/streams/{ROUTE}/records"

@@ -29,7 +29,7 @@ from shardline.kpl._identity import (
     caller_scope,
     new_producer_id,
 )
-from tests.unit.test_identity_codec import kpl_cases, read_by_aws_kinesis_agg, user_fields
+from tests.support.kpl_cases import kpl_cases, read_by_aws_kinesis_agg, user_fields
 
 AGGREGATE_ID = AggregateId(new_producer_id(), "7", 3, 1).encode()
 ALICE = "arn:aws:iam::000000000000:user/alice"

@@ -8,14 +8,11 @@ itself; the real KPL's bytes come from `tests/conformance/`.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
-from pathlib import Path
 
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
-from aws_kinesis_agg.deaggregator import deaggregate_records, messages_pb2  # it puts its folder on sys.path
+from aws_kinesis_agg.deaggregator import messages_pb2  # it puts its folder on sys.path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,51 +20,14 @@ from shardline.errors import AggregationError
 from shardline.kinesis import UserRecord
 from shardline.kpl import MAGIC, AggregateBuilder, decode, encode
 from shardline.kpl._decode import decode_aggregate
-from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG, AggregateId, new_producer_id
-
-CONFORMANCE_FILE = Path(__file__).resolve().parents[1] / "conformance" / "kpl_aggregated_records.json"
-AGGREGATE_ID = AggregateId(new_producer_id(), "3", 0x1F, 0x1C).encode()
-
-
-def kpl_cases() -> list[tuple[str, list[UserRecord], bytes]]:
-    cases = json.loads(CONFORMANCE_FILE.read_text())["cases"]
-    return [
-        (
-            case["name"],
-            [
-                UserRecord(r["partition_key"], r["data_utf8"].encode(), r.get("explicit_hash_key"))
-                for r in case["records"]
-            ],
-            base64.b64decode(case["aggregated_base64"]),
-        )
-        for case in cases
-    ]
-
-
-def with_ids(records: list[UserRecord]) -> list[UserRecord]:
-    """Every other record gets a client id: tagged and untagged records side by side."""
-    return [r._replace(id=f"order-{i}") if i % 2 == 0 else r for i, r in enumerate(records)]
-
-
-def read_by_aws_kinesis_agg(payload: bytes) -> list[tuple[str, bytes, str | None]]:
-    """(partition key, data, explicit hash key) of each user record, as aws-kinesis-agg reads it."""
-    event_record = {
-        "kinesis": {
-            "kinesisSchemaVersion": "1.0",
-            "sequenceNumber": "1",
-            "partitionKey": "a",
-            "approximateArrivalTimestamp": 1.0,
-            "data": base64.b64encode(payload).decode(),
-        }
-    }
-    users = deaggregate_records([event_record])
-    assert all(user["kinesis"].get("aggregated") for user in users), "read as a plain record"
-    fields = [user["kinesis"] for user in users]
-    return [(f["partitionKey"], base64.b64decode(f["data"]), f["explicitHashKey"]) for f in fields]
-
-
-def user_fields(records: list[UserRecord]) -> list[tuple[str, bytes, str | None]]:
-    return [(r.partition_key, r.data, r.explicit_hash_key) for r in records]
+from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG, AggregateId
+from tests.support.kpl_cases import (
+    AGGREGATE_ID,
+    kpl_cases,
+    read_by_aws_kinesis_agg,
+    user_fields,
+    with_ids,
+)
 
 
 @pytest.mark.parametrize("name, records, kpl_bytes", kpl_cases(), ids=[c[0] for c in kpl_cases()])

@@ -84,7 +84,7 @@ from shardline.kinesis import UserRecord
 from shardline.kpl import encode
 from shardline.kpl._identity import AggregateId
 from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, event_record
-from tests.unit.test_identity_model import (
+from tests.support.identity_model import (
     FAULTS,
     FIRST_SEQUENCE,
     STREAM,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 _LIBC = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL, as os.fork does
+_running: list[Child] = []  # children not yet answered: killed if one of them fails the test
 
 
 def fork_without_hooks() -> int:
@@ -41,18 +42,23 @@ class Child:
         self.pid = pid
         self._reader = reader
 
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
     def result(self, timeout: float = 60.0) -> Any:
         """What the child's function returned. Fails the test with the child's traceback if it
         raised, or with "hung" if it said nothing within `timeout` seconds (then it is killed)."""
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout
+        _running.remove(self)
         try:
             while True:
                 left = deadline - time.monotonic()
                 ready, _, _ = select.select([self._reader], [], [], max(0.0, left))
                 if not ready:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.pid, signal.SIGKILL)
+                    for child in (self, *_running):  # a hung child would outlive the test run
+                        child.kill()
                     raise AssertionError(f"child {self.pid} hung: no answer within {timeout:g} s")
                 chunk = os.read(self._reader, 1 << 16)
                 if not chunk:
@@ -89,4 +95,6 @@ def in_child(body: Callable[[], Any], *, fork: Callable[[], int] = os.fork) -> C
         finally:
             os._exit(code)
     os.close(writer)
-    return Child(pid, reader)
+    child = Child(pid, reader)
+    _running.append(child)
+    return child

@@ -12,6 +12,7 @@ and counts each record's applications in its sink.
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
@@ -28,7 +29,9 @@ PER_PROCESS = 500
 
 
 def records(prefix: str, count: int) -> list[UserRecord]:
-    return [UserRecord(f"user-{i % 13}", f"{prefix}-{i:05d}|".encode().ljust(100, b".")) for i in range(count)]
+    return [
+        UserRecord(f"user-{i % 13}", f"{prefix}-{i:05d}|".encode().ljust(100, b".")) for i in range(count)
+    ]
 
 
 def send(producer: Producer, prefix: str) -> list[str]:
@@ -50,8 +53,8 @@ def consume(client: Any, stream: str) -> tuple[dict[str, int], dict[str, Any]]:
 
 @pytest.mark.parametrize("used_before_the_fork", [False, True], ids=["created-at-import", "created-and-used"])
 def test_property_1_producer_id_never_live_in_two_processes_every_confirmed_record_applied_once(
-    moto_server, used_before_the_fork
-):
+    moto_server: str, used_before_the_fork: bool
+) -> None:
     raw = kinesis_client(moto_server)
     stream = unique_stream_name("forked")
     create_stream(raw, stream, shard_count=2)
@@ -59,7 +62,7 @@ def test_property_1_producer_id_never_live_in_two_processes_every_confirmed_reco
     producer = Producer(kinesis_client(moto_server), stream)
     confirmed: list[str] = send(producer, "before") if used_before_the_fork else []
 
-    children = [in_child(lambda p=p: send(producer, p)) for p in ("child1", "child2")]
+    children = [in_child(partial(send, producer, p)) for p in ("child1", "child2")]
     confirmed += send(producer, "parent")  # the parent keeps sending
     for child in children:
         confirmed += child.result(timeout=120)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -78,7 +80,7 @@ def assert_one_id_each(*incarnations: list[AggregateId]) -> list[str]:
     return ids
 
 
-def test_property_1_producer_id_never_live_in_two_processes_after_a_fork():
+def test_property_1_producer_id_never_live_in_two_processes_after_a_fork() -> None:
     """Created and used, then forked twice; the parent and both children keep sending (one child
     from a thread of its own): three producer ids, each child's lanes counting from 1 again."""
     producer, kinesis = build()
@@ -131,7 +133,9 @@ class GatedKinesis(InMemoryKinesis):
 
 
 @pytest.mark.parametrize("fork", [os.fork, fork_without_hooks], ids=["os.fork", "fork-without-hooks"])
-def test_property_1_producer_id_never_live_in_two_processes_no_deadlock_in_the_child(fork):
+def test_property_1_producer_id_never_live_in_two_processes_no_deadlock_in_the_child(
+    fork: Callable[[], int],
+) -> None:
     """At the fork a request is in flight on the request pool (its thread does not survive the
     fork) and another thread holds the producer's lock: the child sends at once, under a new id,
     and never sends the parent's in-flight records; the parent finishes its own."""
@@ -171,7 +175,7 @@ def test_property_1_producer_id_never_live_in_two_processes_no_deadlock_in_the_c
     assert_one_id_each(since(before, parent_after), since(before, child_after))
 
 
-def test_property_1_producer_id_never_live_in_two_processes_buffered_records_stay_the_parents():
+def test_property_1_producer_id_never_live_in_two_processes_buffered_records_stay_the_parents() -> None:
     """Records put (not yet flushed) before the fork are the parent's: the parent sends them; in
     the child their futures fail `Inherited` (unconfirmed: the parent may send them), and the child
     never sends them."""
@@ -233,27 +237,27 @@ def _snapshot_process(call_restore_hook: bool) -> tuple[list[str], list[list[Agg
                 callback(*args, **kwargs)
         return send_and_report(producer, kinesis, prefix, 30)
 
-    restores = [in_child(lambda p=p: restored(p), fork=fork_without_hooks) for p in ("r1", "r2")]
+    restores = [in_child(partial(restored, p), fork=fork_without_hooks) for p in ("r1", "r2")]
     after = [since(snapshot, child.result(timeout=60)) for child in restores]
     ids = {AggregateId.parse(a).producer for _, _, a, _ in snapshot}
     return sorted(ids), after
 
 
-def test_property_1_producer_id_never_live_in_two_processes_after_a_snapshot_restore():
+def test_property_1_producer_id_never_live_in_two_processes_after_a_snapshot_restore() -> None:
     """Two restores of one memory image, each calling the after-restore hook: two new ids."""
     snapshot_ids, (first, second) = in_child(lambda: _snapshot_process(True)).result(timeout=120)
     restore_ids = assert_one_id_each(first, second)
     assert not set(restore_ids) & set(snapshot_ids), "a restore kept the snapshot's id"
 
 
-def test_property_1_producer_id_never_live_in_two_processes_the_pid_guard_alone():
+def test_property_1_producer_id_never_live_in_two_processes_the_pid_guard_alone() -> None:
     """No at-fork callback runs (libc's fork) and no restore hook is called: the guard at send
     time sees the changed pid, and each child sends under an id of its own."""
     producer, kinesis = build()
     send_and_report(producer, kinesis, "before", 30)
     before = sent(kinesis)
     children = [
-        in_child(lambda p=p: send_and_report(producer, kinesis, p, 40), fork=fork_without_hooks)
+        in_child(partial(send_and_report, producer, kinesis, p, 40), fork=fork_without_hooks)
         for p in ("c1", "c2")
     ]
     parent_after = send_and_report(producer, kinesis, "parent", 40)

@@ -240,8 +240,9 @@ class Producer:
         _resolve(inherited)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child: threads of the parent held none of its locks here (called with no
-        other thread running, by the at-fork callback, or by the guard)."""
+        """In a forked child: free its locks again (a parent thread holding one at the fork did
+        not survive it). Called by the at-fork callback, with no other thread running, or by the
+        guard for a fork no callback saw."""
         for lock in (self._lock, self._changed, self._futures):
             _incarnation.reinit_lock(lock)
         self.metrics.after_fork()
@@ -266,11 +267,12 @@ class Producer:
         may_raise: bool,
     ) -> list[BufferedRecord]:
         """Buffer `records` as room allows, waiting (or raising) at the bound; in put() order."""
-        config, dispatch = self.config, self._dispatch
+        config = self.config
         owner = threading.get_ident()
         admitted: list[BufferedRecord] = []
         while True:
             with self._lock:
+                dispatch = self._dispatch  # (a fork while waiting for room renews it)
                 now = self._clock()
                 start = end = len(admitted)
                 room_records = config.max_buffered_records - dispatch.buffered_records

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, Protocol
 __all__ = [
     "COUNT_MISMATCH",
     "EXPIRED",
+    "INHERITED",
     "MALFORMED_RESPONSE",
     "PARTITIONER_ERROR",
     "PERMANENT_ERROR_CODES",
@@ -70,6 +71,10 @@ WRONG_SHARD = "Wrong Shard"
 #: The PutRecords response held a different number of entries than the request: where (or
 #: whether) each record landed is unknown, so each aggregate of the request is resent identical.
 COUNT_MISMATCH = "RecordCountMismatch"
+#: The record was buffered (or in flight) in the process this one was forked or restored from: that
+#: process owns it and sends it; this one never does (`unconfirmed`: a copy may be in the stream).
+#: Do not send it again from here.
+INHERITED = "Inherited"
 #: The partitioner raised on this record; it was never sent.
 PARTITIONER_ERROR = "PartitionerError"
 #: A PutRecords success entry without a `ShardId` or `SequenceNumber`: where (or whether) the

@@ -166,6 +166,11 @@ class ShardMap:
         if refresh:
             self.refresh()
 
+    def after_fork(self) -> None:
+        """In a forked child: a refresh running in the parent at the fork held the refresh lock,
+        and its thread did not survive; the map itself (the parent's listing) stays valid."""
+        self._refresh_lock = threading.Lock()
+
     def refresh(self) -> bool:
         """List the open shards now. Returns True on success; one refresh runs at a time."""
         if not self._refresh_lock.acquire(blocking=False):

@@ -15,7 +15,8 @@ The pipeline, one private module per stage, each with its contract in its docstr
 
 `_producer` is the public face and the threading, `_dispatch` holds every unresolved record and
 moves them on one step at a time (sending, outcomes, retries; its state private), `_queues` orders
-each shard's records, `_buffered` holds the records every stage passes along.
+each shard's records, `_buffered` holds the records every stage passes along, `_incarnation` follows
+the process a producer id was drawn in (a forked child or a SnapStart restore draws a new one).
 `shardline.testing.InMemoryKinesis` is a stream in memory to build a `Producer` on in tests.
 
 Identity, not read-back: every Kinesis record sent is a KPL aggregate (a lone record one of one)

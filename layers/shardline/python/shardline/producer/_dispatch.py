@@ -173,6 +173,18 @@ class Dispatcher:
         """True when a request or ListShards ended since the last step: step again before waiting."""
         return bool(self._completed) or (self._refresh is not None and self._refresh.done())
 
+    def disown(self, *, forked: bool) -> list[BufferedRecord]:
+        """This pipeline belongs to another process incarnation (the producer was forked or
+        restored): return its unresolved records, none of which is sent from here, and let go of
+        its request pool — `forked`: its threads did not survive the fork, so it is dropped, not
+        shut down (its queue's lock may be held by one of them)."""
+        unresolved = [record for record in self._outstanding if record.result is None]
+        self._outstanding.clear()
+        executor, self._executor = self._executor, None
+        if executor is not None and not forked:
+            executor.shutdown(wait=False)
+        return unresolved
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)

@@ -77,6 +77,10 @@ class ProducerMetrics:
         self._errors: Counter[str] = Counter()
         self._summaries = {name: Summary() for name in self.SUMMARIES}
 
+    def after_fork(self) -> None:
+        """In a forked child: the lock may have been held by a thread that did not survive."""
+        self._lock = threading.Lock()
+
     def count(self, name: str, value: int = 1) -> None:
         with self._lock:
             self._counters[name] += value

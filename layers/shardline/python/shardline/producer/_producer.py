@@ -24,12 +24,21 @@ the others wait for it, or take over when it returns. A flush deadline belongs t
 that gave it: it expires that thread's unsent records only, and that flush returns by it even
 while another thread's longer flush is running. Futures are resolved outside the producer's
 lock, so a callback may call `put` or `flush`.
+
+Processes: a producer id belongs to one process incarnation (`_incarnation`). In a forked child or
+after a snapshot restore, the first call that reaches the producer — from any thread — renews it
+before anything is sent: a new producer id and new lanes, a new request pool (its threads did not
+survive the fork), the locks made free again. Records buffered or in flight in the incarnation it
+was copied from stay that incarnation's (a fork's parent sends them): the copy never sends them,
+and resolves them failed `Inherited` (`unconfirmed`: the parent may send them). The shard map, the
+token buckets' configuration and the metrics (counters go on from the inherited values) are kept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -37,16 +46,17 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING
 
-from shardline.errors import BufferFull
+from shardline.errors import INHERITED, BufferFull
 from shardline.kinesis._records import UserRecord, validate
 from shardline.kinesis._shard_map import ShardMap
+from shardline.producer import _incarnation
 from shardline.producer._buffered import BufferedRecord, buffered_size
 from shardline.producer._collector import LIMITER_TICK, NEVER
 from shardline.producer._config import ProducerConfig
 from shardline.producer._dispatch import Dispatcher
 from shardline.producer._metrics import ProducerMetrics
 from shardline.producer._partitioning import ByPartitionKey, Partitioner
-from shardline.producer._result import RecordFuture, RecordResult
+from shardline.producer._result import Attempt, RecordFuture, RecordResult
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisClient, LambdaContext
@@ -89,22 +99,32 @@ class Producer:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._futures = threading.Condition()  # shared by every future put() returns
-        self._dispatch = Dispatcher(
-            client=kinesis_client,
-            stream_name=stream_name,
-            config=self.config,
-            shard_map=self.shard_map,
-            partitioner=partitioner or ByPartitionKey(),
-            metrics=self.metrics,
-            clock=clock,
-            rng=rng or random.Random(),
-            condition=self._changed,
-        )
+        self._client = kinesis_client
+        self._partitioner = partitioner or ByPartitionKey()
+        self._rng = rng
+        self._dispatch = self._new_dispatcher()
         self._next_sequence = 0
         self._driver: int | None = None  # the thread driving the pipeline
         # Threads setting futures outside the lock right now: a flush whose records are resolved
         # returns only once their futures are set too (another thread may be setting them).
         self._resolving: Counter[int] = Counter()
+        self._locks_pid = _incarnation.getpid()  # the process whose threads may hold its locks
+        self._born = _incarnation.track(self)  # the incarnation its producer id was drawn in
+
+    def _new_dispatcher(self) -> Dispatcher:
+        """The pipeline of one incarnation: its own producer id, lanes, queues and request pool."""
+        return Dispatcher(
+            client=self._client,
+            stream_name=self.stream_name,
+            config=self.config,
+            shard_map=self.shard_map,
+            partitioner=self._partitioner,
+            metrics=self.metrics,
+            clock=self._clock,
+            # Jitter of its own: forked children must not back off in step (given rng: kept).
+            rng=self._rng or random.Random(),
+            condition=self._changed,
+        )
 
     # -- public API ------------------------------------------------------------------------
 
@@ -119,6 +139,7 @@ class Producer:
         if self.config.caller and _callerless(record):
             record = record._replace(caller=self.config.caller)
         validate([record], self.config.limits)
+        self._check_incarnation()
         future = RecordFuture(self._futures)
         self._admit([record], [future], NEVER, may_raise=True)
         return future
@@ -132,6 +153,7 @@ class Producer:
         timeout); records whose request went unanswered fail with `unconfirmed=True`.
         """
         stop = self._stop_at(deadline)
+        self._check_incarnation()
         caller = self.config.caller
         if caller:  # the producer's caller on records that name none (its bytes count in validation)
             records = [r._replace(caller=caller) if _callerless(r) else r for r in records]
@@ -151,6 +173,7 @@ class Producer:
         with the Kinesis client's connect and read timeouts.
         """
         stop = self._stop_at(deadline)
+        self._check_incarnation()
         with self._lock:
             last = self._next_sequence - 1
         self._wait_until(lambda: self._dispatch.done_through(last), stop)
@@ -169,14 +192,72 @@ class Producer:
     @property
     def pending(self) -> int:
         """User records buffered, queued, waiting to retry or in flight."""
+        self._check_incarnation()
         with self._lock:
             return self._dispatch.buffered_records
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes (data plus partition keys) of the records `pending` counts."""
+        self._check_incarnation()
         with self._lock:
             return self._dispatch.buffered_bytes
+
+    # -- incarnations (see `_incarnation`) ----------------------------------------------------
+
+    def _check_incarnation(self) -> None:
+        """Renew the producer if this is not the incarnation it drew its id in (any thread)."""
+        if self._born != _incarnation.current():
+            self._renew()
+
+    def _renew(self) -> None:
+        """A new producer id, lanes and request pool for this incarnation; the inherited records
+        are resolved `Inherited` (their futures set outside the lock), and never sent from here."""
+        with _incarnation.renewal_lock():
+            incarnation = _incarnation.current()
+            if self._born == incarnation:
+                return  # another thread of this incarnation renewed it
+            pid = incarnation[0]
+            forked = pid != self._born[0]
+            if forked and self._locks_pid != pid:  # a fork no at-fork callback saw
+                self._after_fork_in_child()
+            with self._lock:
+                inherited = self._dispatch.disown(forked=forked)
+                self._dispatch = self._new_dispatcher()
+                self._driver = None
+                self._resolving.clear()
+                now = self._clock()
+                message = (
+                    "buffered in the process incarnation this one was forked or restored from, which "
+                    "sends it; this one never does"
+                )
+                for record in inherited:
+                    attempt = Attempt(now, 0.0, False, INHERITED, message)
+                    record.result = RecordResult(
+                        success=False,
+                        error_code=INHERITED,
+                        error_message=message,
+                        attempts=(*record.attempts, attempt),
+                        unconfirmed=True,
+                    )
+                self._born = incarnation
+                self._changed.notify_all()
+            _close_connections(self._client)
+        _resolve(inherited)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: free its locks again (a parent thread holding one at the fork did
+        not survive it). Called by the at-fork callback, with no other thread running, or by the
+        guard for a fork no callback saw."""
+        for lock in (self._lock, self._changed, self._futures):
+            _incarnation.reinit_lock(lock)
+        self.metrics.after_fork()
+        self.shard_map.after_fork()
+        self._locks_pid = _incarnation.getpid()
+
+    def _before_snapshot(self) -> None:
+        """Send what is buffered and stop the request threads: the image holds neither."""
+        self.close()
 
     # -- admission and backpressure ----------------------------------------------------------
 
@@ -192,11 +273,12 @@ class Producer:
         may_raise: bool,
     ) -> list[BufferedRecord]:
         """Buffer `records` as room allows, waiting (or raising) at the bound; in put() order."""
-        config, dispatch = self.config, self._dispatch
+        config = self.config
         owner = threading.get_ident()
         admitted: list[BufferedRecord] = []
         while True:
             with self._lock:
+                dispatch = self._dispatch  # (a fork while waiting for room renews it)
                 now = self._clock()
                 start = end = len(admitted)
                 room_records = config.max_buffered_records - dispatch.buffered_records
@@ -260,6 +342,9 @@ class Producer:
             outer_deadline = dispatch.begin_flush(me, stop)
         try:
             while True:
+                if self._born != _incarnation.current():  # forked from a callback: these are the parent's
+                    self._check_incarnation()
+                    return
                 sleep_for = 0.0
                 with self._lock:
                     if self._driver is None:
@@ -323,3 +408,12 @@ def _resolve(records: list[BufferedRecord]) -> None:
             # A cancelled future: the record still went, and nobody is waiting for it.
             with contextlib.suppress(InvalidStateError):
                 future.set_result(record.result)  # type: ignore[arg-type]  # resolved records have one
+
+
+def _close_connections(client: object) -> None:
+    """Close a botocore client's pooled connections: in a forked child they are the parent's
+    sockets (two processes on one connection would read each other's answers), after a restore
+    they are dead. The client opens new ones on its next call. Other clients are left alone."""
+    botocore_client = sys.modules.get("botocore.client")  # not imported just for this check
+    if botocore_client is not None and isinstance(client, botocore_client.BaseClient):
+        client.close()

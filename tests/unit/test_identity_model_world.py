@@ -19,10 +19,11 @@ How each ingredient is made, and why so:
    A restore is a fork of a process that created (and maybe used) a producer and then never
    sends again (the snapshot), twice (the restores). A child forked after its producer was used
    lost the request pool's threads; a real restore keeps its threads, so there the model is
-   harsher than SnapStart (today such a child's first send never returns: the watchdog fails it).
+   harsher than SnapStart (before the fix such a child's first send never returned: the watchdog
+   failed it).
 2. Callers are stamped per record (`UserRecord.caller`, the design's override; one `Producer`, as
-   the HTTP function serves every caller). Where the API is missing (today) the callers cannot be
-   told apart — that is today's world, and the tests of 2, 3 and 7 run on it rather than skip;
+   the HTTP function serves every caller). Where the API is missing (before the fix) the callers
+   cannot be told apart, and the tests of 2, 3 and 7 ran on that world rather than skip;
    the sink keys by `ConsumedRecord.scoped_id` where it exists and the test computes the expected
    scoped id from the design's formula on its own, so the two are checked against each other.
 3. One caller re-uses ids from a small pool with bodies from a small pool.
@@ -35,10 +36,10 @@ How each ingredient is made, and why so:
 7. A direct `PutRecord` of an aggregate carrying the victim's producer id and lane, a counter and
    floor above the victim's, under another caller (`sl.c`).
 8. Thousands of producers' lanes, dead ones (nothing for longer than the resend horizon) and
-   live ones resending, past `_dedup.MAX_STATE_BYTES`, with crashes around the checkpoint. Today's
-   code passes it: evictions are counted (`DedupLanesEvicted`) and the oldest lanes go first; what
-   the issue found missing there (an alarm, the README's arithmetic, the bench) is outside a
-   model's reach. Past the bound, a live lane's copy would be applied again: by design, counted.
+   live ones resending, past `_dedup.MAX_STATE_BYTES`, with crashes around the checkpoint: the
+   oldest lanes go first, and every eviction stored is counted (`DedupLanesEvicted`), a process
+   that dies after its evicting commit included (the model found that one missing). The alarm, the
+   README's arithmetic and the bench are outside a model's reach. Past the bound, a live lane's copy would be applied again: by design, counted.
 
 Deliveries may reach a child before its parents (the consumer's `ShardLineage` is what orders
 them, as the design says nothing in Lambda guarantees it), as in `test_identity_model`.
@@ -118,14 +119,14 @@ def caller_scope(caller: str | None) -> str:
 def user_record(
     key: str, data: bytes, record_id: str | None, caller: str | None = None, derived: bool = False
 ) -> UserRecord:
-    """A record stamped with its caller and id kind where the API has them (today: neither)."""
+    """A record stamped with its caller and id kind where the API has them (before the fix: neither)."""
     if CALLERS_STAMPED:
         return UserRecord(key, data, None, record_id, caller=caller, id_derived=derived)  # type: ignore[call-arg]
     return UserRecord(key, data, None, record_id)
 
 
 def identity(record_id: str | None, data: bytes, caller: str | None = None, derived: bool = False) -> str:
-    """What the sink keys a record by: its scoped id (the design), its id (today), else its data."""
+    """What the sink keys a record by: its scoped id (the design), its id (before the fix), else its data."""
     if record_id is None:
         return data.decode()
     if IDS_SCOPED:
@@ -388,11 +389,8 @@ fleet_ops = st.lists(
 )
 
 
-@pytest.mark.xfail(
-    strict=True, raises=MODEL_FAILS, reason="issue 39 property 1: a forked or restored producer keeps its id"
-)
 @settings(SLOW, max_examples=100)
-# Today's shrunk counterexamples: the child's record confirmed, never applied (its aggregate
+# The shrunk counterexample before the fixs: the child's record confirmed, never applied (its aggregate
 # numbered like the parent's, under the same producer id); and a child forked after the producer
 # was used, whose first send never returns (the request pool's threads did not survive the fork).
 @example(ops=[("fork", 0, 0), ("send", 1, 0), ("child", 1, 0)], faults=[], shard_count=1, batch_size=1)
@@ -407,13 +405,8 @@ def test_property_1_a_forked_producer_id_is_never_live_in_two_processes(ops, fau
     check_exactly_once(world)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MODEL_FAILS,
-    reason="issue 39 property 1: a restored snapshot's producers share its id",
-)
 @settings(SLOW, max_examples=100)
-# Today's shrunk counterexample: the snapshot created its producer (the module-level pattern) and
+# The shrunk counterexample before the fix: the snapshot created its producer (the module-level pattern) and
 # never used it; both restores send; the second one's record is skipped as a copy of the first's.
 @example(before=[], ops=[("child", 1, 0), ("child", 1, 1)], faults=[], shard_count=1)
 @given(

@@ -39,7 +39,8 @@ How each ingredient is made, and why so:
    live ones resending, past `_dedup.MAX_STATE_BYTES`, with crashes around the checkpoint: the
    oldest lanes go first, and every eviction stored is counted (`DedupLanesEvicted`), a process
    that dies after its evicting commit included (the model found that one missing). The alarm, the
-   README's arithmetic and the bench are outside a model's reach. Past the bound, a live lane's copy would be applied again: by design, counted.
+   README's arithmetic and the bench are outside a model's reach. Past the bound, a live lane's
+   copy would be applied again: by design, counted.
 
 Deliveries may reach a child before its parents (the consumer's `ShardLineage` is what orders
 them, as the design says nothing in Lambda guarantees it), as in `test_identity_model`.

@@ -11,7 +11,9 @@ Three kinds of lane (`PROFILES`):
 - young: a producer's first aggregates on shard 0 (counter 1, lane "0"): the smallest entry;
 - long-lived: ~100,000 aggregates sent to shard 12 (counter 123,456), every one settled: `[w, t]`;
 - one gap: the same with one unsettled aggregate (a resend in flight while later ones applied):
-  a range `a, b` after `w`, until the producer's floor passes it (at most `RESEND_HORIZON_S` later).
+  a range `a, b` after `w`, until the producer's floor passes it (at most `RESEND_HORIZON_S` later);
+- young, API caller: a young lane of records an API caller sent (its 16-character caller scope in
+  the key instead of the library's "-").
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ from dataclasses import dataclass
 
 from bench.report import Row
 from shardline.consumer._dedup import DEDUP_HORIZON_S, MAX_STATE_BYTES, AppliedAggregates
+from shardline.consumer._dedup_run import scoped
 from shardline.kpl._identity import AggregateId, new_producer_id
 
 #: State sizes printed (bytes), up to the bound.
 SIZES = (8_192, 32_768, 100_000, MAX_STATE_BYTES)
 ARRIVAL = 1_800_000_000
-#: kind of lane -> (its counter, its lane name, one unsettled aggregate below the newest).
-PROFILES: dict[str, tuple[int, str, bool]] = {
-    "young": (1, "0", False),
-    "long-lived": (123_456, "12", False),
-    "one gap": (123_456, "12", True),
+#: An API caller, as the producer function stamps it (its lanes are keyed by its 16-character scope).
+API_CALLER = "arn:aws:iam::123456789012:role/orders-service"
+#: kind of lane -> (its counter, its lane name, one unsettled aggregate below the newest, its caller).
+PROFILES: dict[str, tuple[int, str, bool, str | None]] = {
+    "young": (1, "0", False, None),
+    "long-lived": (123_456, "12", False, None),
+    "one gap": (123_456, "12", True, None),
+    "young, API caller": (1, "0", False, API_CALLER),
 }
 
 
@@ -45,14 +51,15 @@ class LaneBound:
 
 def state_of(lanes: int, profile: str) -> AppliedAggregates:
     """`lanes` producers, one lane each on this shard, all within the dedup horizon."""
-    counter, lane, gap = PROFILES[profile]
+    counter, lane, gap, caller = PROFILES[profile]
     state = AppliedAggregates()
     for n in range(lanes):
         producer = new_producer_id()
         arrival = ARRIVAL + n * (DEDUP_HORIZON_S - 1) / lanes
-        state.fold(AggregateId(producer, lane, counter, counter), arrival)
+        # keyed as the consumer keys them: `<caller scope>.<producer>.<lane>` (`_dedup_run.scoped`)
+        state.fold(scoped(AggregateId(producer, lane, counter, counter), caller), arrival)
         if gap:  # counter + 1 still in flight (its copy may land); counter + 2 applied above it
-            state.fold(AggregateId(producer, lane, counter + 2, counter + 1), arrival)
+            state.fold(scoped(AggregateId(producer, lane, counter + 2, counter + 1), caller), arrival)
     return state
 
 

@@ -38,16 +38,16 @@ Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<scope>.<producer>.
 a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
 an active lane costs its key (the 16-character producer id, a lane of 1 to 3 characters, and the
 scope: 2 characters "-." for no caller, 17 for a caller's 16-character scope and its dot; so ~21
-characters, ~36 with a caller) plus w and t: about 41 bytes (~56 with a caller), and ~10 more per
+characters, ~36 with a caller) plus w and t: 38 to 44 bytes (53 with a caller), and ~14 more per
 gap (a range above w, from an aggregate still unsettled — in flight, or confirmed elsewhere —
 while later ones are applied; it folds into w as the producer's floor passes it, at most
 `RESEND_HORIZON_S` later). 50 producers (2 lanes each, restarting now
 and then) writing 100,000 aggregates with lost, throttled and misrouted sends keep it under 8 KB
 (tests/unit/test_consumer_identity.py measures it). The lease row must stay under DynamoDB's
 400 KB item limit (and a checkpoint transaction under 4 MB), and each checkpoint write costs one
-write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes without callers, ~2,650
-with them: 150,000 / 41 or / 56 bytes) the lanes with the
-oldest arrivals are dropped first (`DedupLanesEvicted`, logged) — the horizon shrinks for them;
+write unit per KB of the row: past `MAX_STATE_BYTES` (2,585 to 3,946 active lanes,
+`python -m bench.identity` prints them: bench/lane_bound.py) the lanes with the oldest arrivals
+are dropped first (`DedupLanesEvicted`, logged) — the horizon shrinks for them;
 a copy of one of their aggregates arriving later would be applied again, never lost.
 
 Partial aggregates. An aggregate a shard applied only in part (members outside its hash range

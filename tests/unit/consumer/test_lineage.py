@@ -10,6 +10,7 @@ intermediate shard that holds records, a grandparent trimmed past retention.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -272,6 +273,9 @@ STARTS: dict[str, tuple[dict[str, Any], bool]] = {
     "at the trim horizon, younger than the mapping's maximum record age": ({"max_record_age": 1e10}, True),
     "at the trim horizon, older than the mapping's maximum record age": ({"max_record_age": 60}, False),
     "at latest, nothing above the parent with a row": ({"starting_position": "LATEST"}, False),
+    "at a timestamp not reached yet (a closed shard holds nothing after it)": (
+        {"starting_position": "AT_TIMESTAMP", "starting_position_timestamp": time.time() + 3600}, False
+    ),
 }  # fmt: skip
 
 

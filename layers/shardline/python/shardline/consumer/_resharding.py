@@ -239,8 +239,11 @@ class ShardLineage:
         `lineage_read`, something above it has a row.)"""
         start = self._start
         since = start.timestamp
+        now = self._wall_clock()
         if start.max_record_age is not None:
-            since = max(since or 0.0, self._wall_clock() - start.max_record_age)
+            since = max(since or 0.0, now - start.max_record_age)
+        if since is not None and since > now:
+            return False  # a group starting later: nothing a closed shard holds is delivered
         if start.position == TRIM_HORIZON or lineage_read:
             if since is None:
                 return not self._exhausted(stream, shard_id, Position(TRIM_HORIZON))

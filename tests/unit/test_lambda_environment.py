@@ -107,3 +107,23 @@ def test_property_5_the_group_start_defaults_to_trim_horizon_a_timestamp_only_wi
             environ["SHARDLINE_STARTING_POSITION_TIMESTAMP"] = timestamp
         with pytest.raises(ConfigurationError, match="SHARDLINE_STARTING_POSITION_TIMESTAMP is set exactly"):
             ConsumerEnvironment.from_environ(environ)
+
+
+def test_property_5_the_consumer_function_gives_its_consumer_where_the_mapping_starts() -> None:
+    """What the constructs render reaches the lineage's rule (`_resharding.GroupStart`)."""
+    from shardline.aws_lambda import ConsumerFunction
+    from shardline.consumer._resharding import GroupStart
+
+    function = ConsumerFunction(handler=lambda record: [])
+    environ = {
+        **CONSUMER,
+        "AWS_REGION": "us-east-1",
+        "SHARDLINE_STARTING_POSITION": "AT_TIMESTAMP",
+        "SHARDLINE_STARTING_POSITION_TIMESTAMP": "1790000000.5",
+        "SHARDLINE_MAX_RECORD_AGE_SECONDS": "86000",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        lineage = function.get()._lineage  # clients are made, not called
+    assert lineage is not None and lineage._start == GroupStart("AT_TIMESTAMP", 1_790_000_000.5, 86_000)

@@ -24,6 +24,9 @@ SHARDLINE_MAX_RECORD_AGE_SECONDS; `KinesisConsumer`'s `starting_position`, defau
   whichever of parent and child the mapping delivers first. Cost: a child waits (its batch
   retried, `BatchesWaitingForParent`) until the parent ran; never longer than the parent's
   youngest record takes to pass the maximum record age, or to be trimmed when there is none.
+  Ages are read on this process's clock against Kinesis's arrival times: a parent's record that
+  passes the maximum age while its child waits is the mapping's to discard (to its on-failure
+  destination, then a redrive), and the child then runs.
 - AT_TIMESTAMP: the same, for the records at or after the timestamp (probed with an AT_TIMESTAMP
   iterator): a parent closed before it holds none and is never delivered, so it never blocks.
 - LATEST: the mapping reads the shards open when it was created, from their tip; when that was

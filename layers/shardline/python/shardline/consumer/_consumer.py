@@ -89,7 +89,8 @@ class KinesisConsumer:
       it (`_resharding`). Default TRIM_HORIZON, no age limit: a child waits for any parent that
       still holds records, so a resend's copy in both is never applied twice; a group whose
       mapping starts at LATEST must say so, or a child of a parent closed before the group
-      existed waits until that parent's records are trimmed (the stream's retention).
+      existed waits until that parent's records are trimmed (the stream's retention) — and one
+      whose mapping has a maximum record age, likewise, for a parent's records it discards.
 
     Clients: shardline's own calls must fit in `time_margin`. Give the DynamoDB, SQS and S3
     clients timeouts to match (`ConsumerFunction` does: `client_config(time_margin)`); boto3's

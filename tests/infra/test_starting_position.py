@@ -10,8 +10,9 @@ import pytest
 from aws_cdk.assertions import Template
 
 from app import build
+from shardline.aws_lambda import ConsumerEnvironment
 from shardline.cdk import ConfigError, load_config
-from tests.support.cdk import default_context, resources
+from tests.support.cdk import default_context, placeholders, resources
 
 
 def test_a_group_starting_at_a_timestamp_gets_that_position_and_time():
@@ -50,3 +51,30 @@ def test_what_the_mapping_would_refuse_is_refused_at_synth(change, message):
     context["consumerGroups"][0].update(change)
     with pytest.raises(ConfigError, match=rf"^shardline\.consumerGroups\[0\]\.{message}"):
         load_config(context)
+
+
+def test_property_5_each_groups_function_is_told_where_its_mapping_starts() -> None:
+    """The function decides whether a child waits for a parent without a lease row from where its
+    mapping starts (`_resharding`): its environment says the mapping's position, timestamp and
+    maximum record age, read back through `ConsumerEnvironment`."""
+    context = default_context()
+    group = context["shardline"]["consumerGroups"][0]
+    group["startingPosition"] = "AT_TIMESTAMP"
+    group["startingPositionTimestamp"] = "2026-11-01T00:00:00Z"
+    _, stack = build(context)
+    template = Template.from_stack(stack)
+    functions = resources(template, "AWS::Lambda::Function")
+    told = []
+    for mapping in resources(template, "AWS::Lambda::EventSourceMapping").values():
+        properties = mapping["Properties"]
+        function = functions[properties["FunctionName"]["Ref"]]
+        variables = function["Properties"]["Environment"]["Variables"]
+        env = ConsumerEnvironment.from_environ(
+            {name: placeholders(value) for name, value in variables.items()}
+        )
+        assert env.starting_position == properties["StartingPosition"]
+        assert env.starting_position_timestamp == properties.get("StartingPositionTimestamp")
+        assert env.max_record_age_seconds == properties["MaximumRecordAgeInSeconds"]
+        told.append((env.starting_position, env.starting_position_timestamp))
+    expected = datetime(2026, 11, 1, tzinfo=UTC).timestamp()
+    assert sorted(told) == [("AT_TIMESTAMP", expected), ("TRIM_HORIZON", None)]

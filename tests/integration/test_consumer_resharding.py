@@ -81,12 +81,62 @@ def test_a_child_waits_until_its_parent_is_finished(resharded):
     assert sorted(n for shard, n in order[40:]) == list(range(40, 80))
 
 
-def test_a_parent_without_a_lease_row_does_not_block(resharded):
+def test_at_latest_a_parent_without_a_lease_row_in_a_lineage_never_read_does_not_block(resharded):
+    """A group whose mapping starts at LATEST, created after the split: the parent is never
+    delivered, so its child runs at once."""
     kinesis, stream, parent, children, table = resharded
-    consumer = KinesisConsumer("lineage", table, kinesis=kinesis)
+    consumer = KinesisConsumer("lineage", table, kinesis=kinesis, starting_position="LATEST")
     consumer.handler(lambda record: None)
 
     feed = MappingReplay(read_shard(kinesis, stream, children[0]), batch_size=100)
     assert feed.invoke(consumer.process, FakeLambdaContext()) == {"batchItemFailures": []}
     assert table.get(parent) is None
     assert table.get(children[0]).parent_shard_ids == frozenset({parent})
+
+
+@pytest.mark.parametrize("start", ["TRIM_HORIZON", "AT_TIMESTAMP before the parent's records"])
+def test_property_5_a_child_delivered_before_its_parent_has_a_row_waits_for_it(resharded, start):
+    """The mapping (TRIM_HORIZON, or a timestamp before the parent's records) delivers a child
+    before the parent was ever delivered: the child waits (its batch is retried) until the parent
+    ran, probed on kinesis-mock through an AT_TIMESTAMP or TRIM_HORIZON iterator."""
+    kinesis, stream, parent, children, table = resharded
+    parent_feed = MappingReplay(read_shard(kinesis, stream, parent), batch_size=100)
+    settings = {}
+    if start != "TRIM_HORIZON":
+        first = min(float(r["kinesis"]["approximateArrivalTimestamp"]) for r in parent_feed.records)
+        settings = {"starting_position": "AT_TIMESTAMP", "starting_position_timestamp": first - 60}
+    consumer = KinesisConsumer("lineage", table, kinesis=kinesis, **settings)
+    order = []
+    consumer.handler(lambda record: order.append(record.shard_id))
+
+    child_feed = MappingReplay(read_shard(kinesis, stream, children[0]), batch_size=100)
+    response = child_feed.invoke(consumer.process, FakeLambdaContext())
+    assert response["batchItemFailures"] == [
+        {"itemIdentifier": child_feed.records[0]["kinesis"]["sequenceNumber"]}
+    ]
+    assert order == [] and table.get(parent) is None
+    parent_feed.drain(consumer.process)
+    child_feed.drain(consumer.process)
+    assert order[:40] == [parent] * 40 and len(order) > 40 and set(order[40:]) == {children[0]}
+    assert table.get(parent).checkpoint.sequence == SHARD_END
+
+
+def test_property_5_at_a_timestamp_after_the_parents_records_a_child_does_not_wait_for_it(resharded):
+    """The group starts after every record of the parent (a millisecond after the last: kinesis-mock
+    refuses a timestamp in the future): the mapping never delivers the parent (kinesis-mock's
+    AT_TIMESTAMP iterator finds nothing in it), so the child runs at once."""
+    kinesis, stream, parent, children, table = resharded
+    last = max(
+        float(r["kinesis"]["approximateArrivalTimestamp"]) for r in read_shard(kinesis, stream, parent)
+    )
+    consumer = KinesisConsumer(
+        "lineage",
+        table,
+        kinesis=kinesis,
+        starting_position="AT_TIMESTAMP",
+        starting_position_timestamp=last + 0.001,
+    )
+    consumer.handler(lambda record: None)
+    feed = MappingReplay(read_shard(kinesis, stream, children[0]), batch_size=100)
+    assert feed.invoke(consumer.process, FakeLambdaContext()) == {"batchItemFailures": []}
+    assert table.get(parent) is None

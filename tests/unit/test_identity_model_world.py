@@ -638,9 +638,6 @@ reshard_ops = st.lists(
 )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 39 property 5: dedup state is lost through a shard that got nothing"
-)
 @settings(SLOW, max_examples=300)
 @example(ops=[("send", 2, [("split", 0), ("split", 0)])], faults=[], shard_count=1, batch_size=1)
 @example(ops=[("send", 2, [("split", 0), ("merge", 0)])], faults=[], shard_count=1, batch_size=1)

@@ -35,6 +35,9 @@ def test_a_missing_required_variable_is_named(name: str) -> None:
         ("FAILURE_DETAIL", "traceback"),
         ("SINK_TTL_DAYS", "0"),
         ("SINK_TTL_DAYS", "month"),
+        ("SHARDLINE_STARTING_POSITION", "AT_SEQUENCE_NUMBER"),
+        ("SHARDLINE_STARTING_POSITION_TIMESTAMP", "yesterday"),
+        ("SHARDLINE_MAX_RECORD_AGE_SECONDS", "0"),
     ],
 )
 def test_a_malformed_consumer_variable_is_named_with_its_value(name: str, value: str) -> None:
@@ -73,8 +76,10 @@ def test_both_contracts_round_trip_through_the_environment() -> None:
         SinkDeclaration("per-tenant", "counts", key_attribute="tenant", count_attribute="n"),
     )
     consumer = ConsumerEnvironment(
-        "g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters", "message", 30, sinks
-    )
+        "g", "l", "s", "https://sqs/q", 7, 0.5, 1.25, "dead-letters", "message", 30, sinks,
+        starting_position="AT_TIMESTAMP", starting_position_timestamp=1_790_000_000.25,
+        max_record_age_seconds=86_000,
+    )  # fmt: skip
     assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
     assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
     producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024)
@@ -87,3 +92,38 @@ def test_a_group_without_a_sink_table_leaves_it_out_of_its_environment() -> None
     env = ConsumerEnvironment.from_environ({"SHARDLINE_GROUP": "forward", "LEASE_TABLE": "forward-leases"})
     assert env.sink_table is None and env.sinks == ()
     assert "SINK_TABLE" not in env.to_environ() and "SHARDLINE_SINKS" not in env.to_environ()
+
+
+def test_property_5_the_group_start_defaults_to_trim_horizon_a_timestamp_only_with_at_timestamp() -> None:
+    env = ConsumerEnvironment.from_environ(CONSUMER)
+    assert (env.starting_position, env.starting_position_timestamp, env.max_record_age_seconds) == (
+        "TRIM_HORIZON",
+        None,
+        None,
+    )
+    for position, timestamp in [("AT_TIMESTAMP", None), ("LATEST", "1790000000")]:
+        environ = {**CONSUMER, "SHARDLINE_STARTING_POSITION": position}
+        if timestamp is not None:
+            environ["SHARDLINE_STARTING_POSITION_TIMESTAMP"] = timestamp
+        with pytest.raises(ConfigurationError, match="SHARDLINE_STARTING_POSITION_TIMESTAMP is set exactly"):
+            ConsumerEnvironment.from_environ(environ)
+
+
+def test_property_5_the_consumer_function_gives_its_consumer_where_the_mapping_starts() -> None:
+    """What the constructs render reaches the lineage's rule (`_resharding.GroupStart`)."""
+    from shardline.aws_lambda import ConsumerFunction
+    from shardline.consumer._resharding import GroupStart
+
+    function = ConsumerFunction(handler=lambda record: [])
+    environ = {
+        **CONSUMER,
+        "AWS_REGION": "us-east-1",
+        "SHARDLINE_STARTING_POSITION": "AT_TIMESTAMP",
+        "SHARDLINE_STARTING_POSITION_TIMESTAMP": "1790000000.5",
+        "SHARDLINE_MAX_RECORD_AGE_SECONDS": "86000",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        lineage = function.get()._lineage  # clients are made, not called
+    assert lineage is not None and lineage._start == GroupStart("AT_TIMESTAMP", 1_790_000_000.5, 86_000)

@@ -10,6 +10,7 @@ intermediate shard that holds records, a grandparent trimmed past retention.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from moto import mock_aws
 from shardline.consumer import KinesisConsumer, LeaseTable
 from shardline.kinesis import SHARD_END, Position
 from shardline.testing import InMemoryLeaseTable, MappingReplay
-from tests.support.consumer_identity import TOP, aggregate_id, counting_sink, entry, members, seq
+from tests.support.consumer_identity import ARRIVAL, TOP, aggregate_id, counting_sink, entry, members, seq
 
 MIDDLE, QUARTER = 2**127, 2**126
 P, A, B, M, M1, M2 = (f"shardId-00000000000{n}" for n in range(6))
@@ -58,15 +59,21 @@ class Topology:
         return {"Shards": listed}
 
     def get_shard_iterator(self, **request: Any) -> dict[str, Any]:
+        if request["ShardIteratorType"] == "AT_TIMESTAMP":  # the records that arrived at or after it
+            return {"ShardIterator": f"{request['ShardId']}|@{float(request['Timestamp'])}"}
         start = int(request.get("StartingSequenceNumber", 0))
         return {"ShardIterator": f"{request['ShardId']}|{start}"}
 
     def get_records(self, **request: Any) -> dict[str, Any]:
         shard, _, start = request["ShardIterator"].partition("|")
+        if start.startswith("@"):
+            since = float(start[1:])
+            held = [e for e in self.records[shard] if e["kinesis"]["approximateArrivalTimestamp"] >= since]
+        else:
+            held = [e for e in self.records[shard] if int(e["kinesis"]["sequenceNumber"]) >= int(start)]
         found = [
             {"SequenceNumber": e["kinesis"]["sequenceNumber"], "Data": base64.b64decode(e["kinesis"]["data"])}
-            for e in self.records[shard]
-            if int(e["kinesis"]["sequenceNumber"]) >= int(start)
+            for e in held
         ]
         return {"Records": found, "NextShardIterator": None}
 
@@ -98,8 +105,8 @@ def applied(table: Any) -> dict[str, int]:
     return dict(table.applied())
 
 
-def consumer_on(table: Any, kinesis: Topology) -> KinesisConsumer:
-    consumer = KinesisConsumer("g", table, kinesis=kinesis)
+def consumer_on(table: Any, kinesis: Topology, **settings: Any) -> KinesisConsumer:
+    consumer = KinesisConsumer("g", table, kinesis=kinesis, **settings)
     consumer.handler(counting_sink(SINK))
     return consumer
 
@@ -180,7 +187,7 @@ def test_a_parent_without_a_row_in_a_lineage_the_group_never_read_does_not_block
     """The mapping started after the reshard (LATEST): A's records are not the group's, nothing
     above A has a row, and A1 runs at once."""
     kinesis = Topology({P: (0, TOP, (), True), A: (0, TOP, (P,), True), M1: (0, MIDDLE - 1, (A,), False)})
-    consumer = consumer_on(table, kinesis)
+    consumer = consumer_on(table, kinesis, starting_position="LATEST")
     kinesis.hold(P, entry(members("p", 1, 3), aggregate_id(1), seq(0), P))
     kinesis.hold(A, entry(members("a", 1, 3), aggregate_id(2), seq(1), A))
     MappingReplay(kinesis.hold(M1, entry(members("c", 1, 3), aggregate_id(3), seq(2), M1))).drain(
@@ -230,5 +237,71 @@ def test_property_5_a_resend_any_number_of_reshards_down_is_skipped(table, depth
             assert table.mark_shard_end(table.get(shard))
     leaf = chain[-1]
     MappingReplay(kinesis.hold(leaf, entry(x, aggregate_id(1), seq(1), leaf))).drain(consumer.process)
+    assert applied(table) == {"x-0": 1, "x-1": 1}
+    assert consumer.metrics.snapshot()["AggregateCopiesSkipped"] == 1
+
+
+def test_property_5_a_child_delivered_before_its_parent_has_a_row_waits_for_it(table: Any) -> None:
+    """One split, the group at TRIM_HORIZON (the default): P holds x, its reply lost; the resend
+    lands in A. The mapping delivers A before P was ever delivered (P has no row, nor anything
+    above it): A waits (its batch is retried) until P ran, then skips the resend's copy."""
+    kinesis = Topology(
+        {P: (0, TOP, (), True), A: (0, MIDDLE - 1, (P,), False), B: (MIDDLE, TOP, (P,), False)}
+    )
+    consumer = consumer_on(table, kinesis)
+    x = members("x", 2, hash_key=7)
+    in_p = kinesis.hold(P, entry(x, aggregate_id(1), seq(0), P))
+    in_a = kinesis.hold(A, entry(x, aggregate_id(1), seq(1), A))
+
+    answer = deliver(consumer, in_a)
+    assert answer == {"batchItemFailures": [{"itemIdentifier": in_a[0]["kinesis"]["sequenceNumber"]}]}
+    assert applied(table) == {} and consumer.metrics.snapshot()["BatchesWaitingForParent"] == 1
+    MappingReplay(in_p).drain(consumer.process)
+    MappingReplay(in_a).drain(consumer.process)
+    assert applied(table) == {"x-0": 1, "x-1": 1}
+    assert consumer.metrics.snapshot()["AggregateCopiesSkipped"] == 1
+
+
+#: Where the group starts, and whether a parent holding x (arrived at ARRIVAL) is still delivered.
+STARTS: dict[str, tuple[dict[str, Any], bool]] = {
+    "at a timestamp before the parent's record": (
+        {"starting_position": "AT_TIMESTAMP", "starting_position_timestamp": ARRIVAL - 10}, True
+    ),
+    "at a timestamp after the parent's record": (
+        {"starting_position": "AT_TIMESTAMP", "starting_position_timestamp": ARRIVAL + 0.5}, False
+    ),
+    "at the trim horizon, younger than the mapping's maximum record age": ({"max_record_age": 1e10}, True),
+    "at the trim horizon, older than the mapping's maximum record age": ({"max_record_age": 60}, False),
+    "at latest, nothing above the parent with a row": ({"starting_position": "LATEST"}, False),
+    "at a timestamp not reached yet (a closed shard holds nothing after it)": (
+        {"starting_position": "AT_TIMESTAMP", "starting_position_timestamp": time.time() + 3600}, False
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("start", sorted(STARTS))
+def test_property_5_a_child_waits_for_a_parent_without_a_row_only_if_the_mapping_will_deliver_it(
+    table: Any, start: str
+) -> None:
+    """One split, P (no row) holds x, A its resend's copy, delivered first. A waits when the mapping
+    will still deliver P (then each member of x applies once); when it never will (P's record is
+    before the group's timestamp, older than the mapping's maximum record age — the test's
+    ARRIVAL is years ago —, or at LATEST in a lineage the group never read), A runs at once."""
+    settings, waits = STARTS[start]
+    kinesis = Topology(
+        {P: (0, TOP, (), True), A: (0, MIDDLE - 1, (P,), False), B: (MIDDLE, TOP, (P,), False)}
+    )
+    consumer = consumer_on(table, kinesis, **settings)
+    x = members("x", 2, hash_key=7)
+    in_p = kinesis.hold(P, entry(x, aggregate_id(1), seq(0), P))
+    in_a = kinesis.hold(A, entry(x, aggregate_id(1), seq(1), A))
+
+    answer = deliver(consumer, in_a)
+    if not waits:
+        assert answer == {"batchItemFailures": []} and applied(table) == {"x-0": 1, "x-1": 1}
+        return
+    assert answer == {"batchItemFailures": [{"itemIdentifier": in_a[0]["kinesis"]["sequenceNumber"]}]}
+    MappingReplay(in_p).drain(consumer.process)
+    MappingReplay(in_a).drain(consumer.process)
     assert applied(table) == {"x-0": 1, "x-1": 1}
     assert consumer.metrics.snapshot()["AggregateCopiesSkipped"] == 1

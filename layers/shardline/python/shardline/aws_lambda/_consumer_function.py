@@ -7,9 +7,9 @@ reused while the container is warm, its metrics published as EMF after every inv
     handler = ConsumerFunction(handler=forward_to_queue).handler   # a group without a sink table
 
 Environment: `ConsumerEnvironment` (SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE, DLQ_URL, DLQ_BUCKET,
-SHARDLINE_SINKS,
-MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN, FAILURE_DETAIL; SINK_TTL_DAYS is the handler's to
-read), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
+SHARDLINE_SINKS, MAX_ATTEMPTS, CHECKPOINT_INTERVAL, TIME_MARGIN, FAILURE_DETAIL,
+SHARDLINE_STARTING_POSITION(_TIMESTAMP), SHARDLINE_MAX_RECORD_AGE_SECONDS; SINK_TTL_DAYS is the
+handler's to read), and POWERTOOLS_METRICS_NAMESPACE ("shardline").
 Clients honour AWS_ENDPOINT_URL_<SERVICE>, as boto3 does, and time out within TIME_MARGIN
 (`client_config`), so shardline's own calls never outlast the invocation.
 """
@@ -98,6 +98,9 @@ class ConsumerFunction:
                 checkpoint_interval=env.checkpoint_interval,
                 time_margin=env.time_margin,
                 failure_detail=env.failure_detail,
+                starting_position=env.starting_position,
+                starting_position_timestamp=env.starting_position_timestamp,
+                max_record_age=env.max_record_age_seconds,
             )
             if self._handler is not None:
                 consumer.handler(self._handler)

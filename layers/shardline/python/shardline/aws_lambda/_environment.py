@@ -20,10 +20,17 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | consumer | `FAILURE_DETAIL` | `fingerprint` or `message` (see `_failure_text`) | `fingerprint` |
 | consumer | `SINK_TTL_DAYS` | int >= 1 (the handler's: how long its sink items live) | none (kept) |
 | consumer | `SHARDLINE_GUARD_TTL_SECONDS` | int >= 1 (seconds a client-id guard lives) | 1382400 (16 days) |
+| consumer | `SHARDLINE_STARTING_POSITION` | `TRIM_HORIZON`, `LATEST`, `AT_TIMESTAMP` | `TRIM_HORIZON` |
+| consumer | `SHARDLINE_STARTING_POSITION_TIMESTAMP` | float epoch seconds, with `AT_TIMESTAMP` | none |
+| consumer | `SHARDLINE_MAX_RECORD_AGE_SECONDS` | int >= 1 (the mapping's record age) | none (no limit) |
 
 `SHARDLINE_GUARD_TTL_SECONDS`: how long after its record's arrival a `once` guard must live — the
 stream's retention + the dead-letter queue's + a day (`shardline.consumer._once.guard_ttl_seconds`),
 rendered by the constructs; unset, 16 days: right for a 24 h stream and a 14-day DLQ only.
+
+`SHARDLINE_STARTING_POSITION`, `..._TIMESTAMP`, `SHARDLINE_MAX_RECORD_AGE_SECONDS`: where the group's
+mapping starts and the oldest record it delivers, as the constructs configure it; they decide whether
+a child shard delivered before its parent has a lease row waits for it (`shardline.consumer._resharding`).
 
 Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, ...).
 """
@@ -39,6 +46,7 @@ from typing import Any, Literal, get_args
 
 from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS
+from shardline.consumer._resharding import STARTING_POSITIONS
 from shardline.errors import ConfigurationError
 
 DEFAULT_MAX_RECORDS_PER_REQUEST = 500
@@ -211,6 +219,11 @@ class ConsumerEnvironment:
     #: Seconds after its record's arrival a client-id guard (`once`) must live: as long as a copy
     #: can still be read from the stream or redriven from the DLQ (`_once.guard_ttl_seconds`).
     guard_ttl_seconds: int = DEFAULT_GUARD_TTL_SECONDS
+    #: Where the group's mapping starts (`KinesisConsumer`'s `starting_position`), its timestamp
+    #: (epoch seconds, AT_TIMESTAMP only) and its maximum record age (seconds; None: no limit).
+    starting_position: str = "TRIM_HORIZON"
+    starting_position_timestamp: float | None = None
+    max_record_age_seconds: int | None = None
 
     VARIABLES = (
         "SHARDLINE_GROUP",
@@ -225,6 +238,9 @@ class ConsumerEnvironment:
         "FAILURE_DETAIL",
         "SINK_TTL_DAYS",
         "SHARDLINE_GUARD_TTL_SECONDS",
+        "SHARDLINE_STARTING_POSITION",
+        "SHARDLINE_STARTING_POSITION_TIMESTAMP",
+        "SHARDLINE_MAX_RECORD_AGE_SECONDS",
     )
 
     @classmethod
@@ -243,6 +259,7 @@ class ConsumerEnvironment:
             sink_ttl_days=_int(env, "SINK_TTL_DAYS", 0) or None,
             sinks=_sinks(env),
             guard_ttl_seconds=_int(env, "SHARDLINE_GUARD_TTL_SECONDS", DEFAULT_GUARD_TTL_SECONDS),
+            **_start(env),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -254,7 +271,12 @@ class ConsumerEnvironment:
             "TIME_MARGIN": f"{self.time_margin:g}",
             "FAILURE_DETAIL": self.failure_detail,
             "SHARDLINE_GUARD_TTL_SECONDS": str(self.guard_ttl_seconds),
+            "SHARDLINE_STARTING_POSITION": self.starting_position,
         }
+        if self.starting_position_timestamp is not None:
+            environ["SHARDLINE_STARTING_POSITION_TIMESTAMP"] = repr(float(self.starting_position_timestamp))
+        if self.max_record_age_seconds is not None:
+            environ["SHARDLINE_MAX_RECORD_AGE_SECONDS"] = str(self.max_record_age_seconds)
         if self.sink_table is not None:
             environ["SINK_TABLE"] = self.sink_table
         if self.sinks:
@@ -266,6 +288,24 @@ class ConsumerEnvironment:
         if self.dlq_bucket is not None:
             environ["DLQ_BUCKET"] = self.dlq_bucket
         return environ
+
+
+def _start(env: Mapping[str, str]) -> dict[str, Any]:
+    """Where the mapping starts: the position, its timestamp exactly with AT_TIMESTAMP, the age."""
+    position = _choice(env, "SHARDLINE_STARTING_POSITION", STARTING_POSITIONS)
+    text = env.get("SHARDLINE_STARTING_POSITION_TIMESTAMP", "").strip()
+    if (position == "AT_TIMESTAMP") != bool(text):
+        raise ConfigurationError(
+            "SHARDLINE_STARTING_POSITION_TIMESTAMP is set exactly when SHARDLINE_STARTING_POSITION is "
+            f"AT_TIMESTAMP, got {position!r} and {text!r}"
+        )
+    return {
+        "starting_position": position,
+        "starting_position_timestamp": _seconds(env, "SHARDLINE_STARTING_POSITION_TIMESTAMP", 0.0)
+        if text
+        else None,
+        "max_record_age_seconds": _int(env, "SHARDLINE_MAX_RECORD_AGE_SECONDS", 0) or None,
+    }
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

@@ -184,6 +184,27 @@ class ConsumerGroup(Construct):
             for sink, table_ in zip(sinks, self.sinks, strict=True)
             if (declaration := sink.declaration(table_.table_name)) is not None
         )
+        # Checked before the function: where the mapping starts is in the function's environment.
+        mapping = self._mapping_props(
+            where,
+            {
+                "starting_position": starting_position,
+                "starting_position_timestamp": starting_position_timestamp,
+                "batch_size": batch_size,
+                "max_batching_window": Duration.seconds(batching_window_seconds),
+                "parallelization_factor": parallelization,
+                "retry_attempts": retry_attempts,
+                "max_record_age": Duration.seconds(
+                    rules.default_max_record_age(stream.retention_hours)
+                    if max_record_age_seconds is None
+                    else max_record_age_seconds
+                ),
+                "bisect_batch_on_error": True,
+                "report_batch_item_failures": True,
+                "on_failure": QueueDestination(self.failures),
+            },
+            mapping_props or {},
+        )
         environment = ConsumerEnvironment(
             group=name,
             lease_table=self.leases.table_name,
@@ -195,6 +216,9 @@ class ConsumerGroup(Construct):
             checkpoint_interval=checkpoint_interval_seconds,
             sink_ttl_days=sink_ttl_days,
             guard_ttl_seconds=self.guard_ttl_seconds,
+            starting_position=mapping["starting_position"],
+            starting_position_timestamp=mapping["starting_position_timestamp"],
+            max_record_age_seconds=self.max_record_age_seconds,
         )
         self.function = python_function(
             self,
@@ -229,26 +253,7 @@ class ConsumerGroup(Construct):
             self.function.role.role_arn, list(dead_letter_readers), (self.dead_letters, self.failures),
             self.dead_letter_bucket,
         )  # fmt: skip
-        self.mapping = self._mapping(
-            where,
-            {
-                "starting_position": starting_position,
-                "starting_position_timestamp": starting_position_timestamp,
-                "batch_size": batch_size,
-                "max_batching_window": Duration.seconds(batching_window_seconds),
-                "parallelization_factor": parallelization,
-                "retry_attempts": retry_attempts,
-                "max_record_age": Duration.seconds(
-                    rules.default_max_record_age(stream.retention_hours)
-                    if max_record_age_seconds is None
-                    else max_record_age_seconds
-                ),
-                "bisect_batch_on_error": True,
-                "report_batch_item_failures": True,
-                "on_failure": QueueDestination(self.failures),
-            },
-            mapping_props or {},
-        )
+        self.mapping = self._mapping(mapping)
         self._acknowledge()
         add_tags(self, tags)
 
@@ -262,12 +267,11 @@ class ConsumerGroup(Construct):
             table_props=sink.table_props,
         )  # fmt: skip
 
-    def _mapping(
+    def _mapping_props(
         self, where: rules.Where, defaults: dict[str, Any], overrides: Mapping[str, Any]
-    ) -> lambda_.EventSourceMapping:
-        """The mapping, as KinesisEventSource would make it (same construct id, so the same logical
-        id and no replacement), without its grants: grant_read (fan-out actions, ListStreams) and the
-        on-failure queue's grant_send_messages (kms:Encrypt, ReEncrypt*, GetQueueAttributes/Url)."""
+    ) -> dict[str, Any]:
+        """The mapping's props, checked: `defaults` with `overrides` over them; the starting
+        position a name, its timestamp epoch seconds, the record age in seconds."""
         if "event_source_arn" in overrides:
             raise ValueError(
                 f"{where('stream', 'mapping_props')}.event_source_arn: the group reads its `stream` "
@@ -305,15 +309,27 @@ class ConsumerGroup(Construct):
                 "must stay true: shardline answers a batch with the records that failed, and finds a poison "
                 "record by running it alone"
             )
+        return {
+            **props,
+            "starting_position": position,
+            "starting_position_timestamp": moment,
+            "retry_attempts": retry,
+        }
+
+    def _mapping(self, props: Mapping[str, Any]) -> lambda_.EventSourceMapping:
+        """The mapping (`_mapping_props`), as KinesisEventSource would make it (same construct id,
+        so the same logical id and no replacement), without its grants: grant_read (fan-out
+        actions, ListStreams) and the on-failure queue's grant_send_messages (kms:Encrypt,
+        ReEncrypt*, GetQueueAttributes/Url)."""
+        retry = props["retry_attempts"]
         source = self.stream.stream_arn if self.consumer is None else self.consumer.attr_consumer_arn
         mapping = self.function.add_event_source_mapping(
             f"KinesisEventSource:{Names.node_unique_id(self.stream.stream.node)}",
             **{
                 **props,
                 "event_source_arn": source,
-                "starting_position": lambda_.StartingPosition[position],
-                "starting_position_timestamp": moment,
-                "max_record_age": Duration.seconds(age_seconds),
+                "starting_position": lambda_.StartingPosition[props["starting_position"]],
+                "max_record_age": Duration.seconds(self.max_record_age_seconds),
                 "retry_attempts": None if retry == -1 else retry,
             },
         )

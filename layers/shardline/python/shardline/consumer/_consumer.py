@@ -37,7 +37,7 @@ from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import KinesisRecord, read_event
 from shardline.consumer._lease_store import LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
-from shardline.consumer._resharding import ShardLineage
+from shardline.consumer._resharding import GroupStart, ShardLineage
 from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
 from shardline.consumer._shard_run import GroupRuntime, ShardRun
 from shardline.errors import ConfigurationError
@@ -81,6 +81,16 @@ class KinesisConsumer:
       exception (`_failure_text`): `"fingerprint"` (default: its type and a fingerprint of its
       message, never the message, which may quote the record) or `"message"` (also the message,
       cut to 256 characters, for handlers whose messages hold no record data).
+    - `starting_position` (`TRIM_HORIZON`, `LATEST` or `AT_TIMESTAMP` with
+      `starting_position_timestamp`, epoch seconds) and `max_record_age` (seconds, None: no
+      limit): where the group's mapping starts and the oldest record it delivers, as the mapping
+      is configured (`ConsumerFunction` takes them from the environment the constructs render).
+      They decide whether a child shard delivered before its parent has a lease row waits for
+      it (`_resharding`). Default TRIM_HORIZON, no age limit: a child waits for any parent that
+      still holds records, so a resend's copy in both is never applied twice; a group whose
+      mapping starts at LATEST must say so, or a child of a parent closed before the group
+      existed waits until that parent's records are trimmed (the stream's retention) — and one
+      whose mapping has a maximum record age, likewise, for a parent's records it discards.
 
     Clients: shardline's own calls must fit in `time_margin`. Give the DynamoDB, SQS and S3
     clients timeouts to match (`ConsumerFunction` does: `client_config(time_margin)`); boto3's
@@ -104,6 +114,9 @@ class KinesisConsumer:
         detect_crashes: bool = True,
         retry_backoff: float = 2.0,
         failure_detail: str = "fingerprint",
+        starting_position: str = "TRIM_HORIZON",
+        starting_position_timestamp: float | None = None,
+        max_record_age: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = ConsumerSettings(
@@ -120,7 +133,8 @@ class KinesisConsumer:
         )
         self.table = table
         self.metrics = ConsumerMetrics()
-        self._lineage = ShardLineage(kinesis, table) if kinesis is not None else None
+        start = GroupStart(starting_position, starting_position_timestamp, max_record_age)
+        self._lineage = ShardLineage(kinesis, table, start) if kinesis is not None else None
         self._dlq = dlq
         self._clock = clock
         self._record_handler: RecordHandler | None = None

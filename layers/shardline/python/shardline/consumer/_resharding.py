@@ -10,9 +10,37 @@ A shard that received nothing has no row under the Lambda driver (the mapping ne
 it) and, under the worker, a row marked SHARD_END that never checkpointed. Either way it passes
 its parents through: it is finished when its own parents are (followed up the lineage, through
 any chain of such shards), and its state is theirs. A parent without a row that does hold
-records is finished at once when nothing above it has a row either (the group never read that
-lineage: a mapping started after the reshard); when something above it has one, its records are
-the group's and have not run: the child waits for them, as for a parent with a row.
+records has not run yet when the mapping will deliver it: the child waits for it, as for a parent
+with a row, or a copy in both would be applied twice. Whether the mapping will deliver it follows
+from where the group starts (`GroupStart`: the mapping's starting position, rendered by the
+constructs into SHARDLINE_STARTING_POSITION, SHARDLINE_STARTING_POSITION_TIMESTAMP and
+SHARDLINE_MAX_RECORD_AGE_SECONDS; `KinesisConsumer`'s `starting_position`, default TRIM_HORIZON):
+
+- TRIM_HORIZON: the mapping reads every shard from its oldest record, closed parents included,
+  so a parent without a row that still holds a record it would deliver — one younger than the
+  mapping's maximum record age, when it has one — is waited for. One that holds none (never had
+  any, or all trimmed past retention, or all too old for the mapping, which discards them
+  without an invocation) is finished. Guaranteed: a resend's copy in a child is applied once
+  whichever of parent and child the mapping delivers first. Cost: a child waits (its batch
+  retried, `BatchesWaitingForParent`) until the parent ran; never longer than the parent's
+  youngest record takes to pass the maximum record age, or to be trimmed when there is none.
+  Ages are read on this process's clock against Kinesis's arrival times: a parent's record that
+  passes the maximum age while its child waits is the mapping's to discard (to its on-failure
+  destination, then a redrive), and the child then runs.
+- AT_TIMESTAMP: the same, for the records at or after the timestamp (probed with an AT_TIMESTAMP
+  iterator): a parent closed before it holds none and is never delivered, so it never blocks.
+- LATEST: the mapping reads the shards open when it was created, from their tip; when that was
+  is not known here. A parent without a row is waited for only when something above it has a
+  row (the group has read that lineage, so the mapping holds an iterator on it); otherwise it is
+  finished at once, so a parent closed before the group existed (never delivered) cannot block.
+  Not guaranteed: a parent open when the mapping was created, with records after that moment,
+  delivered after its child, and nothing above it with a row (a group created at LATEST just
+  before a reshard): a copy of an aggregate in both is then applied twice. Where that matters,
+  start the group AT_TIMESTAMP (the time it is created) instead.
+
+Under the worker (`Worker`) every listed shard gets a row at discovery, before any of its
+children runs: a parent without a row is one no longer listed, and the starting position
+changes nothing.
 
 A finished parent's applied-aggregate state (`_dedup`, its row's `appliedAggregates`, or its
 parents' when it has none of its own) is final: `inherited` hands the parents' states (their
@@ -26,7 +54,10 @@ key is resolved once per process (GetItem, and a probe for a parent without a ro
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -34,13 +65,19 @@ from botocore.exceptions import ClientError
 from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
 from shardline.consumer._lease_store import LeaseStore
-from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
+from shardline.errors import ConfigurationError
+from shardline.kinesis._positions import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Position
 from shardline.kinesis._shard_map import HashRange
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisReadClient
 
+__all__ = ["STARTING_POSITIONS", "GroupStart", "ShardLineage"]
+
 logger = logging.getLogger(__name__)
+
+#: Where a consumer group's mapping may start reading (Lambda's StartingPosition).
+STARTING_POSITIONS = (TRIM_HORIZON, LATEST, AT_TIMESTAMP)
 
 _PROBE_PAGES = 20
 #: Reshards followed up from a child through shards that received nothing (a bound, not a limit
@@ -53,12 +90,51 @@ def _shard_id(key: str) -> str:
     return key.rsplit(":", 1)[-1]
 
 
+@dataclass(frozen=True, slots=True)
+class GroupStart:
+    """Where the group's mapping starts reading a shard, and the oldest record it delivers: what
+    decides whether a parent without a lease row will still be delivered (module docstring).
+
+    `position`: TRIM_HORIZON, LATEST or AT_TIMESTAMP; `timestamp`: epoch seconds, exactly with
+    AT_TIMESTAMP; `max_record_age`: the mapping's MaximumRecordAgeInSeconds (None: no limit)."""
+
+    position: str = TRIM_HORIZON
+    timestamp: float | None = None
+    max_record_age: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.position not in STARTING_POSITIONS:
+            raise ConfigurationError(
+                f"starting_position must be one of {', '.join(STARTING_POSITIONS)}, got {self.position!r}"
+            )
+        if (self.position == AT_TIMESTAMP) != (self.timestamp is not None):
+            raise ConfigurationError(
+                "starting_position_timestamp is given exactly with AT_TIMESTAMP, got "
+                f"{self.position} and {self.timestamp!r}"
+            )
+        for name, value in (
+            ("starting_position_timestamp", self.timestamp),
+            ("max_record_age", self.max_record_age),
+        ):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigurationError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+
+
 class ShardLineage:
     """Parents, hash ranges and parent completion, from ListShards and the lease table."""
 
-    def __init__(self, kinesis: KinesisReadClient, table: LeaseStore) -> None:
+    def __init__(
+        self,
+        kinesis: KinesisReadClient,
+        table: LeaseStore,
+        start: GroupStart | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._kinesis = kinesis
         self._table = table
+        self._start = start or GroupStart()
+        self._wall_clock = wall_clock  # epoch seconds, for the maximum record age
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard
         self._finished: set[str] = set()  # lease keys seen finished (final: no re-read)
         self._final_states: dict[str, str] = {}  # finished lease key -> its final state, if any
@@ -131,9 +207,9 @@ class ShardLineage:
             keys = [key[: len(key) - len(shard_id)] + parent for parent in parents]
             if not all([self._resolve(stream, parent_key, depth - 1) for parent_key in keys]):
                 return False
-            if row is None and any(k in self._consumed for k in keys) and not self._empty(stream, shard_id):
-                # Its records are this group's (its lineage has rows), and nothing has run them yet:
-                # a child must wait for them, or a copy in both would be applied twice.
+            if row is None and self._awaited(stream, shard_id, any(k in self._consumed for k in keys)):
+                # Its records are this group's and nothing has run them yet: a child must wait
+                # for them, or a copy in both would be applied twice.
                 return False
             state = self._inherit(stream, shard_id, keys)
             if row is not None or any(k in self._consumed for k in keys):
@@ -161,12 +237,29 @@ class ShardLineage:
                 return shards
             request = {"NextToken": response["NextToken"]}
 
-    def _empty(self, stream: str, shard_id: str) -> bool:
-        """Is the shard closed with no record (none ever, or all trimmed)?"""
-        return self._exhausted(stream, shard_id, Position(TRIM_HORIZON))
+    def _awaited(self, stream: str, shard_id: str, lineage_read: bool) -> bool:
+        """Will the mapping still deliver records of this shard, which has no row? (`GroupStart`:
+        `lineage_read`, something above it has a row.)"""
+        start = self._start
+        since = start.timestamp
+        now = self._wall_clock()
+        if start.max_record_age is not None:
+            since = max(since or 0.0, now - start.max_record_age)
+        if since is not None and since > now:
+            return False  # a group starting later: nothing a closed shard holds is delivered
+        if start.position == TRIM_HORIZON or lineage_read:
+            if since is None:
+                return not self._exhausted(stream, shard_id, Position(TRIM_HORIZON))
+            return not self._exhausted(stream, shard_id, Position(AT_TIMESTAMP), since=since)
+        if start.position == AT_TIMESTAMP:
+            return not self._exhausted(stream, shard_id, Position(AT_TIMESTAMP), since=since)
+        return False  # LATEST, a lineage the group never read: see the module docstring
 
-    def _exhausted(self, stream: str, shard_id: str, checkpoint: Position) -> bool:
-        """Is the shard closed with nothing after `checkpoint`?"""
+    def _exhausted(
+        self, stream: str, shard_id: str, checkpoint: Position, *, since: float | None = None
+    ) -> bool:
+        """Is the shard closed with nothing after `checkpoint` (a sequence number, TRIM_HORIZON,
+        or AT_TIMESTAMP with `since`, epoch seconds: nothing that arrived at or after it)?"""
         self._shards.pop(stream, None)  # a parent may have closed since the listing was cached
         shard = self._shard(stream, shard_id)
         if shard is None:
@@ -174,7 +267,9 @@ class ShardLineage:
         if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is None:
             return False
         request: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
-        if checkpoint.is_sentinel:
+        if checkpoint.sequence == AT_TIMESTAMP:
+            request.update(ShardIteratorType=AT_TIMESTAMP, Timestamp=since)
+        elif checkpoint.is_sentinel:
             request["ShardIteratorType"] = "TRIM_HORIZON"
         else:
             request.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=checkpoint.sequence)

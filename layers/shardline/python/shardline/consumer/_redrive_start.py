@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shardline.consumer._deaggregation import deaggregate
 from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS
+from shardline.errors import ShardlineError
 from shardline.kinesis._positions import TRIM_HORIZON, Position
 
 if TYPE_CHECKING:  # annotations only
@@ -40,7 +41,7 @@ logger = logging.getLogger("shardline.consumer._redrive")
 GUARD_TTL_VARIABLE = "SHARDLINE_GUARD_TTL_SECONDS"
 
 
-class RedriveRefused(ValueError):
+class RedriveRefused(ShardlineError, ValueError):
     """The redrive would not be applied once: nothing was written; the message says why and how
     to redrive anyway."""
 

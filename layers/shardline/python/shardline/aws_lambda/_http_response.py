@@ -3,14 +3,19 @@
 Results (one entry per record, in request order, under `"records"`, with `"failedRecordCount"`):
 
 - 200: every record written. Nothing to do.
-- 207: per-record outcomes (some written, or some refused for their own reasons): resend exactly
-  the failed entries' records, as they were (same ids).
-- 503 + `Retry-After`: nothing written (every record throttled, the stream unavailable in a
-  brownout, or no reply): after `Retry-After` seconds, post the request again as it was (same
-  `Idempotency-Key`, same ids).
+- 207: per-record outcomes (some written, some refused for their own reasons, or some whose
+  replies were lost): each failed entry says whether a copy may be in the stream (`written`) and
+  what to do (`retry`). With an `Idempotency-Key` every record has an id: post the request again
+  as it was. Without one, resend exactly the entries marked `resend` or `resend-same-id`, as they
+  were (same ids); an entry marked `resend-may-duplicate` may already be applied.
+- 503 + `Retry-After`: nothing written, nor can anything land later (every record throttled, the
+  stream unavailable in a brownout, or unreachable before anything was sent; never when a reply
+  was lost): after `Retry-After` seconds, post the request again as it was.
 - 404: nothing written, the route's Kinesis stream does not exist: no retry helps.
 - 500: nothing written, Kinesis refused the function itself (AccessDenied, ...): a deployment
   fault (alarmed); post again once it is fixed.
+- 422: nothing written, a record re-uses an id (its own, or `<Idempotency-Key>:<index>`) that was
+  written with another payload (`_http_idempotency`).
 
 An entry written: `{"id"?, "shardId", "sequenceNumber", "subSequenceNumber", "attempts"}` — the
 position Kinesis returned for that very record (`subSequenceNumber`: its index in the aggregate).
@@ -113,25 +118,26 @@ def results_response(
     ids: Sequence[str | None] | None = None,
     request_id: str | None = None,
 ) -> ApiResponse:
-    """200 if every record was written; 404 if none could be because the stream does not exist; 503
-    (+ Retry-After) if none was written because the stream throttled, was unavailable or did not
-    answer; 500 if Kinesis refused the function itself; else 207. `ids[i]` is record i's id (or
+    """200 if every record was written; 404 if none was because the stream does not exist; 503
+    (+ Retry-After) if none was because the stream throttled, was unavailable or unreachable; 500
+    if Kinesis refused the function itself; else 207 — also when every record failed but one's
+    reply was lost (it may be in the stream, so "nothing was written" would not be true). `ids[i]` is record i's id (or
     None); `route` names the stream in the 404, `request_id` the request in the 500."""
     failed = sum(1 for result in results if not result.success)
-    if results and failed == len(results) and all(is_stream_missing(result) for result in results):
+    # "Nothing was written" (404, 503, 500) only when it is so: a record whose reply was lost may be
+    # in the stream, and a client told to post the whole request again would apply a record without
+    # an id twice. Such a request answers 207, each entry saying what to do with its record.
+    none_written = bool(results) and failed == len(results) and not any(map(is_unconfirmed, results))
+    if none_written and all(is_stream_missing(result) for result in results):
         return stream_missing_response(route)
     record_ids = list(ids) if ids is not None else [None] * len(results)
     entries = [result_entry(result, record_id) for result, record_id in zip(results, record_ids, strict=True)]
     body: dict[str, Any] = {"failedRecordCount": failed, "records": entries}
     if failed == 0:
         return ApiResponse(200, body)
-    if failed == len(results) and all(is_unconfirmed(result) or is_unavailable(result) for result in results):
-        message = (
-            "nothing was written: the stream is throttled, unavailable or did not answer; post the "
-            f"request again as it was (same Idempotency-Key and ids) after {retry_after} s"
-        )
-        return ApiResponse(503, {"message": message, **body}, {"Retry-After": str(retry_after)})
-    if failed == len(results) and all(is_refused_deployment(result) for result in results):
+    if none_written and all(is_unavailable(result) for result in results):
+        return unavailable_response(body, retry_after)
+    if none_written and all(is_refused_deployment(result) for result in results):
         code = next(result.error_code for result in results)
         message = (
             f"nothing was written: Kinesis refused the producer function ({code}), a deployment fault"
@@ -140,6 +146,16 @@ def results_response(
         named = {"requestId": request_id} if request_id else {}
         return ApiResponse(500, {"message": message, **named, **body})
     return ApiResponse(207, body)
+
+
+def unavailable_response(body: dict[str, Any], retry_after: int = RETRY_AFTER_SECONDS) -> ApiResponse:
+    """503 + `Retry-After`: nothing was written and a later try may succeed; `body` holds the
+    entries (every one `written: false`)."""
+    message = (
+        "nothing was written: the stream is throttled, unavailable or did not answer; post the "
+        f"request again as it was (same Idempotency-Key and ids) after {retry_after} s"
+    )
+    return ApiResponse(503, {"message": message, **body}, {"Retry-After": str(retry_after)})
 
 
 def stream_missing_response(route: StreamRoute | None = None) -> ApiResponse:

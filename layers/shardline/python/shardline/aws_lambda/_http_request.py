@@ -23,10 +23,11 @@ returns the `ApiResponse` it gets back. Everything about a request to that route
   character is counted as its `\\uXXXX` escapes, 6 or 12 bytes), or base64 text when it passes
   the body base64-encoded. A body over `max_body_bytes` so counted, or whose event would not fit
   Lambda's 6 MB (6,291,456-byte) invocation payload, is answered 413 by shardline;
-- results answer 200 (all written), 207 (per-record outcomes: retry exactly the failed ones), 404
-  (nothing written: the route's Kinesis stream does not exist, so retrying cannot help), 503 with
-  `Retry-After` (nothing written: throttled, unavailable or unanswered) or 500 (nothing written:
-  the stream refused the function itself, a deployment fault); see `_http_response` for the entries;
+- results answer 200 (all written), 207 (per-record outcomes, each entry saying whether a copy may
+  be in the stream and what to do), 404 (nothing written: the route's Kinesis stream does not
+  exist, so retrying cannot help), 503 with `Retry-After` (nothing written: throttled, unavailable
+  or unreachable; never when a reply was lost) or 500 (nothing written: the stream refused the
+  function itself, a deployment fault); see `_http_response` for the entries;
 - before `handle` is reached, the adapter (`_producer_function`) answers a path the API does not
   serve with 404 and another method on `/streams/{stream}/records` with 405 and `Allow: POST`.
 

@@ -121,8 +121,9 @@ def results_response(
     """200 if every record was written; 404 if none was because the stream does not exist; 503
     (+ Retry-After) if none was because the stream throttled, was unavailable or unreachable; 500
     if Kinesis refused the function itself; else 207 — also when every record failed but one's
-    reply was lost (it may be in the stream, so "nothing was written" would not be true). `ids[i]` is record i's id (or
-    None); `route` names the stream in the 404, `request_id` the request in the 500."""
+    reply was lost (it may be in the stream, so "nothing was written" would not be true).
+    `ids[i]` is record i's id (or None); `route` names the stream in the 404, `request_id` the
+    request in the 500."""
     failed = sum(1 for result in results if not result.success)
     # "Nothing was written" (404, 503, 500) only when it is so: a record whose reply was lost may be
     # in the stream, and a client told to post the whole request again would apply a record without

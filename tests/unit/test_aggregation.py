@@ -314,7 +314,7 @@ def record_lists(draw, max_size: int = 200, allow_large: bool = True) -> list[Us
     keys = st.one_of(st.sampled_from(key_pool), partition_keys)
     ehks = st.one_of(st.sampled_from(ehk_pool), explicit_hash_keys)
     data = st.one_of(small_data, small_data, small_data, large_data) if allow_large else small_data
-    entries = st.builds(UserRecord, keys, data, ehks, st.none())
+    entries = st.builds(UserRecord, keys, data, ehks, st.none(), st.none(), st.just(False))
     size = draw(st.one_of(st.integers(1, 10), st.integers(1, max_size)))  # long lists are drawn often
     return draw(st.lists(entries, min_size=size, max_size=size))
 

@@ -117,6 +117,8 @@ records = st.lists(
         st.binary(max_size=300),
         st.none(),
         record_ids,
+        st.none(),
+        st.just(False),
     ),
     min_size=1,
     max_size=40,

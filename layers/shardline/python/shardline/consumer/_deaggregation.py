@@ -257,7 +257,7 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
                     before, outside = len(out), skipped_out_of_range
                     covered = dedup.covered()
                 if hash_range is None and covered is None:
-                    for sub, (user_key, user_data, user_explicit, user_id) in enumerate(users):
+                    for sub, (user_key, user_data, user_explicit, user_id, _, _) in enumerate(users):
                         append(
                             make(
                                 ConsumedRecord,

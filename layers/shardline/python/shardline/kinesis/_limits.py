@@ -27,6 +27,10 @@ MAX_PARTITION_KEY_LENGTH = 256
 #: A record id (the caller's, or an `Idempotency-Key` with the record's index) is 1..128 characters.
 MAX_RECORD_ID_LENGTH = 128
 
+#: A caller (the authenticated principal the producer stamps: an IAM ARN, `apikey:<id>`, or a
+#: library producer's configured name) is at most 512 visible ASCII characters.
+MAX_CALLER_LENGTH = 512
+
 #: `MaxRecordSizeInKiB` accepts 1024..10240 KiB.
 MIN_MAX_RECORD_SIZE = 1 * MiB
 MAX_MAX_RECORD_SIZE = 10 * MiB
@@ -83,10 +87,17 @@ DEFAULT_LIMITS = Limits()
 ENVELOPE_OVERHEAD = 4 + 16 + 80 + 39 + 40
 
 
-def envelope_size(data_bytes: int, key_bytes: int, id_bytes: int = 0) -> int:
+def envelope_size(data_bytes: int, key_bytes: int, id_bytes: int = 0, caller_bytes: int = 0) -> int:
     """At most the bytes Kinesis counts for one user record sent alone in the producer's envelope:
-    its data, its partition key twice (the aggregate's and the record's), its id and the overhead."""
-    return data_bytes + 2 * key_bytes + (id_bytes + 8 if id_bytes else 0) + ENVELOPE_OVERHEAD
+    its data, its partition key twice (the aggregate's and the record's), its id, its caller's tag
+    (`sl.c`: the caller and 12 bytes of framing at most) and the overhead."""
+    return (
+        data_bytes
+        + 2 * key_bytes
+        + (id_bytes + 8 if id_bytes else 0)
+        + (caller_bytes + 12 if caller_bytes else 0)
+        + ENVELOPE_OVERHEAD
+    )
 
 
 def put_payload_units(record_size: int) -> int:

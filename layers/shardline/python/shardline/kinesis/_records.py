@@ -2,7 +2,10 @@
 
 A `UserRecord` is what a caller hands to shardline: a partition key, a data blob, rarely an
 explicit hash key, and optionally the caller's own id for the record (carried to the consumers,
-which apply each id once: a record posted again with the same id is not applied twice). Its
+which apply each id once: a record posted again with the same id is not applied twice). An id
+belongs to its caller (`caller`: who asked shardline to write the record, stamped by the producer,
+never claimed by a body), and an id derived from an `Idempotency-Key` (`id_derived`) lives apart
+from explicit ids: explicit `k:1` and derived `k:1` are two identities. Its
 hash key (`hash_key`) decides its shard. `validate` checks a whole batch against
 `shardline.kinesis._limits` and reports every problem with the record's index and field, so a
 caller can reject a request before one byte reaches Kinesis. A partition key's length is
@@ -19,6 +22,7 @@ from typing import NamedTuple
 from shardline.errors import InvalidRecord, RecordProblem
 from shardline.kinesis._limits import (
     DEFAULT_LIMITS,
+    MAX_CALLER_LENGTH,
     MAX_HASH_KEY,
     MAX_PARTITION_KEY_LENGTH,
     MAX_RECORD_ID_LENGTH,
@@ -31,19 +35,26 @@ from shardline.kinesis._limits import (
 _DECIMAL_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}")
 #: A record id: visible ASCII, no spaces (it travels in headers, JSON and DynamoDB keys unescaped).
 _RECORD_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_RECORD_ID_LENGTH}}}")
+#: A caller: visible ASCII, no spaces ("" is "no caller": this deployment's library producers).
+_CALLER = re.compile(rf"[\x21-\x7e]{{0,{MAX_CALLER_LENGTH}}}")
 
 
 class UserRecord(NamedTuple):
     """One record as the user sees it. Immutable; cheap to create (the decoder makes millions).
 
     `id` is the caller's identity for the record (1 to 128 visible ASCII characters), or None.
-    shardline consumers apply a record with an id at most once per id, however often it is sent.
+    shardline consumers apply a record with an id at most once per (caller, id), however often it
+    is sent. `caller` is who asked shardline to write it (at most 512 visible ASCII characters;
+    None: the producer's own `ProducerConfig.caller`; "": no caller). `id_derived` is True when
+    `id` was derived from an `Idempotency-Key` (`<key>:<index>`), not given by the caller.
     """
 
     partition_key: str
     data: bytes
     explicit_hash_key: str | None = None
     id: str | None = None
+    caller: str | None = None
+    id_derived: bool = False
 
 
 def md5_hash_key(partition_key: str) -> int:
@@ -131,10 +142,32 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
             )
         else:
             id_bytes = len(record_id)
+    if record.id_derived is not False and (record.id_derived is not True or record_id is None):
+        problems.append(
+            RecordProblem(index, "id_derived", "must be a bool, and True only for a record with an id")
+        )
+    caller: object = record.caller
+    caller_bytes = 0
+    if caller is not None:
+        if not isinstance(caller, str):
+            problems.append(
+                RecordProblem(index, "caller", f"must be a str or None, got {type(caller).__name__}")
+            )
+        elif not _CALLER.fullmatch(caller):
+            problems.append(
+                RecordProblem(
+                    index,
+                    "caller",
+                    f"must be at most {MAX_CALLER_LENGTH} visible ASCII characters (no spaces), "
+                    f"got {len(caller)} characters: {caller[:40]!r}{'...' if len(caller) > 40 else ''}",
+                )
+            )
+        else:
+            caller_bytes = len(caller)
     data: object = record.data
     if not isinstance(data, bytes):
         problems.append(RecordProblem(index, "data", f"must be bytes, got {type(data).__name__}"))
-    elif (size := envelope_size(len(data), key_bytes, id_bytes)) > limits.max_record_size:
+    elif (size := envelope_size(len(data), key_bytes, id_bytes, caller_bytes)) > limits.max_record_size:
         problems.append(
             RecordProblem(
                 index,

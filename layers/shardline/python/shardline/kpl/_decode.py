@@ -10,10 +10,11 @@ from shardline.errors import AggregationError
 from shardline.kinesis._limits import MAX_PARTITION_KEY_LENGTH
 from shardline.kinesis._records import UserRecord, partition_key_length
 from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint_size
-from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
+from shardline.kpl._identity import AGGREGATE_TAG, CALLER_TAG, DERIVED_ID_TAG, RECORD_ID_TAG
 
 _HASH_KEYS = 2**128
 _ID_TAG_HEAD = b"\x0a\x05" + RECORD_ID_TAG.encode() + b"\x12"  # a tag's key "sl.id", then its value
+_DERIVED_TAG_HEAD = b"\x0a\x04" + DERIVED_ID_TAG.encode() + b"\x12"  # a tag's key "sl.k", then its value
 
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -60,9 +61,11 @@ def is_aggregated(payload: bytes) -> bool:
 def decode(payload: bytes) -> list[UserRecord]:
     """Decode a KPL aggregated record into its user records, in order.
 
-    Raises `AggregationError` on a bad magic, an MD5 mismatch, truncation, or an index that
-    points outside its table. Unknown fields and tags are skipped, but a record's `sl.id` tag
-    is its `id`. A record without a hash-key index has `explicit_hash_key=None`.
+    Raises `AggregationError` on a bad magic, an MD5 mismatch, truncation, an index that
+    points outside its table, or a record with both an explicit and a derived id. Unknown fields
+    and tags are skipped, but a record's `sl.id` tag is its `id`, its `sl.k` tag its `id` with
+    `id_derived=True`, and the first record's `sl.c` tag is the `caller` of every record (None
+    when absent). A record without a hash-key index has `explicit_hash_key=None`.
     """
     return decode_aggregate(payload)[0]
 
@@ -99,6 +102,20 @@ def _check_keys(partition_keys: list[str], hash_keys: list[str]) -> None:
             raise AggregationError(f"explicit hash key {hash_key[:50]!r} is not a decimal below 2**128")
 
 
+def _id_of(tags: dict[str, str], number: int) -> tuple[str | None, bool]:
+    """A record's (id, id_derived) from its tags: an explicit id and a derived one are two
+    namespaces, and a record claiming both is not one shardline wrote."""
+    record_id = tags.get(RECORD_ID_TAG)
+    derived = tags.get(DERIVED_ID_TAG)
+    if derived is None:
+        return record_id, False
+    if record_id is not None:
+        raise AggregationError(
+            f"record {number}: both an explicit id ({RECORD_ID_TAG}) and a derived one ({DERIVED_ID_TAG})"
+        )
+    return derived, True
+
+
 def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord], str | None] | None:  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
     """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
     in order (then tags, if any), varints of at most two bytes. Reads `buf[pos:end]` in place
@@ -123,6 +140,7 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
     append = out.append
     make = tuple.__new__
     aggregate_id: str | None = None
+    caller: str | None = None  # the first record's `sl.c`: known before any record is appended
     while pos < end:
         if buf[pos] != 0x1A:
             return None
@@ -167,7 +185,7 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             n = (n & 0x7F) | (b << 7)
         data_end = pos + n
         if data_end == rec_end:
-            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, None)))
+            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, None, caller, False)))
             pos = data_end
             continue
         if data_end > rec_end:
@@ -181,7 +199,19 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             and data_end + 11 + buf[data_end + 10] == rec_end
         ):
             record_id = buf[data_end + 11 : rec_end].decode("utf-8")
-            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id)))
+            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id, caller, False)))
+            pos = rec_end
+            continue
+        # ... and of a derived id alone: 22 L 0A 04 "sl.k" 12 N <id> (N < 128)
+        if (
+            buf[data_end] == 0x22
+            and buf[data_end + 9] < 0x80
+            and buf[data_end + 2 : data_end + 9] == _DERIVED_TAG_HEAD
+            and buf[data_end + 1] == buf[data_end + 9] + 8
+            and data_end + 10 + buf[data_end + 9] == rec_end
+        ):
+            record_id = buf[data_end + 10 : rec_end].decode("utf-8")
+            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id, caller, True)))
             pos = rec_end
             continue
         tags = _read_tags(buf, data_end, rec_end, len(out), only_tags=True)
@@ -189,7 +219,10 @@ def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord],
             return None  # another field after the data (a repeated one, whose last value wins)
         if aggregate_id is None:
             aggregate_id = tags.get(AGGREGATE_TAG)
-        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, tags.get(RECORD_ID_TAG))))
+        if not out:
+            caller = tags.get(CALLER_TAG)
+        tagged_id, derived = _id_of(tags, len(out))
+        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, tagged_id, caller, derived)))
         pos = rec_end
     return out, aggregate_id
 
@@ -239,7 +272,7 @@ def _read_tags(buf: bytes, pos: int, end: int, number: int, only_tags: bool = Fa
 
 def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
     """Any valid protobuf layout: fields in any order, any varint encoding, unknown fields and
-    tags skipped (but shardline's two). The slow path: clarity over speed."""
+    tags skipped (but shardline's own). The slow path: clarity over speed."""
     pk_table: list[str] = []
     ehk_table: list[str] = []
     raw: list[tuple[int, int, bytes, dict[str, str]]] = []  # (key index, hash key index or -1, data, tags)
@@ -266,11 +299,14 @@ def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
         raise AggregationError("a key table entry is not valid UTF-8") from None
     _check_keys(pk_table, ehk_table)
     aggregate_id = next((tags[AGGREGATE_TAG] for *_, tags in raw if AGGREGATE_TAG in tags), None)
+    caller = raw[0][3].get(CALLER_TAG) if raw else None  # the first record's only
+    records = []
     try:
-        records = [
-            UserRecord(pk_table[k], data, ehk_table[e] if e >= 0 else None, tags.get(RECORD_ID_TAG))
-            for k, e, data, tags in raw
-        ]
+        for number, (k, e, data, tags) in enumerate(raw):
+            record_id, derived = _id_of(tags, number)
+            records.append(
+                UserRecord(pk_table[k], data, ehk_table[e] if e >= 0 else None, record_id, caller, derived)
+            )
     except IndexError:
         raise AggregationError("a record's key index points outside its table") from None
     return records, aggregate_id

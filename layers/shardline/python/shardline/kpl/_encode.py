@@ -14,8 +14,10 @@ Wire format (the same bytes the Kinesis Producer Library writes and the KCL read
     Tag              { required string key = 1;
                        optional string value = 2; }
 
-shardline writes two tags (`_identity`): a user record's own id, and on an aggregate's first
-record the aggregate's id. Other decoders skip tags, so they read the same user records.
+shardline writes its tags (`_identity`): on an aggregate's first record the aggregate's id
+(`sl.a`) and its caller (`sl.c`, unless the caller is ""), and on each record its own id
+(`sl.id`) or the id derived from an `Idempotency-Key` (`sl.k`). Other decoders skip tags, so they
+read the same user records. Records without ids, caller or aggregate id are the KPL's bytes exactly.
 
 The protobuf is written and read by hand: the schema is frozen, it uses two wire types, and
 a hand-rolled loop is several times faster than a generic protobuf runtime in pure Python.
@@ -30,8 +32,9 @@ from collections.abc import Iterable
 from itertools import chain
 from operator import add
 
+from shardline.errors import AggregationError
 from shardline.kinesis._records import UserRecord
-from shardline.kpl._identity import AGGREGATE_TAG, RECORD_ID_TAG
+from shardline.kpl._identity import AGGREGATE_TAG, CALLER_TAG, DERIVED_ID_TAG, RECORD_ID_TAG
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16
@@ -98,13 +101,17 @@ class AggregateBuilder:
 
     `size` is the length `build()` would return now; `size_with(record)` is the length after
     adding `record`. Both include the magic and the MD5 trailer. `aggregate_id`, when given, is
-    written as the first record's `sl.a` tag; a record's own `id` as its `sl.id` tag.
+    written as the first record's `sl.a` tag, then `caller` (unless None or "") as its `sl.c` tag;
+    a record's own `id` as its `sl.id` tag (`sl.k` when `id_derived`). An aggregate holds one
+    caller's records: adding a record whose `caller` is set and is not the builder's raises
+    `AggregationError` (a record whose `caller` is None takes the builder's).
     """
 
     __slots__ = (
-        "_aggregate_tag",
+        "_caller",
         "_ehk_index",
         "_ehk_table_parts",
+        "_first_tags",
         "_parts",
         "_pk_index",
         "_table_parts",
@@ -112,8 +119,11 @@ class AggregateBuilder:
         "size",
     )
 
-    def __init__(self, aggregate_id: str | None = None) -> None:
-        self._aggregate_tag = tag(AGGREGATE_TAG, aggregate_id) if aggregate_id is not None else b""
+    def __init__(self, aggregate_id: str | None = None, caller: str | None = None) -> None:
+        self._caller = caller or ""
+        self._first_tags = (tag(AGGREGATE_TAG, aggregate_id) if aggregate_id is not None else b"") + (
+            tag(CALLER_TAG, caller) if caller else b""
+        )
         self._pk_index: dict[str, bytes] = {}
         self._ehk_index: dict[str, bytes] = {}
         self._table_parts: list[bytes] = []
@@ -170,9 +180,15 @@ class AggregateBuilder:
                 encoded = ehk.encode("ascii")
                 ehk_entry = _TAG_HASH_KEY_TABLE + _encode_varint(len(encoded)) + encoded
         data_len = len(record.data)
-        tags = self._aggregate_tag if not self.count else b""
+        caller = record.caller
+        if caller is not None and caller != self._caller:
+            raise AggregationError(
+                f"record {self.count}: caller {caller[:80]!r} in an aggregate of caller "
+                f"{self._caller[:80]!r} (an aggregate holds one caller's records)"
+            )
+        tags = self._first_tags if not self.count else b""
         if record.id is not None:
-            tags += tag(RECORD_ID_TAG, record.id)
+            tags += tag(DERIVED_ID_TAG if record.id_derived else RECORD_ID_TAG, record.id)
         head = pk_ref + ehk_ref + _TAG_DATA + _encode_varint(data_len)
         record_head = _TAG_RECORD + _encode_varint(len(head) + data_len + len(tags)) + head
         return pk_ref, pk_entry, ehk_ref, ehk_entry, record_head, tags
@@ -182,16 +198,30 @@ class AggregateBuilder:
         return _frame(b"".join(self._table_parts), b"".join(self._ehk_table_parts), b"".join(self._parts))
 
 
-def encode(records: Iterable[UserRecord], aggregate_id: str | None = None) -> bytes:
+def encode(
+    records: Iterable[UserRecord], aggregate_id: str | None = None, caller: str | None = None
+) -> bytes:
     """Encode `records` as one KPL aggregated record (tables deduplicated, order kept), with
-    `aggregate_id` as the first record's `sl.a` tag and each record's `id` as its `sl.id` tag."""
+    `aggregate_id` as the first record's `sl.a` tag, the caller as its `sl.c` tag, and each record's
+    `id` as its `sl.id` tag (`sl.k` when derived). The caller is `caller`, or else the one the
+    records name (`AggregationError` if they name more than one)."""
     records = list(records)
-    if records and aggregate_id is None:
-        keys, datas, hash_keys, ids = zip(*records, strict=True)
-        plain = hash_keys.count(None) == len(hash_keys) and ids.count(None) == len(ids)
-        if plain and max(map(len, datas)) < _TABLE_SIZE - 8:
-            return _encode_columns(keys, datas)
-    return _encode_rows(records, aggregate_id)
+    if not records:
+        return _encode_rows(records, aggregate_id, caller)
+    keys, datas, hash_keys, ids, callers, _ = zip(*records, strict=True)
+    if caller is None:
+        named = set(callers)
+        named.discard(None)
+        if len(named) > 1:
+            raise AggregationError(
+                f"records of {len(named)} callers in one aggregate (it holds one caller's)"
+            )
+        caller = named.pop() if named else None
+    n = len(records)
+    plain = aggregate_id is None and not caller and hash_keys.count(None) == n and ids.count(None) == n
+    if plain and max(map(len, datas)) < _TABLE_SIZE - 8:
+        return _encode_columns(keys, datas)
+    return _encode_rows(records, aggregate_id, caller)
 
 
 def _encode_columns(keys: tuple[str, ...], datas: tuple[bytes, ...]) -> bytes:
@@ -213,9 +243,11 @@ def _encode_columns(keys: tuple[str, ...], datas: tuple[bytes, ...]) -> bytes:
     return _frame(table, b"", b"".join(chain.from_iterable(zip(prefixes, heads, datas, strict=True))))
 
 
-def _encode_rows(records: list[UserRecord], aggregate_id: str | None = None) -> bytes:
+def _encode_rows(
+    records: list[UserRecord], aggregate_id: str | None = None, caller: str | None = None
+) -> bytes:
     """Any records, one at a time."""
-    builder = AggregateBuilder(aggregate_id)
+    builder = AggregateBuilder(aggregate_id, caller)
     for record in records:
         builder.add(record)
     return builder.build()

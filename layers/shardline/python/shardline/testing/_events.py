@@ -9,7 +9,10 @@ not seen), and a group of one record goes plain, with its own partition key. Wit
 `aggregate=False` each user record is one Kinesis record. Sequence numbers are Kinesis-shaped:
 56-digit decimal strings increasing along the shard.
 
-Identity: a `UserRecord` with an `id` carries it (its `sl.id` tag: `ConsumedRecord.id`). With
+Identity: a `UserRecord` with an `id` carries it (its `sl.id` tag, `sl.k` when `id_derived`:
+`ConsumedRecord.id`), and one with a `caller` carries it too (the aggregate's `sl.c` tag): an
+aggregate holds one caller's records, so a group also ends where the caller changes, and a lone
+record with a caller goes as a one-record aggregate (plain, it would lose its caller). With
 `producer`, every group — a lone record too — is an aggregate with a shardline aggregate id
 (`ConsumedRecord.aggregate_id`), numbered as a producer numbers them in the shard's lane:
 `AggregateId(producer, "<shard number>", n, n)` for n = `first_counter`, … (every earlier
@@ -40,6 +43,17 @@ _REGION = "us-east-1"
 _ACCOUNT = "123456789012"
 
 
+def _by_caller(users: list[UserRecord]) -> list[list[UserRecord]]:
+    """`users` cut into runs of one caller each (None and "" are one: no caller), order kept."""
+    runs: list[list[UserRecord]] = []
+    for user in users:
+        if runs and (runs[-1][-1].caller or "") == (user.caller or ""):
+            runs[-1].append(user)
+        else:
+            runs.append([user])
+    return runs
+
+
 def kinesis_event(
     records: Iterable[UserRecord],
     *,
@@ -64,7 +78,11 @@ def kinesis_event(
     users = list(records)
     arrived = time.time() if arrival is None else arrival
     entries: list[tuple[str, bytes]] = []
-    groups = [users[i : i + records_per_aggregate] for i in range(0, len(users), records_per_aggregate)]
+    groups = [
+        group
+        for i in range(0, len(users), records_per_aggregate)
+        for group in _by_caller(users[i : i + records_per_aggregate])
+    ]
     if not aggregate:
         groups = [[user] for user in users]
     ids: list[str] | None = None
@@ -82,6 +100,8 @@ def kinesis_event(
         if ids is not None:  # shardline's producer: an aggregate, a lone record keeping its keys
             key = group[0].partition_key if len(group) == 1 else AGGREGATE_PARTITION_KEY
             entries.append((key, encode(group, ids[index])))
+        elif len(group) == 1 and aggregate and group[0].caller:  # its caller travels only in an aggregate
+            entries.append((group[0].partition_key, encode(group)))
         elif len(group) == 1:  # the producer sends a lone record with its own keys
             entries.append((group[0].partition_key, group[0].data))
         else:

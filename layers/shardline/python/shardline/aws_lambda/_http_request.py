@@ -45,8 +45,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.aws_lambda._http_idempotency import IdempotencyStore, IdempotencyUnavailable
 from shardline.aws_lambda._http_records import to_user_records
-from shardline.aws_lambda._http_response import ApiResponse, results_response, validation_response
+from shardline.aws_lambda._http_response import IDEMPOTENCY_KEY_HEADER as IDEMPOTENCY_KEY_HEADER
+from shardline.aws_lambda._http_response import (
+    ApiResponse,
+    id_check_unavailable_response,
+    results_response,
+    reused_id_response,
+    validation_response,
+)
 from shardline.aws_lambda._http_settings import (
     DEFAULT_EVENT_ENVELOPE_BYTES,
     LAMBDA_PAYLOAD_BYTES,
@@ -62,8 +70,6 @@ JSON_MEDIA_TYPE = "application/json"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 
 _UTF8 = frozenset({"utf-8", "utf8"})
-#: The header that names a request: records without an id of their own get `<key>:<index>`.
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 _IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}")
 
 
@@ -90,12 +96,17 @@ def handle(
     idempotency_key: str | Sequence[str] | None = None,
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
     request_id: str | None = None,
+    known_ids: IdempotencyStore | None = None,
+    caller: str = "",
+    unrecorded: Callable[[int], None] | None = None,
 ) -> ApiResponse:
     """Answer one request: check all of it, then `put` the records and shape their results.
 
     `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
     `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
-    body); `request_id` names the request in a 500."""
+    body); `request_id` names the request in a 500. With `known_ids`, a record whose id `caller`
+    wrote before with another payload answers 422 and nothing is sent; the hashes of what was
+    written are recorded after, and `unrecorded(n)` hears of the n that could not be."""
     try:
         request = parse_request(
             route_name,
@@ -109,7 +120,22 @@ def handle(
     except RequestRejected as rejected:
         assert isinstance(rejected.response, ApiResponse)  # this module raises it with one
         return rejected.response
+    stream = request.route.stream_name
+    if known_ids is not None:
+        try:
+            conflicts = known_ids.conflicts(stream, caller, request.records)
+        except IdempotencyUnavailable as unavailable:
+            return id_check_unavailable_response(unavailable.code, [r.id for r in request.records])
+        if conflicts:
+            return reused_id_response(conflicts, check_idempotency_key(idempotency_key))
     results = put(request.route, request.records)
+    if known_ids is not None:
+        try:
+            lost = known_ids.remember(stream, caller, request.records, results)
+        except Exception:  # records were written: the answer must say so, whatever failed here
+            lost = sum(1 for record in request.records if record.id)
+        if lost and unrecorded is not None:
+            unrecorded(lost)
     return results_response(
         results,
         route=request.route,

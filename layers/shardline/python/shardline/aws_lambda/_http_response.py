@@ -59,7 +59,13 @@ from shardline.errors import (
 from shardline.producer._result import RecordResult
 
 if TYPE_CHECKING:
+    from shardline.aws_lambda._http_idempotency import IdConflict
     from shardline.aws_lambda._http_settings import StreamRoute
+
+#: The header that names a request (`_http_request`): its records without an id get `<key>:<index>`.
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+#: Where a 422 names the request's Idempotency-Key.
+IDEMPOTENCY_KEY_FIELD = "idempotencyKey"
 
 #: What `Retry-After` says on a 503: Kinesis meters each shard per second.
 RETRY_AFTER_SECONDS = 1
@@ -147,6 +153,50 @@ def results_response(
         named = {"requestId": request_id} if request_id else {}
         return ApiResponse(500, {"message": message, **named, **body})
     return ApiResponse(207, body)
+
+
+def reused_id_response(conflicts: Sequence[IdConflict], idempotency_key: str | None) -> ApiResponse:
+    """422: records re-use ids written before with other payloads; nothing of the request was
+    written. Each error names the record's index, its id and (for a derived id) the key."""
+    errors: list[dict[str, Any]] = []
+    for conflict in conflicts:
+        error: dict[str, Any] = {"index": conflict.record_index, "field": "id", "id": conflict.record_id}
+        if conflict.derived:
+            error["idempotencyKey"] = idempotency_key
+            source = f"the {IDEMPOTENCY_KEY_HEADER} {idempotency_key!r} (record {conflict.record_index})"
+        else:
+            source = "the record's id"
+        error["message"] = (
+            f"id {conflict.record_id!r}, from {source}, was written before with another body: "
+            "give the record a new id"
+        )
+        errors.append(error)
+    count = len(conflicts)
+    message = (
+        f"{count} record{'s' if count != 1 else ''} re-use{'' if count != 1 else 's'} an id written "
+        "with another body; nothing was written"
+    )
+    body: dict[str, Any] = {"message": message, "errors": errors}
+    if idempotency_key is not None:
+        body[IDEMPOTENCY_KEY_FIELD] = idempotency_key
+    return ApiResponse(422, body)
+
+
+def id_check_unavailable_response(code: str, ids: Sequence[str | None]) -> ApiResponse:
+    """503: the idempotency table could not be read, so nothing was sent: every entry
+    `written: false`."""
+    entries = [
+        ({} if record_id is None else {"id": record_id})
+        | {
+            "errorCode": code,
+            "errorMessage": "the record's id could not be checked; it was not sent",
+            "attempts": 0,
+            "written": False,
+            "retry": RESEND,
+        }
+        for record_id in ids
+    ]
+    return unavailable_response({"failedRecordCount": len(entries), "records": entries})
 
 
 def unavailable_response(body: dict[str, Any], retry_after: int = RETRY_AFTER_SECONDS) -> ApiResponse:

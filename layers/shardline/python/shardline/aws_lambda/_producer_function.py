@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardline.aws_lambda._emf import publish_metrics
+from shardline.aws_lambda._http_idempotency import IdempotencyClient, IdempotencyStore
 from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER, handle
 from shardline.aws_lambda._http_response import (
     ApiResponse,
@@ -32,6 +33,7 @@ from shardline.aws_lambda._http_response import (
 from shardline.aws_lambda._http_settings import (
     DEADLINE_MARGIN_SECONDS,
     MAX_FLUSH_SECONDS,
+    ApiSettings,
     StreamRoute,
     producer_config,
     settings_from_env,
@@ -81,6 +83,8 @@ class ProducerFunction:
         self.producers: dict[tuple[str, int], Producer] = {}
         self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
         self._kinesis: KinesisClient | None = None
+        self._dynamodb: IdempotencyClient | None = None
+        self._id_store: IdempotencyStore | None = None
         self._put = self.tracer.capture_method(capture_response=False)(self._put)  # type: ignore[method-assign]
 
         @self.app.post(_ROUTE)
@@ -88,16 +92,20 @@ class ProducerFunction:
             """Validate the request, put its records, answer with one result per record."""
             event = self.app.current_event
             self.tracer.put_annotation(key="stream", value=stream)
+            settings = settings_from_env()
             answer = handle(
                 stream,
                 event.body,
                 content_type=event.headers.get("content-type"),
                 is_base64_encoded=bool(event.is_base64_encoded),
-                settings=settings_from_env(),
+                settings=settings,
                 put=self._put,
                 idempotency_key=header_values(event.raw_event, IDEMPOTENCY_KEY_HEADER),
                 envelope_bytes=envelope_bytes(event.raw_event),
                 request_id=request_id(event.raw_event),
+                known_ids=self._known_ids(settings),
+                caller=event_caller(event.raw_event),
+                unrecorded=self._unrecorded,
             )
             return respond(answer, stream=stream, **caller_fields(event.raw_event))
 
@@ -146,6 +154,36 @@ class ProducerFunction:
             return self.app.resolve(event, context)
 
         self.handler = handler
+
+    def _known_ids(self, settings: ApiSettings) -> IdempotencyStore | None:
+        """The idempotency table's store (None without one), kept across warm invocations."""
+        if not settings.idempotency_table:
+            return None
+        store = self._id_store
+        if store is None or store.table != settings.idempotency_table:
+            store = IdempotencyStore(
+                self._dynamodb_client,
+                settings.idempotency_table,
+                ttl_seconds=settings.idempotency_ttl_seconds,
+            )
+            self._id_store = store
+        store.ttl_seconds = settings.idempotency_ttl_seconds
+        return store
+
+    def _dynamodb_client(self) -> IdempotencyClient:
+        if self._dynamodb is None:
+            import boto3  # in the Lambda runtime; imported on first use, not at cold start
+
+            self._dynamodb = boto3.client("dynamodb", config=client_config())
+        return self._dynamodb
+
+    def _unrecorded(self, count: int) -> None:
+        """Records written whose payload hash could not be kept: a later post of their id with another
+        body reaches the consumers, which catch it as a conflict. Logged and counted (alarmable)."""
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        self.logger.warning("payload hashes not recorded", extra={"unrecorded": count})
+        self.metrics.add_metric(name="IdempotencyHashesNotRecorded", unit=MetricUnit.Count, value=count)
 
     def set_kinesis_client(self, client: KinesisClient | None) -> None:
         """Use `client` for Kinesis from now on (None: a default boto3 client, made on first use)."""
@@ -208,6 +246,18 @@ def caller_fields(event: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(identity, Mapping):
         return {}
     return {f"caller.{name}": str(identity[name]) for name in CALLER_FIELDS if identity.get(name)}
+
+
+def event_caller(event: Mapping[str, Any]) -> str:
+    """Who called, as API Gateway authenticated it: the IAM principal's ARN, else `apikey:<id>` of
+    the API key, else "" — never anything the body or a header says."""
+    context = event.get("requestContext") or {}
+    identity = context.get("identity") if isinstance(context, Mapping) else None
+    if not isinstance(identity, Mapping):
+        return ""
+    if identity.get("userArn"):
+        return str(identity["userArn"])
+    return f"apikey:{identity['apiKeyId']}" if identity.get("apiKeyId") else ""
 
 
 def envelope_bytes(event: Mapping[str, Any]) -> int:

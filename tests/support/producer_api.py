@@ -106,16 +106,47 @@ def environment(monkeypatch: pytest.MonkeyPatch, endpoint: str, stream: str) -> 
         "THROTTLED_GIVE_UP_SECONDS": "1",
     }.items():
         monkeypatch.setenv(name, value)
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "MAX_RECORDS_PER_REQUEST", "MAX_BODY_BYTES"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "MAX_RECORDS_PER_REQUEST",
+        "MAX_BODY_BYTES",
+        "IDEMPOTENCY_TABLE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
-def loopback_api(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackApi]:
-    """A fresh 2-shard stream, the producer function writing it, the local API in front."""
+def create_idempotency_table(endpoint: str, name: str) -> Any:
+    """The producer's idempotency table as the construct makes it (key `scopedId`); its client."""
+    import boto3
+
+    from shardline.aws_lambda._http_idempotency import KEY_ATTRIBUTE
+
+    client = boto3.client(
+        "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": KEY_ATTRIBUTE, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": KEY_ATTRIBUTE, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return client
+
+
+def loopback_api(
+    moto_server: str, monkeypatch: pytest.MonkeyPatch, *, idempotency: bool = True
+) -> Iterator[LoopbackApi]:
+    """A fresh 2-shard stream, the producer function writing it (with its idempotency table unless
+    `idempotency=False`), the local API in front."""
     client = kinesis_client(moto_server)
     name = unique_stream_name("api-contract")
     create_stream(client, name, shard_count=2)
     environment(monkeypatch, moto_server, name)
+    if idempotency:
+        create_idempotency_table(moto_server, f"{name}-ids")
+        monkeypatch.setenv("IDEMPOTENCY_TABLE", f"{name}-ids")
     function = function_module("producer").function
     function.set_kinesis_client(None)
     api = LoopbackApi(None, function, client, name)  # type: ignore[arg-type]

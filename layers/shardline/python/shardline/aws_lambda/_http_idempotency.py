@@ -133,9 +133,10 @@ class IdempotencyStore:
         self._sleep = sleep
         self._rng = rng or random.Random()
 
-    def conflicts(self, stream: str, caller: str, records: Sequence[UserRecord]) -> list[IdConflict]:
+    def conflicts(self, stream: str, records: Sequence[UserRecord], *, caller: str = "") -> list[IdConflict]:
         """The records of a request whose id is known with another payload hash; raises
-        `IdempotencyUnavailable` if the table cannot be read (then nothing may be sent)."""
+        `IdempotencyUnavailable` if the table cannot be read (then nothing may be sent). A record's
+        caller is its own (`UserRecord.caller`, stamped by the API), else `caller`."""
         wanted = {
             scoped_key(stream, caller, record): index for index, record in enumerate(records) if record.id
         }
@@ -153,7 +154,12 @@ class IdempotencyStore:
         return sorted(found)
 
     def remember(
-        self, stream: str, caller: str, records: Sequence[UserRecord], results: Sequence[RecordResult]
+        self,
+        stream: str,
+        records: Sequence[UserRecord],
+        results: Sequence[RecordResult],
+        *,
+        caller: str = "",
     ) -> int:
         """Record the hash of every record with an id that was written or may have been; returns how
         many could not be recorded (the table refused them: logged and counted by the caller)."""

@@ -97,14 +97,13 @@ def handle(
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
     request_id: str | None = None,
     known_ids: IdempotencyStore | None = None,
-    caller: str = "",
     unrecorded: Callable[[int], None] | None = None,
 ) -> ApiResponse:
     """Answer one request: check all of it, then `put` the records and shape their results.
 
     `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
     `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
-    body); `request_id` names the request in a 500. With `known_ids`, a record whose id `caller`
+    body); `request_id` names the request in a 500. With `known_ids`, a record whose id its caller
     wrote before with another payload answers 422 and nothing is sent; the hashes of what was
     written are recorded after, and `unrecorded(n)` hears of the n that could not be."""
     try:
@@ -123,7 +122,7 @@ def handle(
     stream = request.route.stream_name
     if known_ids is not None:
         try:
-            conflicts = known_ids.conflicts(stream, caller, request.records)
+            conflicts = known_ids.conflicts(stream, request.records)
         except IdempotencyUnavailable as unavailable:
             return id_check_unavailable_response(unavailable.code, [r.id for r in request.records])
         if conflicts:
@@ -131,7 +130,7 @@ def handle(
     results = put(request.route, request.records)
     if known_ids is not None:
         try:
-            lost = known_ids.remember(stream, caller, request.records, results)
+            lost = known_ids.remember(stream, request.records, results)
         except Exception:  # records were written: the answer must say so, whatever failed here
             lost = sum(1 for record in request.records if record.id)
         if lost and unrecorded is not None:

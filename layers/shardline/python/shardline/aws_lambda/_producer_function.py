@@ -104,7 +104,6 @@ class ProducerFunction:
                 envelope_bytes=envelope_bytes(event.raw_event),
                 request_id=request_id(event.raw_event),
                 known_ids=self._known_ids(settings),
-                caller=event_caller(event.raw_event),
                 unrecorded=self._unrecorded,
             )
             return respond(answer, stream=stream, **caller_fields(event.raw_event))
@@ -246,18 +245,6 @@ def caller_fields(event: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(identity, Mapping):
         return {}
     return {f"caller.{name}": str(identity[name]) for name in CALLER_FIELDS if identity.get(name)}
-
-
-def event_caller(event: Mapping[str, Any]) -> str:
-    """Who called, as API Gateway authenticated it: the IAM principal's ARN, else `apikey:<id>` of
-    the API key, else "" — never anything the body or a header says."""
-    context = event.get("requestContext") or {}
-    identity = context.get("identity") if isinstance(context, Mapping) else None
-    if not isinstance(identity, Mapping):
-        return ""
-    if identity.get("userArn"):
-        return str(identity["userArn"])
-    return f"apikey:{identity['apiKeyId']}" if identity.get("apiKeyId") else ""
 
 
 def envelope_bytes(event: Mapping[str, Any]) -> int:

@@ -7,6 +7,9 @@ Kinesis side — the same 100-byte records (1,000 partition keys, 4 even shards)
 - (a) shardline: the real `Producer` (every Kinesis record an aggregate carrying its aggregate id,
   the producer-retry identity), against `units.FakeKinesis`, which meters every entry;
 - (b) the same with a client id per record (a UUID, 36 characters, in each record's `sl.id` tag);
+- (a') and (b'): (a) and (b) written for a caller, as the producer function stamps an API caller
+  (`CALLER`, a 61-character assumed-role ARN, in each aggregate's `sl.c` tag): what scoping ids
+  by caller costs (issue 39); it must cost at most 2 % more units than (a) without client ids;
 - (c) the KPL's aggregation without ids: per shard, records in order packed by
   `shardline.kpl.encode` without any id into aggregates of at most the same cap (51,200 bytes as
   Kinesis meters them, partition key "a"); a lone record goes as a plain record, as the KPL sends it.
@@ -61,6 +64,10 @@ KEYS = 1000
 ID_LENGTH = 36  # a UUID
 #: Producer-retry dedup (aggregate ids) may add this much to the KPL's PUT units, no more.
 UNITS_TARGET = Target("ratio", "<=", 1.01)
+#: The caller's tag may add this much to today's units without client ids, no more (issue 39).
+CALLER_UNITS_TARGET = Target("ratio", "<=", 1.02)
+#: An API caller as the producer function stamps it: an IAM role session's ARN (61 characters).
+CALLER = "arn:aws:sts::123456789012:assumed-role/orders-writer/producer"
 BATCH_SIZE = 100  # the event-source mapping's default
 FUNCTIONS = Path(__file__).resolve().parents[1] / "functions"
 KB = 1024
@@ -344,6 +351,11 @@ def make_records(seed: int, count: int) -> tuple[list[UserRecord], list[UserReco
     return plain, with_ids
 
 
+def for_caller(records: Sequence[UserRecord], caller: str = CALLER) -> list[UserRecord]:
+    """The same records, each stamped with `caller` (as the producer function stamps an API caller)."""
+    return [record._replace(caller=caller) for record in records]
+
+
 def measure(
     *, seed: int, record_count: int, sink_records: int
 ) -> tuple[list[Row], dict[str, Any], list[str]]:
@@ -354,8 +366,12 @@ def measure(
         send_with_producer("shardline, aggregate ids", plain),
         send_with_producer("shardline, aggregate ids + client ids", with_ids),
     )
+    (a_caller, _), (b_caller, _) = (
+        send_with_producer("shardline, aggregate ids + caller", for_caller(plain)),
+        send_with_producer("shardline, aggregate ids + caller + client ids", for_caller(with_ids)),
+    )
     c = kpl_without_ids(plain)
-    for sent in (a, b):
+    for sent in (a, b, a_caller, b_caller):
         if sent.failed or sent.problem:
             problems.append(f"identity ({sent.label}): {sent.failed} failed; {sent.problem or ''}".strip())
     label = f"per 1M {DATA_BYTES} B records, {SHARDS} shards"
@@ -368,6 +384,15 @@ def measure(
             "KPL aggregation, no ids", c.bytes_per_record),
         Row(f"bytes per {DATA_BYTES} B record, aggregate ids + client ids", "count", b.bytes_per_record,
             "KPL aggregation, no ids", c.bytes_per_record),
+        Row(f"PUT units {label}, aggregate ids + caller ({len(CALLER)}-char ARN), no client ids", "units/M",
+            a_caller.units_per_million, "shardline without caller, no client ids", a.units_per_million,
+            CALLER_UNITS_TARGET),
+        Row(f"PUT units {label}, aggregate ids + caller + client ids", "units/M", b_caller.units_per_million,
+            "shardline without caller, client ids", b.units_per_million),
+        Row(f"bytes per {DATA_BYTES} B record, aggregate ids + caller", "count", a_caller.bytes_per_record,
+            "shardline without caller, no client ids", a.bytes_per_record),
+        Row(f"bytes per {DATA_BYTES} B record, aggregate ids + caller + client ids", "count",
+            b_caller.bytes_per_record, "shardline without caller, client ids", b.bytes_per_record),
     ]  # fmt: skip
 
     # DynamoDB: the sinks over what the producer put in the stream (a smaller run: the consumer path).
@@ -394,7 +419,7 @@ def measure(
     kinesis_details = {
         sent.label: asdict(sent)
         | {"units_per_million": sent.units_per_million, "bytes_per_record": sent.bytes_per_record}
-        for sent in (a, b, c)
+        for sent in (a, b, c, a_caller, b_caller)
     }
     dynamodb_details = {
         name: asdict(cost)
@@ -417,11 +442,14 @@ def notes(details: Mapping[str, Any]) -> list[str]:
     counts = ", ".join(
         f"{label}: {sent['kinesis_records']:,} Kinesis records" for label, sent in kinesis.items()
     )
-    a, b, c = (sent["units_per_million"] for sent in kinesis.values())
+    a, b, c, a_caller, b_caller = (sent["units_per_million"] for sent in kinesis.values())
     return [
         f"Identity, PUT units: aggregate ids add {(a / c - 1) * 100:+.2f} % to the KPL's units without ids "
         f"(target: at most +1 %); a {ID_LENGTH}-character client id per record adds "
         f"{(b / c - 1) * 100:+.1f} %.",
+        f"Identity, the caller ({len(CALLER)}-character ARN, one sl.c tag per aggregate): "
+        f"{(a_caller / a - 1) * 100:+.2f} % units without client ids (target: at most +2 %), "
+        f"{(b_caller / b - 1) * 100:+.2f} % with them.",
         f"Identity: {details['records']:,} records of {DATA_BYTES} B over {KEYS:,} keys, {SHARDS} shards; "
         "shardline's real Producer (every Kinesis record an aggregate with its id; client ids are UUIDs) "
         "against the KPL's aggregation of the same records by shardline.kpl.encode without ids, the same "

@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
-from ..app.model import ACCOUNT, REGION
+from ..app.model import ACCESS_KEY, ACCOUNT, REGION
 
 SERVICE = "execute-api"
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -57,8 +57,14 @@ class Caller:
 
     @property
     def user_arn(self) -> str:
-        # The local credentials stand for the account's root user, as `test`/`test` does elsewhere.
-        return f"arn:aws:iam::{self.account_id}:root"
+        """The signing principal's ARN, as API Gateway reports it (`identity.userArn`). The local
+        credentials (`test`) stand for the account's root user, as `test`/`test` does elsewhere;
+        any other access key the server was given stands for an IAM user of that name, so two
+        keys are two principals, as two IAM users' keys are in AWS (the producer function stamps
+        this ARN on records as their caller)."""
+        if self.access_key == ACCESS_KEY:
+            return f"arn:aws:iam::{self.account_id}:root"
+        return f"arn:aws:iam::{self.account_id}:user/{self.access_key}"
 
 
 @dataclass(frozen=True)

@@ -227,9 +227,16 @@ def landed(client: Any, name: str) -> dict[tuple[str, str, int | None], UserReco
     }
 
 
+#: The caller `rest_event`'s identity names: the producer stamps it on every record (issue 39).
+REST_CALLER = "arn:aws:iam::123456789012:user/tester"
+
+
 def assert_at_positions(entries: list[dict[str, Any]], expected: dict[int, UserRecord], stored: dict) -> None:
-    """Each expected record sits in the stream exactly where its response entry says it landed."""
+    """Each expected record sits in the stream exactly where its response entry says it landed, as
+    the event's caller's (`REST_CALLER`, unless the expected record names another)."""
     for index, record in expected.items():
+        if record.caller is None:
+            record = record._replace(caller=REST_CALLER)
         entry = entries[index]
         position = (entry["shardId"], entry["sequenceNumber"], entry["subSequenceNumber"])
         assert stored.get(position) == record, f"record {index} is not at {position}"
@@ -290,7 +297,7 @@ def test_base64_encoded_event_body_is_accepted(invoke, stream):
     document = json.dumps({"records": [{"json": [1, 2, 3], "partitionKey": "k"}]})
     status, body, _ = invoke(rest_event(b64(document.encode()), is_base64_encoded=True))
     assert status == 200, body
-    assert list(landed(client, name).values()) == [UserRecord("k", b"[1,2,3]")]
+    assert list(landed(client, name).values()) == [UserRecord("k", b"[1,2,3]", caller=REST_CALLER)]
 
 
 def test_warm_invocations_reuse_the_producer_and_publish_per_invocation_metrics(invoke, stream):

@@ -131,7 +131,16 @@ def rest_event(route: str, body: str) -> dict[str, Any]:
             "stage": "v1",
             "requestTimeEpoch": int(now * 1000),
             "requestId": str(uuid.uuid4()),
-            "identity": {"sourceIp": "127.0.0.1", "userAgent": "test", "accountId": ACCOUNT},
+            # An IAM-authorized request's identity (the producer stamps `userArn` as the caller).
+            "identity": {
+                "sourceIp": "127.0.0.1",
+                "userAgent": "test",
+                "accountId": ACCOUNT,
+                "caller": ACCOUNT,
+                "user": ACCOUNT,
+                "accessKey": "test",
+                "userArn": f"arn:aws:iam::{ACCOUNT}:root",
+            },
             "apiId": "abc123",
         },
         "body": body,

@@ -206,3 +206,19 @@ def _problems(record: UserRecord) -> bool:
     except InvalidRecord:
         return True
     return False
+
+
+def test_property_2_the_testing_kits_events_keep_each_records_caller():
+    from shardline.testing import kinesis_event
+
+    users = [
+        UserRecord("p", b"1", None, "x", ALICE),
+        UserRecord("p", b"2", None, "x", ALICE),
+        UserRecord("p", b"3", None, "x", MALLORY),
+        UserRecord("p", b"4"),
+    ]
+    event = kinesis_event(users)
+    payloads = [base64.b64decode(r["kinesis"]["data"]) for r in event["Records"]]
+    # Alice's two records in one aggregate, Mallory's alone but still an aggregate (its caller
+    # travels only in one), the caller-less record plain.
+    assert [decode(p) if p.startswith(MAGIC) else p for p in payloads] == [users[:2], [users[2]], b"4"]

@@ -815,8 +815,18 @@ def test_two_records_with_one_id_are_400_naming_both_indexes():
     assert response.body["errors"] == [{"index": 2, "field": "id", "message": "is the id of record 0 too"}]
 
 
-def test_an_own_id_that_equals_a_derived_one_is_a_duplicate_too():
+def test_property_2_an_own_id_that_equals_a_derived_one_is_another_identity():
+    # Issue 39: derived ids live in their own namespace (`sl.k`), so an explicit `key:0` beside the
+    # derived `key:0` is no duplicate; before, it was refused as one (they were one identity).
     body = json_body({"data": "", "partitionKey": "a"}, {"data": "", "partitionKey": "b", "id": "key:0"})
+    response, put = call_with_key(body, "key")
+    assert response.status == 200, response.body
+    [(_, records)] = put.calls
+    assert [(r.id, r.id_derived) for r in records] == [("key:0", True), ("key:0", False)]
+    # Two explicit ids, or two derived ones, that are equal are still one identity twice: refused.
+    body = json_body(
+        {"data": "", "partitionKey": "a", "id": "x"}, {"data": "", "partitionKey": "b", "id": "x"}
+    )
     response, put = call_with_key(body, "key")
     assert response.status == 400 and put.calls == []
     assert response.body["errors"] == [{"index": 1, "field": "id", "message": "is the id of record 0 too"}]

@@ -10,7 +10,8 @@ The HTTP contract is pure Python: `_http_request` (parse and check a request: 40
 record ids and `Idempotency-Key`), `_http_response` (200/207/503/500 answers with `written` and
 `retry` on each failed entry, 404 for a missing stream or route, 405, log fields),
 `_http_settings` (streams and bounds from the environment), `_http_records` (record objects to
-`UserRecord`s). `_environment` declares every
+`UserRecord`s), `_http_caller` (the authenticated caller stamped on every record: `caller_of`).
+`_environment` declares every
 variable the functions read. Only `ProducerFunction`, `ConsumerFunction` and `publish_metrics`
 need Powertools (`pip install "shardline[lambda]"`); it is imported when they are used.
 """
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from shardline.aws_lambda._environment import ConsumerEnvironment as ConsumerEnvironment
     from shardline.aws_lambda._environment import ProducerEnvironment as ProducerEnvironment
     from shardline.aws_lambda._environment import SinkDeclaration as SinkDeclaration
+    from shardline.aws_lambda._http_caller import UnauthenticatedEvent as UnauthenticatedEvent
+    from shardline.aws_lambda._http_caller import caller_of as caller_of
     from shardline.aws_lambda._http_records import to_user_records as to_user_records
     from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER as IDEMPOTENCY_KEY_HEADER
     from shardline.aws_lambda._http_request import JSON_MEDIA_TYPE as JSON_MEDIA_TYPE
@@ -90,6 +93,8 @@ _EXPORTS = {
     "MAX_IDEMPOTENCY_KEY_LENGTH": "_http_settings",
     "LAMBDA_PAYLOAD_BYTES": "_http_settings",
     "to_user_records": "_http_records",
+    "caller_of": "_http_caller",
+    "UnauthenticatedEvent": "_http_caller",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

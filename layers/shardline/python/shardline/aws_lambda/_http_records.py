@@ -4,9 +4,13 @@ A record object is `{"data": <base64>, "partitionKey": str, "explicitHashKey": s
 or has `"json": <any JSON value>` instead of `data` (sent as compact UTF-8 JSON). `id` is the
 client's identity for the record (1 to 128 visible ASCII characters): shardline consumers apply a
 record with an id once, however often it is posted. A request's `Idempotency-Key` (see
-`_http_request`) gives every record without its own id the id `<key>:<index>`. Two records of
-one request may not share an id. Problems are reported with the record's index and the field as
-the HTTP contract names it; messages never echo payloads.
+`_http_request`) gives every record without its own id the id `<key>:<index>`, marked derived
+(`UserRecord.id_derived`): consumers keep derived ids apart from explicit ones, so a client's id
+`k:1` never meets another request's derived `k:1`. Two records of one request may not share an id
+(explicit with explicit, derived with derived). Every record is stamped with the request's
+authenticated caller (`_http_caller`): a record object has no field for it, so a body that claims
+one is refused. Problems are reported with the record's index and the field as the HTTP contract
+names it; messages never echo payloads.
 """
 
 from __future__ import annotations
@@ -34,18 +38,20 @@ def to_user_records(
     *,
     idempotency_key: str | None = None,
     explicit_hash_keys: bool = True,
+    caller: str | None = None,
 ) -> list[UserRecord]:
     """Convert every record object, or raise `InvalidRecord` listing every problem of every record.
 
     With `idempotency_key` (already checked: `_http_request.check_idempotency_key`), a record
-    without its own `id` gets `<key>:<index>`. With `explicit_hash_keys=False` a record that
-    gives an `explicitHashKey` is refused (the stream routes by partition key only)."""
+    without its own `id` gets `<key>:<index>`, derived. With `explicit_hash_keys=False` a record
+    that gives an `explicitHashKey` is refused (the stream routes by partition key only). Every
+    record gets `caller` (the authenticated principal; None: the producer's own caller)."""
     records: list[UserRecord] = []
     problems: list[RecordProblem] = []
-    first_index: dict[str, int] = {}
+    first_index: dict[tuple[bool, str], int] = {}
     for index, item in enumerate(items):
         default_id = None if idempotency_key is None else derived_id(idempotency_key, index)
-        record, found = to_user_record(index, item, limits, default_id=default_id)
+        record, found = to_user_record(index, item, limits, default_id=default_id, caller=caller)
         problems.extend(found)
         if not explicit_hash_keys and isinstance(item, dict) and "explicitHashKey" in item:
             problems.append(RecordProblem(index, "explicitHashKey", REFUSED_EXPLICIT_HASH_KEY))
@@ -54,7 +60,7 @@ def to_user_records(
             continue
         records.append(record)
         if record.id is not None:
-            earlier = first_index.setdefault(record.id, index)
+            earlier = first_index.setdefault((record.id_derived, record.id), index)
             if earlier != index:
                 problems.append(RecordProblem(index, "id", f"is the id of record {earlier} too"))
     if problems:
@@ -68,10 +74,15 @@ def derived_id(idempotency_key: str, index: int) -> str:
 
 
 def to_user_record(
-    index: int, item: Any, limits: Limits = DEFAULT_LIMITS, *, default_id: str | None = None
+    index: int,
+    item: Any,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    default_id: str | None = None,
+    caller: str | None = None,
 ) -> tuple[UserRecord | None, list[RecordProblem]]:
     """One record object as a `UserRecord`, or None and its problems, fields named as in the contract.
-    `default_id` is the record's id when it gives none of its own."""
+    `default_id` is the record's (derived) id when it gives none of its own; `caller` its caller."""
     if not isinstance(item, dict):
         return None, [RecordProblem(index, "record", f"must be a JSON object, got {_json_type(item)}")]
     payload_field, data, payload_problem = _payload(index, item)
@@ -87,7 +98,8 @@ def to_user_record(
         or not (record_id is None or isinstance(record_id, str))
     ):
         return None, problems
-    record = UserRecord(key, data or b"", explicit, record_id if record_id is not None else default_id)
+    derived = record_id is None and default_id is not None
+    record = UserRecord(key, data or b"", explicit, default_id if derived else record_id, caller, derived)
     problems += _kinesis_problems(index, record, payload_field, limits, check_size=data is not None)
     return (None, problems) if problems else (record, [])
 

@@ -96,6 +96,7 @@ def handle(
     idempotency_key: str | Sequence[str] | None = None,
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
     request_id: str | None = None,
+    caller: str | None = None,
     known_ids: IdempotencyStore | None = None,
     unrecorded: Callable[[int], None] | None = None,
 ) -> ApiResponse:
@@ -103,9 +104,11 @@ def handle(
 
     `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
     `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
-    body); `request_id` names the request in a 500. With `known_ids`, a record whose id its caller
-    wrote before with another payload answers 422 and nothing is sent; the hashes of what was
-    written are recorded after, and `unrecorded(n)` hears of the n that could not be."""
+    body); `request_id` names the request in a 500; `caller` is the authenticated caller stamped
+    on every record (`_http_caller.caller_of`; None: the producer's own `ProducerConfig.caller`).
+    With `known_ids`, a record whose id its caller wrote before with another payload answers 422
+    and nothing is sent; the hashes of what was written are recorded after, and `unrecorded(n)`
+    hears of the n that could not be."""
     try:
         request = parse_request(
             route_name,
@@ -115,6 +118,7 @@ def handle(
             settings=settings,
             idempotency_key=idempotency_key,
             envelope_bytes=envelope_bytes,
+            caller=caller,
         )
     except RequestRejected as rejected:
         assert isinstance(rejected.response, ApiResponse)  # this module raises it with one
@@ -152,6 +156,7 @@ def parse_request(
     settings: ApiSettings,
     idempotency_key: str | Sequence[str] | None = None,
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
+    caller: str | None = None,
 ) -> PutRequest:
     """The route and records of a request, or `RequestRejected` (404, 415, 400 for the header, 413
     for the body, 400, 413 for the count, 400 for the records) — in that order."""
@@ -173,7 +178,11 @@ def parse_request(
         items = parse_json_body(text, max_records=settings.max_records_per_request)
     try:
         records = to_user_records(
-            items, route.limits, idempotency_key=key, explicit_hash_keys=route.explicit_hash_keys
+            items,
+            route.limits,
+            idempotency_key=key,
+            explicit_hash_keys=route.explicit_hash_keys,
+            caller=caller,
         )
         return PutRequest(route, records)
     except InvalidRecord as invalid:

@@ -3,6 +3,9 @@
     function = ProducerFunction()
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
+Every record is stamped with the request's authenticated caller (`_http_caller.caller_of`: the
+IAM principal, or `apikey:<id>`), which scopes its id for consumers.
+
 The HTTP contract (`_http_request`, `_http_response`, `_http_settings`) decides everything; this
 adapter wires Powertools (REST resolver, Logger with the API Gateway request id as correlation id,
 Tracer, EMF Metrics) and keeps one `Producer` per stream, with its shard map, across warm
@@ -21,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardline.aws_lambda._emf import publish_metrics
+from shardline.aws_lambda._http_caller import caller_of
 from shardline.aws_lambda._http_idempotency import IdempotencyClient, IdempotencyStore
 from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER, handle
 from shardline.aws_lambda._http_response import (
@@ -89,8 +93,11 @@ class ProducerFunction:
 
         @self.app.post(_ROUTE)
         def put_records(stream: str) -> Response[str]:
-            """Validate the request, put its records, answer with one result per record."""
+            """Validate the request, put its records as its authenticated caller's, answer with one
+            result per record. An event without an authenticated caller is a deployment fault:
+            `UnauthenticatedEvent`, a 500, before anything is read or written."""
             event = self.app.current_event
+            caller = caller_of(event.raw_event)  # API Gateway's word, never the body's or a header's
             self.tracer.put_annotation(key="stream", value=stream)
             settings = settings_from_env()
             answer = handle(
@@ -103,6 +110,7 @@ class ProducerFunction:
                 idempotency_key=header_values(event.raw_event, IDEMPOTENCY_KEY_HEADER),
                 envelope_bytes=envelope_bytes(event.raw_event),
                 request_id=request_id(event.raw_event),
+                caller=caller,
                 known_ids=self._known_ids(settings),
                 unrecorded=self._unrecorded,
             )

@@ -85,6 +85,20 @@ def record_size(record: UserRecord) -> int:
     return len(record.data) + len(record.partition_key.encode("utf-8"))
 
 
+def caller_problem(caller: object) -> str | None:
+    """What is wrong with `caller` as a caller (a str of at most 512 visible ASCII characters,
+    "" included), or None."""
+    if not isinstance(caller, str):
+        return f"must be a str, got {type(caller).__name__}"
+    if not _CALLER.fullmatch(caller):
+        shown = f"{caller[:40]!r}{'...' if len(caller) > 40 else ''}"
+        return (
+            f"must be at most {MAX_CALLER_LENGTH} visible ASCII characters (no spaces), "
+            f"got {len(caller)} characters: {shown}"
+        )
+    return None
+
+
 def find_problems(records: Iterable[object], limits: Limits = DEFAULT_LIMITS) -> list[RecordProblem]:
     """Every problem in `records`, in index order; an empty list means the batch can be sent."""
     problems: list[RecordProblem] = []
@@ -150,18 +164,10 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
     caller_bytes = 0
     if caller is not None:
         if not isinstance(caller, str):
-            problems.append(
-                RecordProblem(index, "caller", f"must be a str or None, got {type(caller).__name__}")
-            )
-        elif not _CALLER.fullmatch(caller):
-            problems.append(
-                RecordProblem(
-                    index,
-                    "caller",
-                    f"must be at most {MAX_CALLER_LENGTH} visible ASCII characters (no spaces), "
-                    f"got {len(caller)} characters: {caller[:40]!r}{'...' if len(caller) > 40 else ''}",
-                )
-            )
+            kind = type(caller).__name__
+            problems.append(RecordProblem(index, "caller", f"must be a str or None, got {kind}"))
+        elif (wrong := caller_problem(caller)) is not None:
+            problems.append(RecordProblem(index, "caller", wrong))
         else:
             caller_bytes = len(caller)
     data: object = record.data

@@ -7,6 +7,7 @@ from typing import Literal
 
 from shardline.errors import PERMANENT_ERROR_CODES, ConfigurationError
 from shardline.kinesis._limits import DEFAULT_LIMITS, PUT_PAYLOAD_UNIT, Limits
+from shardline.kinesis._records import caller_problem
 
 #: Seconds after its first send within which a sealed aggregate (one whose outcome was once unknown)
 #: may be sent again; and seconds after the last send of an aggregate given up unconfirmed before its
@@ -46,6 +47,12 @@ class ProducerConfig:
       hash key, and each shardline consumer applies only its own shard's members. (There is no
       option to trust such a landing, nor to read the stream back: `retry_wrong_shard` and
       `reconcile_timeout` are gone.)
+    - `caller`: who this producer writes for — the caller of every record whose
+      `UserRecord.caller` is None (at most 512 visible ASCII characters). Consumers scope record
+      ids by caller, so two callers' equal ids are two identities. The default "" is "this
+      deployment's library producers": no `sl.c` tag is written, and every producer left at it
+      shares one id space. Give each service or tenant its own when their ids may collide. The
+      HTTP producer function stamps each request's authenticated principal on its records instead.
     - `max_buffered_records` / `max_buffered_bytes`: the bound on unresolved records (data plus
       partition key and id). Past it `put()` waits for room (sending meanwhile, as a flush would) or,
       with `when_buffer_full="raise"`, raises `BufferFull`.
@@ -68,9 +75,13 @@ class ProducerConfig:
     max_buffered_records: int = 100_000
     max_buffered_bytes: int = 128 * 1024 * 1024
     when_buffer_full: Literal["wait", "raise"] = "wait"
+    caller: str = ""
 
     def __post_init__(self) -> None:
         limits = self.limits
+        wrong = caller_problem(self.caller)
+        if wrong is not None:
+            raise ConfigurationError(f"caller {wrong}")
         if not 1 <= self.aggregation_max_size <= limits.max_record_size:
             raise ConfigurationError(f"aggregation_max_size must be within 1..{limits.max_record_size}")
         if not 1 <= self.collection_max_count <= limits.max_records_per_request:

@@ -109,12 +109,15 @@ class Producer:
     # -- public API ------------------------------------------------------------------------
 
     def put(self, record: UserRecord) -> Future[RecordResult]:
-        """Validate and buffer one record; its future resolves during a later `flush()`.
+        """Validate and buffer one record; its future resolves during a later `flush()`. A record
+        whose `caller` is None is written as `config.caller`'s.
 
         When the buffer bound is reached, `put` waits for room — sending buffered records in
         the meantime, as a flush would — or raises `BufferFull` (`when_buffer_full="raise"`).
         Cancelling the future does not withdraw the record.
         """
+        if self.config.caller and _callerless(record):
+            record = record._replace(caller=self.config.caller)
         validate([record], self.config.limits)
         future = RecordFuture(self._futures)
         self._admit([record], [future], NEVER, may_raise=True)
@@ -129,6 +132,9 @@ class Producer:
         timeout); records whose request went unanswered fail with `unconfirmed=True`.
         """
         stop = self._stop_at(deadline)
+        caller = self.config.caller
+        if caller:  # the producer's caller on records that name none (its bytes count in validation)
+            records = [r._replace(caller=caller) if _callerless(r) else r for r in records]
         buffered = self._admit(validate(records, self.config.limits), None, stop, may_raise=False)
         if buffered:
             last = buffered[-1].sequence
@@ -303,6 +309,11 @@ class Producer:
         if timeout is None or timeout > 0:
             self._changed.wait(timeout)
         return 0.0
+
+
+def _callerless(record: object) -> bool:
+    """A record the producer's own caller applies to (anything else is left to validation)."""
+    return isinstance(record, UserRecord) and record.caller is None
 
 
 def _resolve(records: list[BufferedRecord]) -> None:

@@ -165,3 +165,28 @@ def test_property_9_an_unconfirmed_record_without_an_id_is_flagged_and_never_rep
     assert follow_the_readme(api, records, None, (status, headers, body)) == [207, 200]
     counts = Sinks(api.kinesis, api.stream).counts()
     assert [counts.get(r["partitionKey"], 0) for r in records] == [1, 1, 1, 1]
+
+
+def test_property_9_an_answer_that_says_fix_it_wrote_nothing(api, monkeypatch):
+    """400, 404, 413 and 415 (and 422: tests/integration/test_producer_api_reused_ids.py): nothing of
+    the request is in the stream, so fixing it and posting the fixed request applies each record
+    once."""
+    monkeypatch.setenv("MAX_RECORDS_PER_REQUEST", "3")
+    good = records_of("fixed", with_ids=1, without=1)
+    bad = [{"partitionKey": "fixed-bad", "data": "%%%"}, *good]
+    answers = {
+        400: api.post(bad),
+        404: api.post(good, route="no-such-route"),
+        413: api.post(good * 2),
+        415: api.post(good, content_type="text/plain"),
+    }
+    assert {status: answer[0] for status, answer in answers.items()} == {
+        400: 400,
+        404: 404,
+        413: 413,
+        415: 415,
+    }
+    assert not {key for key in stream_keys(api) if key.startswith("fixed")}, "a refused request wrote"
+    assert follow_the_readme(api, good, None, api.post(good)) == [200]
+    counts = Sinks(api.kinesis, api.stream).counts()
+    assert [counts.get(r["partitionKey"], 0) for r in good] == [1, 1]

@@ -152,6 +152,43 @@ def test_property_3_api_hashes_are_scoped_by_stream_and_caller_and_expire(moto_s
     assert int(item[EXPIRES_AT_ATTRIBUTE]["N"]) == 1_000_000 + 3600
     assert item[KEY_ATTRIBUTE]["S"].startswith("s1/") and item[KEY_ATTRIBUTE]["S"].endswith("/i/id-1")
     now[0] += 3601
-    assert store.conflicts("s1", [other], caller=alice) == [], (
-        "an expired hash holds nothing"
-    )
+    assert store.conflicts("s1", [other], caller=alice) == [], "an expired hash holds nothing"
+
+
+class RefusedWrites:
+    """The idempotency table's client, but every BatchWriteItem is throttled (nothing recorded)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.refused = 0
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        return self.client.batch_get_item(**kwargs)
+
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        self.refused += 1
+        error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"}}
+        raise ClientError(error, "BatchWriteItem")
+
+
+def test_property_3_api_records_written_but_not_recorded_are_answered_as_written(api, moto_server):
+    """The hashes cannot be recorded after the write: the answer still says what was written (a 200,
+    never a 500 that would have the client post again), and the loss is counted; the id then stays
+    open to another body, which the consumers catch as a conflict (README)."""
+    import boto3
+
+    table = api.function._known_ids(api.function_settings())
+    dynamodb = boto3.client(
+        "dynamodb", endpoint_url=moto_server, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    refused = RefusedWrites(dynamodb)
+    api.function._id_store = IdempotencyStore(lambda: refused, table.table, sleep=lambda _: None)
+
+    status, _, body = api.post([record(b"one", "pk-unrecorded", "unrecorded-1")])
+    assert status == 200, body
+    assert refused.refused >= 1
+    status, _, body = api.post([record(b"two", "pk-unrecorded", "unrecorded-1")])
+    assert status == 200, body

@@ -74,16 +74,30 @@ class LoopbackApi:
     remaining_ms: int = 7_500  # each invocation's time: 1.5 s of flushing after the 6 s margin
     answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
-    def post(self, records: list[dict[str, Any]], key: str | None = None) -> tuple[int, dict[str, str], dict]:
+    def post(
+        self,
+        records: list[dict[str, Any]],
+        key: str | None = None,
+        *,
+        route: str = ROUTE,
+        content_type: str = "application/json",
+    ) -> tuple[int, dict[str, str], dict]:
         """POST the records (signed), with `Idempotency-Key: key` if given; (status, headers, body)."""
         headers = {"Idempotency-Key": key} if key is not None else {}
+        headers["Content-Type"] = content_type
         body = json.dumps({"records": records}).encode()
         status, answer_headers, raw = request(
-            self.server, "POST", f"/v1/streams/{ROUTE}/records", body, headers, sign=("test", "test")
+            self.server, "POST", f"/v1/streams/{route}/records", body, headers, sign=("test", "test")
         )
         answer = json.loads(raw)
         self.answers.append((status, answer))
         return status, answer_headers, answer
+
+    def function_settings(self) -> Any:
+        """The function's settings, as it reads them from its environment now."""
+        from shardline.aws_lambda import settings_from_env
+
+        return settings_from_env()
 
     def use(self, client: Any | None) -> None:
         """Put `client` (e.g. a `FaultyKinesis`) under the function; None: its own again."""

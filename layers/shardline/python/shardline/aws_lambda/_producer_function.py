@@ -181,7 +181,10 @@ class ProducerFunction:
         if self._dynamodb is None:
             import boto3  # in the Lambda runtime; imported on first use, not at cold start
 
-            self._dynamodb = boto3.client("dynamodb", config=client_config())
+            # A short read timeout: the table is read before the send, within the API's 29 s
+            # (at most 5 rounds), and the send's deadline is taken from what time is left.
+            config = client_config().merge(type(client_config())(read_timeout=2))
+            self._dynamodb = boto3.client("dynamodb", config=config)
         return self._dynamodb
 
     def _unrecorded(self, count: int) -> None:

@@ -179,7 +179,7 @@ def _problems_of(index: int, record: object, limits: Limits) -> list[RecordProbl
                 index,
                 "data",
                 f"record is {len(data) + key_bytes} bytes (data plus partition key) and {size} in "
-                f"shardline's envelope (a one-record KPL aggregate carrying its ids); "
+                f"shardline's envelope (a one-record KPL aggregate carrying its ids and caller); "
                 f"the stream accepts at most {limits.max_record_size}",
             )
         )

@@ -27,6 +27,9 @@ KB of item, twice that for an item written in a transaction; a cancelled transac
 Client-id dedup costs the counter one guard item per record in its checkpoint transaction, and
 the event sink nothing (its item is keyed by the id: an idempotent put, 1 WCU a KB, no transaction);
 producer-retry dedup costs no write (its state rides in the lease row the checkpoint writes anyway).
+
+The lane bound (`bench.lane_bound`): how many producer lanes a shard's dedup state holds against its
+size, up to its bound (`MAX_STATE_BYTES`), past which lanes are evicted.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench import units
+from bench import lane_bound, units
 from bench.inputs import AGGREGATE_PARTITION_KEY, KPL_AGGREGATION_MAX_SIZE, partition_keys
 from bench.report import Report, Row, Target, render
 from shardline.consumer import KinesisConsumer
@@ -426,12 +429,15 @@ def measure(
         | {"writes_per_record": cost.writes_per_record, "wcu_per_record": cost.wcu_per_record}
         for name, cost in costs.items()
     }
+    bounds = lane_bound.measure()  # the dedup state's lanes per shard against its size
+    rows += lane_bound.rows(bounds)
     details = {
         "records": record_count,
         "sink_records": sink_records,
         "shards": SHARDS,
         "kinesis": kinesis_details,
         "dynamodb": dynamodb_details,
+        "lane_bound": [asdict(bound) for bound in bounds],
     }
     return rows, details, problems
 
@@ -457,6 +463,7 @@ def notes(details: Mapping[str, Any]) -> list[str]:
         f"DynamoDB: the example sinks' handlers through KinesisConsumer over {details['sink_records']:,} "
         "of those records as the producer put them, ESM batches of 100, every item of every write counted "
         "(the sink's items, the once guards, the lease row); WCU as billed (transactional writes twice).",
+        lane_bound.note([lane_bound.LaneBound(**bound) for bound in details["lane_bound"]]),
     ]
 
 

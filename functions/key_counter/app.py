@@ -32,13 +32,17 @@ Guard item, one per client id, in the counter table:
                        counter can share it, and a guard never shows up as a counted key
     shardlineOnce   N  1
     shardlineOnceId S  the client id
-    expiresAt       N  epoch seconds: the record's arrival + ONCE_TTL_SECONDS (7 days), the table's
-                       TTL attribute; a re-POST later than that is a new record
+    expiresAt       N  epoch seconds: the record's arrival + SHARDLINE_GUARD_TTL_SECONDS, the table's
+                       TTL attribute: as long as a copy of the record can still reach the group
+                       (the stream's retention + the DLQ's + a day, rendered by the constructs:
+                       16 days for the app's 24 h stream; 16 days too without the variable). A
+                       re-POST later than that is a new record.
 
 Environment (read at the first invocation): SHARDLINE_GROUP, LEASE_TABLE, SINK_TABLE (the counter
 table), DLQ_URL (optional), MAX_ATTEMPTS (3), CHECKPOINT_INTERVAL (seconds, 5), TIME_MARGIN
 (seconds, 2), SINK_TTL_DAYS (the CDK app sets `sinkTtlDays`, 30; unset: counts are kept),
-FAILURE_DETAIL (`fingerprint`); Powertools' POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE
+FAILURE_DETAIL (`fingerprint`), SHARDLINE_GUARD_TTL_SECONDS (how long a guard lives); Powertools'
+POWERTOOLS_SERVICE_NAME, POWERTOOLS_METRICS_NAMESPACE
 ("shardline"), POWERTOOLS_TRACE_DISABLED.
 """
 
@@ -50,10 +54,8 @@ from typing import Any
 
 from shardline.aws_lambda import ConsumerEnvironment, ConsumerFunction
 from shardline.consumer import ConsumedRecord, once
-from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
+from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS, EXPIRES_AT_ATTRIBUTE
 
-#: How long a client id's guard is kept: a re-POST of the same id within it is not counted again.
-ONCE_TTL_SECONDS = 7 * 24 * 3600
 #: Length of a guard's key: above the 256 UTF-16 code units a partition key (a counter's key) can have.
 GUARD_KEY_LENGTH = 300
 DAY_SECONDS = 24 * 3600
@@ -71,10 +73,17 @@ def is_guard(item: dict[str, Any]) -> bool:
     )
 
 
-def count(table: str, records: list[ConsumedRecord], *, ttl_days: int | None = None) -> list[dict[str, Any]]:
+def count(
+    table: str,
+    records: list[ConsumedRecord],
+    *,
+    ttl_days: int | None = None,
+    guard_ttl_seconds: int = DEFAULT_GUARD_TTL_SECONDS,
+) -> list[dict[str, Any]]:
     """The user logic: for a chunk of records, how many more records each partition key has (once
-    per client id), as one list of writes committed with the checkpoint past the chunk; with
-    `ttl_days`, each counted key's `expiresAt` moves to its latest arrival + `ttl_days`."""
+    per client id, each id's guard kept `guard_ttl_seconds` after its record's arrival), as one
+    list of writes committed with the checkpoint past the chunk; with `ttl_days`, each counted
+    key's `expiresAt` moves to its latest arrival + `ttl_days`."""
     per_key: Counter[str] = Counter()
     latest: dict[str, float] = {}
     guards: list[dict[str, Any]] = []
@@ -84,7 +93,7 @@ def count(table: str, records: list[ConsumedRecord], *, ttl_days: int | None = N
             if record.id in guarded:
                 continue  # the same client record twice in the chunk: counted once
             guarded.add(record.id)
-            expires_at = int(record.approximate_arrival) + ONCE_TTL_SECONDS
+            expires_at = int(record.approximate_arrival) + guard_ttl_seconds
             guards.append(once(table, guard_key(record.id), expires_at=expires_at, record_id=record.id))
         per_key[record.partition_key] += 1
         latest[record.partition_key] = max(latest.get(record.partition_key, 0.0), record.approximate_arrival)
@@ -107,9 +116,10 @@ def _add(table: str, key: str, n: int, arrival: float, ttl_days: int | None) -> 
     return {"Update": update}
 
 
-function = ConsumerFunction(
-    batch_handler_for=lambda table: partial(
-        count, table, ttl_days=ConsumerEnvironment.from_environ().sink_ttl_days
-    )
-)
+def _counter(table: str) -> Any:
+    env = ConsumerEnvironment.from_environ()
+    return partial(count, table, ttl_days=env.sink_ttl_days, guard_ttl_seconds=env.guard_ttl_seconds)
+
+
+function = ConsumerFunction(batch_handler_for=_counter)
 handler = function.handler  # Logger, Tracer and EMF Metrics wired by ConsumerFunction

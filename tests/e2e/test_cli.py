@@ -102,7 +102,7 @@ def test_up_serves_status_and_send_then_ctrl_c_stops_every_process(cdk_out, tmp_
             f"http://127.0.0.1:{up.endpoint_port}",
             "make send",
             f"http://127.0.0.1:{up.api_port}/_dashboard",
-            "21 alarms evaluated",
+            "23 alarms evaluated",
         ):
             assert expected in banner
         # What is not run is listed, not silently dropped: every key of the template, for one.

@@ -91,7 +91,7 @@ def test_the_dashboard_draws_every_widget_with_live_traffic_during_a_send(runtim
     assert {w["kind"] for w in widgets} == {"text", "chart", "log"}
     assert all(w["canvas"] for w in widgets if w["kind"] == "chart")  # drawn as charts, not tables
     assert next(w for w in widgets if w["kind"] == "text")["text"].strip() == "shardline"  # markdown drawn
-    assert len(report["alarms"]) == 21
+    assert len(report["alarms"]) == 23
 
 
 def test_a_chaos_run_trips_an_alarm_that_the_page_shows(cdk_out: Path, tmp_path: Path) -> None:

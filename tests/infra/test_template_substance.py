@@ -28,6 +28,11 @@ EXPLAINED: dict[str, str] = {
     "and IDEMPOTENCY_TTL_SECONDS (the stream's retention + 14 days).",
     "changed ProducerFunctionServiceRoleDefaultPolicyEABB9ACE (AWS::IAM::Policy): PolicyDocument": ""
     "issue 39: BatchGetItem and BatchWriteItem on the idempotency table, kms:Decrypt on its key via DDB.",
+    "added MonitoringeventsinkDedupLanesEvictedECE27431 (AWS::CloudWatch::Alarm)": "issue 39, 8: lanes "
+    "evicted from a shard's dedup state past its bound page (records without ids may apply twice).",
+    "added MonitoringkeycounterDedupLanesEvicted564650E1 (AWS::CloudWatch::Alarm)": "issue 39, 8: as above.",
+    "changed MonitoringDashboard0C3675C6 (AWS::CloudWatch::Dashboard): DashboardBody": "issue 39, 8: each "
+    "group's 'copies and client ids skipped' widget draws DedupLanesEvicted too.",
 }
 
 

@@ -570,6 +570,7 @@ def test_monitoring_alarms_on_a_worker_group_s_stalls_dead_letters_lease_losses_
     kinds = {re.sub(r"^Monitoringorderworkers|[0-9A-F]{8}$", "", lid) for lid in alarms}
     assert kinds == {
         "MillisBehindLatest", "RecordsFailed", "DeadLetters", "ShardStalled", "LeaseLosses", "WorkersMissing",
+        "DedupLanesEvicted",
     }  # fmt: skip
     by_kind = {
         re.sub(r"^Monitoringorderworkers|[0-9A-F]{8}$", "", lid): alarm for lid, alarm in alarms.items()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
@@ -54,6 +54,8 @@ class SimShard:
         }
         if self.parents:
             shard["ParentShardId"] = self.parents[0]
+        if len(self.parents) > 1:  # a merge's child
+            shard["AdjacentParentShardId"] = self.parents[1]
         if self.closed:
             shard["SequenceNumberRange"]["EndingSequenceNumber"] = str(FIRST_SEQUENCE + 10**30)
         return shard
@@ -72,6 +74,9 @@ class SimStream:
         self.sequence = itertools.count(FIRST_SEQUENCE, 10**16)
         self.now = 1_700_000_000.0
         self.slow: list[Mapping[str, Any]] = []  # entries of a call that timed out, landing after the next
+        #: Run (and dropped) when a call's reply is lost after its write: what the world does in
+        #: that gap, e.g. a reshard, before the producer resends.
+        self.after_lost_reply: list[Callable[[], None]] = []
 
     def _next_id(self) -> str:
         return f"shardId-{len(self.shards):012d}"
@@ -107,6 +112,9 @@ class SimStream:
         for entry in slow:  # the call that timed out lands now, after its retry
             self._write(entry)
         if fault == "lost_after":
+            hooks, self.after_lost_reply = self.after_lost_reply, []
+            for hook in hooks:
+                hook()
             raise ReadTimeoutError(endpoint_url="http://sim")
         failed = sum(1 for entry in entries if "ErrorCode" in entry)
         return {"FailedRecordCount": failed, "Records": entries}
@@ -139,7 +147,7 @@ class SimStream:
             )
         return {"ShardIterator": f"{ShardId}|{start}"}
 
-    def get_records(self, *, ShardIterator: str, Limit: int = 10_000) -> dict[str, Any]:
+    def get_records(self, *, ShardIterator: str, Limit: int = 10_000, **_: Any) -> dict[str, Any]:
         shard_id, start = ShardIterator.split("|")
         shard = self.shards[shard_id]
         page = shard.records[int(start) : int(start) + Limit]
@@ -164,6 +172,19 @@ class SimStream:
             child = SimShard(self._next_id(), start, end, (parent.shard_id,))
             self._add(child)
             parent.children.append(child.shard_id)
+
+    def merge(self, pick: int) -> None:
+        """Merge two adjacent open shards (the `pick`-th pair) into one child."""
+        open_shards = sorted((s for s in self.shards.values() if not s.closed), key=lambda s: s.start)
+        pairs = [(a, b) for a, b in itertools.pairwise(open_shards) if a.end + 1 == b.start]
+        if not pairs:
+            return
+        left, right = pairs[pick % len(pairs)]
+        child = SimShard(self._next_id(), left.start, right.end, (left.shard_id, right.shard_id))
+        for parent in (left, right):
+            parent.closed = True
+            parent.children.append(child.shard_id)
+        self._add(child)
 
     def in_lineage_order(self) -> list[SimShard]:
         return sorted(self.shards.values(), key=lambda s: s.shard_id)  # parents are numbered first

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from shardline.consumer import LeaseLost, LeaseStore, LeaseTable, SinkConflict, SinkRejected, deaggregate
+from shardline.consumer._redrive import batch_info
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.testing import FakeLambdaContext, InMemoryLeaseTable, MappingReplay, kinesis_event
 
@@ -419,6 +420,60 @@ def test_an_unusable_item_identifier_fails_the_whole_batch(failure: dict[str, An
 def test_no_reported_failure_moves_past_the_batch(answer: Any) -> None:
     seen, replay = _batches_seen([answer])
     assert seen == [[0, 1, 2, 3], [4, 5]] and replay.invocations == 2
+
+
+def test_the_replay_gives_a_batch_up_after_its_retries_and_keeps_the_on_failure_record() -> None:
+    event = kinesis_event([UserRecord("k", bytes([i])) for i in range(6)], aggregate=False)
+    sequences = [r["kinesis"]["sequenceNumber"] for r in event["Records"]]
+    replay = MappingReplay(event["Records"], batch_size=4, maximum_retry_attempts=1)
+    seen: list[list[str]] = []
+    answers: list[Any] = [
+        lambda s: {"batchItemFailures": [{"itemIdentifier": s[1]}]},  # records 0 done, 1.. failed
+        RuntimeError("crash"),  # the retry of 1..4 crashes: past one retry, 1..4 are given up
+    ]
+
+    def handler(batch: dict[str, Any], context: FakeLambdaContext) -> Any:
+        seen.append([r["kinesis"]["sequenceNumber"] for r in batch["Records"]])
+        answer = answers.pop(0) if answers else None
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer(seen[-1]) if callable(answer) else answer
+
+    replay.drain(handler)
+    assert seen == [sequences[:4], sequences[1:5], sequences[5:]]
+    [message] = replay.on_failure
+    info = message["KinesisBatchInfo"]
+    assert (info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == (
+        sequences[1],
+        sequences[4],
+        4,
+    )
+    assert info["shardId"] == event["Records"][0]["eventID"].split(":")[0]
+    assert message["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert batch_info(message).stream == "events"  # what `redrive` reads
+
+
+def test_the_replay_discards_records_older_than_the_maximum_age_before_invoking() -> None:
+    event = kinesis_event([UserRecord("k", bytes([i])) for i in range(4)], aggregate=False, arrival=1000.0)
+    late = kinesis_event([UserRecord("k", b"9")], aggregate=False, arrival=1100.0, first_sequence=2 * 10**55)[
+        "Records"
+    ]
+    now = [1090.0]
+    replay = MappingReplay(
+        event["Records"] + late, batch_size=10, maximum_record_age_s=60, clock=lambda: now[0]
+    )
+    seen: list[int] = []
+    replay.drain(lambda batch, context: seen.append(len(batch["Records"])))
+    assert seen == [1] and replay.invocations == 1
+    [message] = replay.on_failure
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["KinesisBatchInfo"]["batchSize"] == 4
+
+
+@pytest.mark.parametrize("options", [{"maximum_retry_attempts": -2}, {"maximum_record_age_s": -5}])
+def test_the_replay_refuses_limits_lambda_would_refuse(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="-1"):
+        MappingReplay([], **options)
 
 
 def test_drain_gives_each_invocation_its_own_context() -> None:

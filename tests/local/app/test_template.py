@@ -40,7 +40,7 @@ def test_every_resource_of_the_template_is_run_or_listed_with_a_reason(template,
 def test_alarms_and_the_dashboard_are_read_resolved(template, app):
     kinds = {r.type for r in app.monitoring}
     assert kinds == {"AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard"}
-    assert sum(r.type == "AWS::CloudWatch::Alarm" for r in app.monitoring) == 21
+    assert sum(r.type == "AWS::CloudWatch::Alarm" for r in app.monitoring) == 23  # + DedupLanesEvicted x2
     board = next(r for r in app.monitoring if r.type == "AWS::CloudWatch::Dashboard")
     body = board.properties["DashboardBody"]
     assert isinstance(body, str) and '"Ref"' not in body  # every Fn::Join part resolved

@@ -4,6 +4,7 @@ implement it — neither subclassing the other — and one test body runs agains
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -11,6 +12,7 @@ import pytest
 from moto import mock_aws
 
 from shardline.consumer import Lease, LeaseLost, LeaseStore, LeaseTable, SinkConflict
+from shardline.consumer._lease_store import Claim, ClaimsMoved
 from shardline.kinesis import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing import InMemoryLeaseTable
 
@@ -149,3 +151,37 @@ def test_a_begin_under_a_held_lease_is_fenced_and_finds_its_predecessors_deliver
     with pytest.raises(LeaseLost):  # `held` is one write behind now
         store.begin("shard-1", "w1", "100", held=held)
     assert store.get("shard-1").owner == "w1"
+
+
+def test_claims_ride_with_a_checkpoint_only_under_the_version_they_were_read_at(store):
+    """Issue 39, property 4: a redrive row's claims (`_redrive_claims`), the same in both tables."""
+    redrive_key = "shard-1#redrive#5"
+    assert store.start_at(redrive_key, Position("4"), applied='{"v":1}')
+    assert store.get(redrive_key).applied_aggregates == '{"v":1}'
+    redriving = store.take(redrive_key, "redrive")
+    # The redrive's claim rides in its own checkpoint's write.
+    mine = Claim(redrive_key, 0, "redriveClaims", '{"p.0":[2,2]}')
+    redriving = store.checkpoint(redriving, Position("6"), claims=[mine])
+    assert (redriving.apply_version, redriving.redrive_claims) == (1, '{"p.0":[2,2]}')
+    assert store.get(redrive_key) == redriving
+    # The group's claim, read before the redrive's, is refused with everything of its checkpoint.
+    group = store.take("shard-1", "group")
+    stale = Claim(redrive_key, 0, "groupClaims", '{"p.0":[2,2]}')
+    with pytest.raises(ClaimsMoved):
+        store.checkpoint_with(group, Position("9"), [put("a")], claims=[stale])
+    with pytest.raises(ClaimsMoved):
+        store.checkpoint(group, Position("9"), claims=[stale])
+    assert store.get("shard-1").checkpoint == group.checkpoint
+    assert store.get(redrive_key) == redriving
+    # Read again, it lands in the redrive row without touching the redrive's lease.
+    fresh = Claim(redrive_key, 1, "groupClaims", '{"p.1":[1,1]}')
+    group = store.checkpoint_with(group, Position("9"), [put("a")], claims=[fresh])
+    row = store.get(redrive_key)
+    assert (row.apply_version, row.group_claims, row.redrive_claims) == (2, '{"p.1":[1,1]}', '{"p.0":[2,2]}')
+    assert (row.owner, row.counter, row.checkpoint) == ("redrive", redriving.counter, Position("6"))
+    # The redrive's next claim, under the version it read, is refused; its lease still holds.
+    again = Claim(redrive_key, 1, "redriveClaims", '{"p.0":[2,3]}')
+    with pytest.raises(ClaimsMoved):
+        store.checkpoint(redriving, Position("7"), claims=[again])
+    redriving = store.checkpoint(redriving, Position("7"), claims=[replace(again, version=2)])
+    assert (redriving.apply_version, store.get(redrive_key).redrive_claims) == (3, '{"p.0":[2,3]}')

@@ -21,6 +21,11 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | consumer | `CHECKPOINT_INTERVAL`, `TIME_MARGIN` | float >= 0 (seconds) | 5, 2 |
 | consumer | `FAILURE_DETAIL` | `fingerprint` or `message` (see `_failure_text`) | `fingerprint` |
 | consumer | `SINK_TTL_DAYS` | int >= 1 (the handler's: how long its sink items live) | none (kept) |
+| consumer | `SHARDLINE_GUARD_TTL_SECONDS` | int >= 1 (seconds a client-id guard lives) | 1382400 (16 days) |
+
+`SHARDLINE_GUARD_TTL_SECONDS`: how long after its record's arrival a `once` guard must live — the
+stream's retention + the dead-letter queue's + a day (`shardline.consumer._once.guard_ttl_seconds`),
+rendered by the constructs; unset, 16 days: right for a 24 h stream and a 14-day DLQ only.
 
 Powertools reads its own variables (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, ...).
 """
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
+from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS
 from shardline.errors import ConfigurationError
 
 DEFAULT_MAX_RECORDS_PER_REQUEST = 500
@@ -217,6 +223,9 @@ class ConsumerEnvironment:
     sink_ttl_days: int | None = None
     #: What the group's sinks hold, declared for whoever checks it (`SinkDeclaration`).
     sinks: tuple[SinkDeclaration, ...] = field(default=())
+    #: Seconds after its record's arrival a client-id guard (`once`) must live: as long as a copy
+    #: can still be read from the stream or redriven from the DLQ (`_once.guard_ttl_seconds`).
+    guard_ttl_seconds: int = DEFAULT_GUARD_TTL_SECONDS
 
     VARIABLES = (
         "SHARDLINE_GROUP",
@@ -230,6 +239,7 @@ class ConsumerEnvironment:
         "TIME_MARGIN",
         "FAILURE_DETAIL",
         "SINK_TTL_DAYS",
+        "SHARDLINE_GUARD_TTL_SECONDS",
     )
 
     @classmethod
@@ -247,6 +257,7 @@ class ConsumerEnvironment:
             failure_detail=_choice(env, "FAILURE_DETAIL", FAILURE_DETAIL_CHOICES),
             sink_ttl_days=_int(env, "SINK_TTL_DAYS", 0) or None,
             sinks=_sinks(env),
+            guard_ttl_seconds=_int(env, "SHARDLINE_GUARD_TTL_SECONDS", DEFAULT_GUARD_TTL_SECONDS),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -257,6 +268,7 @@ class ConsumerEnvironment:
             "CHECKPOINT_INTERVAL": f"{self.checkpoint_interval:g}",
             "TIME_MARGIN": f"{self.time_margin:g}",
             "FAILURE_DETAIL": self.failure_detail,
+            "SHARDLINE_GUARD_TTL_SECONDS": str(self.guard_ttl_seconds),
         }
         if self.sink_table is not None:
             environ["SINK_TABLE"] = self.sink_table

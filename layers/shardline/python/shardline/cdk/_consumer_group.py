@@ -24,6 +24,7 @@ from shardline.cdk._dead_letters import (
     acknowledge_dead_letter_objects,
     dead_letter_bucket,
     dead_letter_queue,
+    dead_letter_retention_seconds,
     guard_dead_letters,
 )
 from shardline.cdk._feature_flags import pin_feature_flags
@@ -34,6 +35,7 @@ from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_function
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table, table
+from shardline.consumer._once import guard_ttl_seconds
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 # DescribeTable: the consumer reads the sink's key schema once, to tell a Put and an Update of one item.
@@ -172,6 +174,11 @@ class ConsumerGroup(Construct):
                 self, "LogsKey", description=f"shardline consumer group {name}: logs", alias=None
             )
         self.log_key = log_key
+        #: How long a client-id guard must live: a copy is read from the stream until its retention
+        #: ends, and redriven from the DLQ until the dead letter's retention ends (+ a day's margin).
+        self.guard_ttl_seconds = guard_ttl_seconds(
+            stream.retention_seconds, dead_letter_retention_seconds(self.dead_letters)
+        )
         declarations = tuple(
             declaration
             for sink, table_ in zip(sinks, self.sinks, strict=True)
@@ -187,6 +194,7 @@ class ConsumerGroup(Construct):
             max_attempts=max_attempts,
             checkpoint_interval=checkpoint_interval_seconds,
             sink_ttl_days=sink_ttl_days,
+            guard_ttl_seconds=self.guard_ttl_seconds,
         )
         self.function = python_function(
             self,

@@ -66,14 +66,16 @@ def _records(group: Group, dimensions: dict[str, str]) -> list[cw.IWidget]:
             width=6,
         ),
         graph(
-            # Copies of one aggregate (producer retries) and re-posted client ids, applied once.
-            title=f"{name}: copies and client ids skipped",
+            # Copies of one aggregate (producer retries) and re-posted client ids, applied once; lanes
+            # evicted from the dedup state past its bound (their late copies would apply again).
+            title=f"{name}: copies and client ids skipped, lanes evicted",
             left=[
                 shardline(namespace, m, dimensions)
                 for m in (
                     "AggregateCopiesSkipped",
                     "OutOfRangeRecordsSkipped",
                     "ClientIdDuplicatesSkipped",
+                    "DedupLanesEvicted",
                 )
             ],
             width=6,

@@ -5,7 +5,7 @@ on-failure queue (what it gave up on, metadata only), the dead-letter bucket for
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -13,9 +13,15 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from shardline.consumer._once import SQS_MAX_RETENTION_SECONDS
+
 #: Reading dead letters: what `dead_letter_readers` alone may do when the group names them.
 READ_QUEUE = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:PurgeQueue"]
 READ_OBJECTS = ["s3:GetObject", "s3:DeleteObject"]
+#: How long the group's DLQ keeps a dead letter, and its bucket a large one: SQS's longest (14 days).
+DEAD_LETTER_RETENTION_DAYS = 14
+#: SQS's retention when a queue sets none (4 days).
+SQS_DEFAULT_RETENTION_SECONDS = 4 * 24 * 3600
 
 
 def dead_letter_queue(
@@ -27,9 +33,24 @@ def dead_letter_queue(
         encryption=sqs.QueueEncryption.KMS,
         encryption_master_key=key,
         enforce_ssl=True,
-        retention_period=Duration.days(14),
+        retention_period=Duration.days(DEAD_LETTER_RETENTION_DAYS),
         removal_policy=removal_policy,
     )
+
+
+def dead_letter_retention_seconds(queue: sqs.IQueue) -> int:
+    """How long `queue` keeps a message: its `MessageRetentionPeriod` when this app defines it (SQS's
+    default, 4 days, when it sets none); SQS's longest, 14 days, for a queue imported by ARN or a
+    retention known only at deploy time — no queue keeps a message longer, so a guard derived from
+    it is never too short (`shardline.consumer._once.guard_ttl_seconds`)."""
+    resource = queue.node.default_child
+    if isinstance(resource, sqs.CfnQueue):
+        period = resource.message_retention_period
+        if period is None:
+            return SQS_DEFAULT_RETENTION_SECONDS
+        if isinstance(period, int | float) and not Token.is_unresolved(period):
+            return int(period)
+    return SQS_MAX_RETENTION_SECONDS
 
 
 def dead_letter_bucket(
@@ -52,7 +73,7 @@ def dead_letter_bucket(
         enforce_ssl=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(14))],
+        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(DEAD_LETTER_RETENTION_DAYS))],
         server_access_logs_bucket=access_logs,
         server_access_logs_prefix=prefix,
         removal_policy=removal_policy,

@@ -44,6 +44,9 @@ DATAPOINTS_TO_ALARM = 2
 REDRIVE_SECTION = "Redriving what the mapping discarded"
 REDRIVE_ANCHOR = "#redriving-what-the-mapping-discarded"
 API_LATENCY_P99_MS = 20_000
+#: README heading that draws the applied-aggregate state's lane bound and what to do past it.
+LANE_BOUND_SECTION = "The lane bound of the dedup state"
+LANE_BOUND_ANCHOR = "#the-lane-bound-of-the-dedup-state"
 #: A worker group's lease losses page when they go on: in this many of the last
 #: LEASE_CHURN_WINDOW_MINUTES one-minute periods (a rebalance, when workers start or stop, moves
 #: leases for a few minutes and pages nobody).
@@ -311,6 +314,7 @@ class Monitoring(Construct):
             f"{name}: two invocations held one shard's lease. Runbook: check the mapping's "
             "ParallelizationFactor is 1 and that no second mapping reads this stream for this group.",
         )
+        self._lanes_evicted(group.name, namespace, dimensions)
 
     def _worker_alarms(self, group: WorkerGroup) -> None:
         """A worker group's alarms: those of a Lambda group that apply (no function, no mapping),
@@ -372,6 +376,7 @@ class Monitoring(Construct):
             within_minutes=LEASE_CHURN_WINDOW_MINUTES,
             datapoints=LEASE_CHURN_DATAPOINTS,
         )
+        self._lanes_evicted(name, namespace, dimensions)
         self._alarm(
             f"{name}WorkersMissing",
             workers_missing(group),
@@ -382,6 +387,24 @@ class Monitoring(Construct):
             "service's events and stopped tasks' reasons in the ECS console, the workers' logs.",
             within_minutes=WORKERS_MISSING_MINUTES,
             datapoints=WORKERS_MISSING_MINUTES,
+        )
+
+    def _lanes_evicted(self, name: str, namespace: str, dimensions: dict[str, str]) -> None:
+        """Evictions from a shard's applied-aggregate state (Lambda and worker groups alike): two
+        five-minute periods of three with any, so a shard that stays over its bound pages and one
+        burst of dead lanes (a fleet restarting under new producer ids) pages nobody."""
+        self._alarm(
+            f"{name}DedupLanesEvicted",
+            shardline(namespace, "DedupLanesEvicted", dimensions),
+            0,
+            f"{name}: a shard's dedup state is over its bound (150 KB, about 4,150 producer lanes seen "
+            "in the last 10 minutes) and drops the lanes that wrote least recently. A late copy of an "
+            "aggregate of a dropped lane (a producer's resend after a lost reply) is applied again: "
+            "records without a client id may be applied twice (never lost; records with ids are "
+            "guarded by the sink). Runbook: the group's WARNING logs ('lanes evicted') say when; fewer "
+            "producer incarnations per shard (long-lived producers, fewer forks or cold starts), "
+            f"client ids on records that must not be applied twice: README, '{LANE_BOUND_SECTION}' "
+            f"({LANE_BOUND_ANCHOR}).",
         )
 
     def _alarm(

@@ -87,6 +87,12 @@ class Stream(Construct):
         self.route = route or (construct_id if Token.is_unresolved(self.stream_name) else self.stream_name)
         add_tags(self, tags)
 
+    @property
+    def retention_seconds(self) -> int:
+        """How long the stream keeps a record after its arrival: what its consumer groups' record
+        age, alarms and client-id guards (`SHARDLINE_GUARD_TTL_SECONDS`) are derived from."""
+        return self.retention_hours * 3600
+
     def _new(
         self,
         owner: str,

@@ -4,7 +4,6 @@ consumer core the Lambda-driven `ConsumerGroup` runs."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from shardline.aws_lambda import ConsumerEnvironment, SinkDeclaration
 from shardline.cdk import _group_rules as rules
 from shardline.cdk._consumer_group import CONSUMER_ACTIONS, register_consumer
 from shardline.cdk._consumer_group import LEASE_ACTIONS as LAMBDA_LEASE_ACTIONS
@@ -29,6 +29,7 @@ from shardline.cdk._dead_letters import (
     acknowledge_dead_letter_objects,
     dead_letter_bucket,
     dead_letter_queue,
+    dead_letter_retention_seconds,
     guard_dead_letters,
 )
 from shardline.cdk._feature_flags import pin_feature_flags
@@ -39,6 +40,7 @@ from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table as new_lease_table
 from shardline.cdk._tables import table
+from shardline.consumer._once import guard_ttl_seconds
 
 #: This repository, when shardline runs from its source (`layers/shardline/python/shardline/cdk/`):
 #: the default build context, which holds `workers/Dockerfile`.
@@ -57,7 +59,8 @@ NEVER_IN_CONTEXT = (
     ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info",
 )  # fmt: skip
 #: The worker's environment contract (`shardline worker`); the handler's own variables (a Lambda
-#: group's function has them too: SINK_TTL_DAYS, SHARDLINE_SINKS) come beside them when set.
+#: group's function has them too: SINK_TTL_DAYS, SHARDLINE_SINKS when set, and the client-id guards'
+#: SHARDLINE_GUARD_TTL_SECONDS), rendered by `ConsumerEnvironment` as for a Lambda group, beside them.
 WORKER_VARIABLES = (
     "SHARDLINE_GROUP",
     "SHARDLINE_STREAM",
@@ -76,7 +79,7 @@ WORKER_VARIABLES = (
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
 )
-HANDLER_VARIABLES = ("SHARDLINE_SINKS", "SINK_TTL_DAYS")
+HANDLER_VARIABLES = ("SHARDLINE_SINKS", "SINK_TTL_DAYS", "SHARDLINE_GUARD_TTL_SECONDS")
 #: The lease table: the Lambda consumer's item actions, and Scan (a worker reads every lease to
 #: find expired ones and to balance).
 LEASE_ACTIONS = (*LAMBDA_LEASE_ACTIONS, "dynamodb:Scan")
@@ -161,7 +164,8 @@ class WorkerGroup(Construct):
     `stop_timeout_seconds` to finish its batch, checkpoint and release its leases.
 
     **Monitoring.** Pass the group to `Monitoring`: stalls, dead letters, failed records, lease losses
-    that go on, `MillisBehindLatest` as its lag, and running tasks below the desired count (Container
+    that go on, lanes evicted from a shard's dedup state, `MillisBehindLatest` as its lag, and running
+    tasks below the desired count (Container
     Insights metrics: `container_insights`, on for a cluster made here; a team's cluster needs it on)."""
 
     def __init__(
@@ -277,6 +281,11 @@ class WorkerGroup(Construct):
             self, "DeadLetterBucket", key=self.key, prefix=f"{name}/",
             removal_policy=dead_letters_removal_policy, access_logs=self.access_logs,
         )  # fmt: skip
+        #: How long a client-id guard must live (as a Lambda group's: `ConsumerGroup.guard_ttl_seconds`);
+        #: a team's queue imported by ARN counts as SQS's longest retention.
+        self.guard_ttl_seconds = guard_ttl_seconds(
+            stream.retention_seconds, dead_letter_retention_seconds(self.dead_letters)
+        )
         self.consumer = (
             register_consumer(self, stream, where, consumer_name or name) if enhanced_fan_out else None
         )
@@ -488,15 +497,20 @@ class WorkerGroup(Construct):
             environment["STREAM_CONSUMER_ARN"] = self.consumer.attr_consumer_arn
         if max_leases_per_worker is not None:
             environment["MAX_LEASES_PER_WORKER"] = str(max_leases_per_worker)
-        declarations = [
-            declaration.to_json()
+        declarations: tuple[SinkDeclaration, ...] = tuple(
+            declaration
             for sink, table_ in zip(sinks, self.sinks, strict=True)
             if (declaration := sink.declaration(table_.table_name)) is not None
-        ]
-        if declarations:  # as a Lambda group's function has it (`ConsumerEnvironment`)
-            environment["SHARDLINE_SINKS"] = json.dumps(declarations)
-        if sink_ttl_days is not None:
-            environment["SINK_TTL_DAYS"] = str(sink_ttl_days)
+        )
+        # The handler's variables as a Lambda group's function has them: one contract, one renderer.
+        handler = ConsumerEnvironment(
+            group=self.name,
+            lease_table=self.leases.table_name,
+            sinks=declarations,
+            sink_ttl_days=sink_ttl_days,
+            guard_ttl_seconds=self.guard_ttl_seconds,
+        ).to_environ()
+        environment.update({name: handler[name] for name in HANDLER_VARIABLES if name in handler})
         return environment
 
     def _container(

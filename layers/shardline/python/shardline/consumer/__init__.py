@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     from shardline.consumer._once import once as once
     from shardline.consumer._redrive import RedriveResult as RedriveResult
     from shardline.consumer._redrive import redrive as redrive
+    from shardline.consumer._redrive_start import GuardsExpired as GuardsExpired
+    from shardline.consumer._redrive_start import RedriveRefused as RedriveRefused
     from shardline.consumer._resharding import ShardLineage as ShardLineage
     from shardline.consumer._settings import BatchHandler as BatchHandler
     from shardline.consumer._settings import BatchWrites as BatchWrites
@@ -116,6 +118,8 @@ _EXPORTS = {
     "is_once_guard": "_once",
     "redrive": "_redrive",
     "RedriveResult": "_redrive",
+    "RedriveRefused": "_redrive_start",
+    "GuardsExpired": "_redrive_start",
     "DependencyUnavailable": "shardline.errors",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",

@@ -27,15 +27,19 @@ from typing import Any
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
 from shardline.consumer._dedup_run import DedupRun
-from shardline.consumer._lease_store import Lease, LeaseStore
+from shardline.consumer._lease_store import MAX_TRANSACTION_ITEMS, Claim, ClaimsMoved, Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
 from shardline.consumer._once import guarded_id, is_once_guard
+from shardline.consumer._redrive_claims import Arbiters
 from shardline.consumer._settings import ConsumerSettings
 from shardline.consumer._transaction import PendingTransaction, RecordWrites
 from shardline.errors import SinkConflict, SinkRejected
 from shardline.kinesis._positions import Position
 
 Refusal = SinkConflict | SinkRejected
+
+#: Commits tried again in one run after a redrive row's claims moved with nothing in conflict.
+MAX_CLAIM_RETRIES = 8
 
 #: The failure policy's verdict on a record whose writes DynamoDB refused: True when it went to
 #: the dead-letter queue (the checkpoint may pass it), False when it must run again.
@@ -99,7 +103,9 @@ class Checkpoint:
         self.marked = False  # our in-flight mark is in the lease row
         self.careful: CarefulSpans | None = None  # after a crash: doubling spans (`_careful`)
         self.dedup: DedupRun | None = None  # the applied-aggregate state, from the lease row
+        self.arbiters: Arbiters | None = None  # redrive rows whose claims ride along (`_redrive_claims`)
         self.fresh: list[ConsumedRecord] = []  # the run's records past the checkpoint it began at
+        self.claim_retries = 0
 
     # -- what is done --------------------------------------------------------------------------
 
@@ -107,7 +113,7 @@ class Checkpoint:
         """`record`'s handler returned: its writes wait for the checkpoint that passes it. With
         `covering` > 1 the writes are those of the `covering` records up to `record`, done with it."""
         if writes:
-            if not self.pending.fits(writes):
+            if not self.pending.fits(writes) or not self._room_for_claims(writes):
                 self.commit()  # what is done so far; these writes start the next one
             self.pending.add(record, writes, self.done, covering)
         self.done = record
@@ -157,6 +163,7 @@ class Checkpoint:
             except PutRefused as refused:
                 self._reject(refused.culprit, refused.refusal, False)
                 continue
+            claims = self._claims_at(position)
             try:
                 self.lease = self.table.checkpoint_with(
                     self.lease,
@@ -165,12 +172,16 @@ class Checkpoint:
                     release=release and self.marked,
                     applied=self._applied_at(position),
                     careful_span=self._span_after(position, release),
+                    claims=claims,
                 )
             except (SinkConflict, SinkRejected) as refused:
                 if not self._skip_applied(refused):
                     self._blame(refused)
                 continue
-            self._committed(position)
+            except ClaimsMoved:
+                self._claims_moved()
+                continue
+            self._committed(position, claims)
             self.pending.clear()
             self.since_checkpoint = 0
             self.checkpointed_at = self.clock()
@@ -249,6 +260,7 @@ class Checkpoint:
             half = remaining[:size]
             position = half[-1].record.position
             assert self.lease is not None
+            claims = self._claims_at(position)
             try:
                 self.lease = self.table.checkpoint_with(
                     self.lease,
@@ -256,14 +268,18 @@ class Checkpoint:
                     [write for group in half for write in group.writes],
                     applied=self._applied_at(position),
                     careful_span=self._span_after(position, False),
+                    claims=claims,
                 )
+            except ClaimsMoved:
+                self._claims_moved()
+                continue
             except (SinkConflict, SinkRejected) as alone:
                 self.pending.keep(remaining)  # half is its prefix: DynamoDB's indexes hold
                 if alone.indexes or size == 1:
                     return (self.pending.owner(alone.indexes[0]) if alone.indexes else half[0]), alone
                 search = size
                 continue
-            self._committed(position)
+            self._committed(position, claims)
             self.metrics.count("CheckpointsWritten")
             remaining = remaining[size:]
             search = search - size if search > size else len(remaining)
@@ -274,7 +290,41 @@ class Checkpoint:
         """The applied-aggregate state a checkpoint at `position` writes (None: leave it)."""
         return self.dedup.state_at(position) if self.dedup is not None else None
 
-    def _committed(self, position: Position) -> None:
+    def _room_for_claims(self, writes: list[Mapping[str, Any]]) -> bool:
+        """Do `writes` leave room, in the checkpoint's transaction, for an item per redrive row
+        whose claims ride along (`_redrive_claims`)?"""
+        if not self.arbiters:
+            return True
+        return len(self.pending.writes) + len(writes) + self.arbiters.rows <= MAX_TRANSACTION_ITEMS - 1
+
+    def _claims_at(self, position: Position) -> list[Claim]:
+        """The redrive rows' claims a checkpoint at `position` writes (`_redrive_claims`)."""
+        if not self.arbiters or self.dedup is None:
+            return []
+        return self.arbiters.claims(self.dedup.claimed_through(position))
+
+    def _claims_moved(self) -> None:
+        """A redrive row's claims moved since this run read them: re-read them. If the other run
+        has applied an aggregate this run admitted, stop at the first record not committed (the
+        next delivery skips that aggregate); else the commit is tried again under the new versions
+        — at most `MAX_CLAIM_RETRIES` times, then the run stops there all the same."""
+        assert self.arbiters is not None and self.dedup is not None
+        self.claim_retries += 1
+        self.metrics.count("RedriveClaimsMoved")
+        if self.arbiters.refresh(self.table, self.dedup.admitted()) or self.claim_retries > MAX_CLAIM_RETRIES:
+            self.pending.clear()
+            raise RetryFrom(self._first_not_committed())
+
+    def _first_not_committed(self) -> str:
+        checkpoint = self.lease.checkpoint if self.lease is not None else None
+        for record in self.fresh:
+            if checkpoint is None or record.position > checkpoint:
+                return record.sequence_number
+        return self.fresh[-1].sequence_number
+
+    def _committed(self, position: Position, claims: list[Claim] | None = None) -> None:
+        if claims and self.arbiters is not None:
+            self.arbiters.landed(claims)
         if self.dedup is not None:
             self.dedup.committed(position)
 

@@ -25,7 +25,8 @@ earlier in the same batch is also a copy (`DedupRun`, in `_dedup_run`).
 Lanes whose newest arrival is more than `DEDUP_HORIZON_S` behind the newest arrival the state
 has folded in are dropped: the producer never resends an aggregate more than `RESEND_HORIZON_S`
 (120 s) after its first send, so a copy cannot arrive that late. A child shard starts from the
-union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates).
+union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates;
+a parent that received nothing hands down its own parents', `_resharding`).
 
 Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<producer>.<lane>":[w,t,a,b,...]}}`,
 a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
@@ -46,7 +47,9 @@ arrival, under `p`. A child whose range its parent's covers (a split) needs noth
 the child's range the parent applied every member. A child of a *merge* (`inherit`) covers more
 than each parent: for an aggregate some parent applied only in part, the child keeps the hash
 ranges its parents applied it in (`q`), and a copy landing in the child — the producer's
-re-routed copy — applies only its members outside them. Both lists are pruned by the horizon.
+re-routed copy — applies only its members outside them. A further split clips those ranges to
+each child's (`inherit` again): a child they cover whole has the aggregate applied, one they miss
+entirely keeps the entry with no range (applied nowhere in it). Both lists are pruned by the horizon.
 """
 
 from __future__ import annotations
@@ -126,7 +129,9 @@ class AppliedAggregates:
             qualified: dict[str, dict[int, list[int]]] = {}
             for key, entries in value.get("q", {}).items():
                 for entry in entries:
-                    if len(entry) < 4 or len(entry) % 2 or not all(isinstance(n, int) for n in entry):
+                    # [counter, arrival, low, high, ...]: no range at all is an aggregate applied
+                    # nowhere in this shard's range (a merged child's, split again)
+                    if len(entry) < 2 or len(entry) % 2 or not all(isinstance(n, int) for n in entry):
                         raise ValueError(f"qualified aggregates of {key!r} are malformed")
                     qualified.setdefault(key, {})[entry[0]] = entry[1:]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -226,26 +231,44 @@ class AppliedAggregates:
                 del self.qualified[key]
 
     def bounded(self, max_bytes: int = MAX_STATE_BYTES) -> tuple[str, int]:
-        """The serialized state within `max_bytes`, evicting the lanes with the oldest arrivals
-        first; and how many lanes were evicted."""
+        """The serialized state within `max_bytes`, and how many lanes were evicted for it.
+
+        Whole lanes go (with their partial and qualified aggregates), by age: the lane whose newest
+        arrival is oldest first. A producer that still writes to the shard keeps moving its lane's
+        newest arrival; one that stopped (dead, restarted under a new id, or no longer writing
+        here) does not, so its lanes are retired before any live one — whatever their counters or
+        the order they were folded in. No more lanes go than the bound needs: each eviction's
+        saving is counted exactly (`_cost`), its partial and qualified entries included."""
         text = self.serialize()
-        evicted = 0
         if len(text) <= max_bytes:
             return text, 0
-        by_age = sorted(self.lanes, key=lambda key: self.lanes[key][1])
         size = len(text)
-        for key in by_age:
+        evicted = 0
+        for key in sorted(self.lanes, key=lambda key: self.lanes[key][1]):
             if size <= max_bytes:
                 break
-            size -= len(json.dumps({key: self.lanes[key]}, separators=(",", ":"))) - 1  # "{", "}" vs ","
+            size -= self._cost(key)
             self._evict(key)
             evicted += 1
         text = self.serialize()
-        while len(text) > max_bytes and self.lanes:  # the estimate fell short: one at a time
+        while len(text) > max_bytes and self.lanes:  # the count fell short: one at a time
             self._evict(min(self.lanes, key=lambda key: self.lanes[key][1]))
             evicted += 1
             text = self.serialize()
         return text, evicted
+
+    def _cost(self, key: str) -> int:
+        """The bytes the serialized state loses when lane `key` is evicted: its entry in `k`, and in
+        `p` and `q` (each with the comma before it; the whole `,"p":{}` when it is the last there)."""
+        cost = _entry_bytes(key, self.lanes[key])
+        for section, entries in (("p", self.partial), ("q", self.qualified)):
+            if key not in entries:
+                continue
+            value: object = entries[key]
+            if section == "q":
+                value = [[counter, *entry] for counter, entry in self.qualified[key].items()]
+            cost += _entry_bytes(key, value) + (len(f',"{section}":{{}}') - 1 if len(entries) == 1 else 0)
+        return cost
 
     def _evict(self, key: str) -> None:
         del self.lanes[key]
@@ -311,6 +334,11 @@ class AppliedAggregates:
                     add(mine, lane[at], lane[at + 1])
                 add(mine, mine[0])  # fold the ranges the larger w reaches
         return merged
+
+
+def _entry_bytes(key: str, value: object) -> int:
+    """`"key":value` and its separating comma, as `serialize` writes them."""
+    return len(json.dumps({key: value}, separators=(",", ":"))) - 1  # "{", "}" vs ","
 
 
 def _list_partial(partial: dict[str, list[int]], key: str, counter: int, arrival: int) -> None:

@@ -10,6 +10,7 @@ with its checkpoint: the stored state and every aggregate wholly passed there, p
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from shardline.consumer._dedup import MAX_STATE_BYTES, AppliedAggregates
@@ -25,13 +26,16 @@ class _Counter(Protocol):
 
 
 class _Pending:
-    __slots__ = ("aggregate", "arrival", "partial", "passed_at")
+    __slots__ = ("aggregate", "arrival", "partial", "passed_at", "replay")
 
-    def __init__(self, aggregate: AggregateId, arrival: float, passed_at: Position) -> None:
+    def __init__(
+        self, aggregate: AggregateId, arrival: float, passed_at: Position, replay: bool = False
+    ) -> None:
         self.aggregate = aggregate
         self.arrival = arrival
         self.passed_at = passed_at
         self.partial = False
+        self.replay = replay  # wholly before the checkpoint: applied by an earlier delivery
 
 
 class DedupRun:
@@ -51,6 +55,7 @@ class DedupRun:
         "_pending",
         "_seen",
         "_text",
+        "others",
         "state",
     )
 
@@ -70,6 +75,8 @@ class DedupRun:
         self._at = 0  # pending entries before this index are in `state`
         self._text = stored or ""  # the committed state as stored
         self._covered: list[int] | None = None  # of the last admitted aggregate
+        #: Did another run (a redrive and the group's, `_redrive_claims`) apply this aggregate?
+        self.others: Callable[[AggregateId], bool] | None = None
 
     def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool:
         """Should the Kinesis record at `sequence`, aggregate `aggregate_id`, be applied? No if
@@ -84,9 +91,11 @@ class DedupRun:
         identity = (aggregate.key, aggregate.counter)
         if Position(sequence) < self._below:
             self._seen.add(identity)
-            self._pending.append(_Pending(aggregate, arrival, Position(sequence)))  # folds at once
+            self._pending.append(_Pending(aggregate, arrival, Position(sequence), True))  # folds at once
             return True
         if identity in self._seen or self.state.applied(aggregate):
+            return False
+        if self.others is not None and self.others(aggregate):
             return False
         self._seen.add(identity)
         self._pending.append(_Pending(aggregate, arrival, Position(sequence)))
@@ -143,6 +152,22 @@ class DedupRun:
             )
         self._at = end
         self._text = self.state.serialize()
+
+    def claimed_through(self, position: Position) -> list[tuple[AggregateId, float]]:
+        """The aggregates (and their arrivals) admitted in this run whose Kinesis record is at or
+        before `position`: a checkpoint there applied (some of) their members (`_redrive_claims`)."""
+        if position.is_sentinel:
+            return []
+        last = int(position.sequence)
+        return [
+            (entry.aggregate, entry.arrival)
+            for entry in self._pending
+            if not entry.replay and int(entry.passed_at.sequence) <= last
+        ]
+
+    def admitted(self) -> list[AggregateId]:
+        """Every aggregate admitted in this run to be applied (not a replay below the checkpoint)."""
+        return [entry.aggregate for entry in self._pending if not entry.replay]
 
     def _passed(self, position: Position) -> int:
         """Index past the last pending aggregate wholly passed by a checkpoint at `position`."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardline.consumer._lease_store import Lease
+from shardline.consumer._lease_store import CLAIM_FIELDS, Claim, Lease
 from shardline.errors import SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 
@@ -97,6 +97,9 @@ def lease_of(item: Mapping[str, Any]) -> Lease:
         stalled_sequence=item.get("stalledSequence", {}).get("S"),
         stalls=int(item.get("stalls", {"N": "0"})["N"]),
         skipped_by_mapping=item.get("skippedByMapping", {}).get("S"),
+        apply_version=int(item.get("applyVersion", {"N": "0"})["N"]),
+        group_claims=item.get("groupClaims", {}).get("S"),
+        redrive_claims=item.get("redriveClaims", {}).get("S"),
     )
 
 
@@ -117,7 +120,35 @@ def new_item(lease: Lease, now: dict[str, str]) -> dict[str, Any]:
     }
     if lease.parent_shard_ids:
         item["parentShardId"] = {"SS": sorted(lease.parent_shard_ids)}
+    if lease.applied_aggregates:
+        item["appliedAggregates"] = {"S": lease.applied_aggregates}
     return item
+
+
+def claim_condition(version: int) -> str:
+    """The condition of a write of a redrive row's claims: its `applyVersion` is still `version`."""
+    return "attribute_not_exists(applyVersion)" if version == 0 else "applyVersion = :claimed_version"
+
+
+def claim_values(claim: Claim) -> Values:
+    values: Values = {":claims": {"S": claim.claims}, ":next_version": {"N": str(claim.version + 1)}}
+    if claim.version:
+        values[":claimed_version"] = {"N": str(claim.version)}
+    return values
+
+
+def claim_update(table_name: str, claim: Claim) -> dict[str, Any]:
+    """The Update (a TransactWriteItems entry) of another row's claims (`Claim`): it leaves that
+    row's lease alone (owner, counter), so its holder's fenced writes are not disturbed."""
+    if claim.attribute not in CLAIM_FIELDS:
+        raise ValueError(f"a claim writes groupClaims or redriveClaims, not {claim.attribute!r}")
+    return {
+        "TableName": table_name,
+        "Key": key(claim.key),
+        "UpdateExpression": f"SET applyVersion = :next_version, {claim.attribute} = :claims",
+        "ConditionExpression": f"attribute_exists(leaseKey) AND {claim_condition(claim.version)}",
+        "ExpressionAttributeValues": claim_values(claim),
+    }
 
 
 def take_values(current: Lease, taken: Lease, now: dict[str, str]) -> Values:
@@ -202,9 +233,11 @@ def checkpoint_update(
     release: bool = False,
     applied: str | None = None,
     careful_span: int | None = None,
+    own: Claim | None = None,
 ) -> dict[str, Any]:
     """UpdateItem moving `lease`'s checkpoint to `position`, conditional on its counter and on the
-    stored position (compare-and-swap), clearing what a moving checkpoint ends."""
+    stored position (compare-and-swap), clearing what a moving checkpoint ends; with `own`, the
+    row's own claims too (conditional on its `applyVersion`)."""
     removed: list[str] = []
     if lease.failed_at is not None and lease.failed_at <= position:
         removed += FAILURE_ATTRIBUTES
@@ -233,14 +266,18 @@ def checkpoint_update(
             values[":applied"] = {"S": applied}
         else:
             removed.append("appliedAggregates")
+    condition = "leaseCounter = :counter AND checkpoint = :old_seq AND checkpointSubSequenceNumber = :old_sub"
+    if own is not None:
+        expression += f", applyVersion = :next_version, {own.attribute} = :claims"
+        values.update(claim_values(own))
+        condition += f" AND {claim_condition(own.version)}"
     if removed:
         expression += " REMOVE " + ", ".join(removed)
     return {
         "TableName": table_name,
         "Key": key(lease.key),
         "UpdateExpression": expression,
-        "ConditionExpression": "leaseCounter = :counter AND checkpoint = :old_seq "
-        "AND checkpointSubSequenceNumber = :old_sub",
+        "ConditionExpression": condition,
         "ExpressionAttributeValues": {
             ":seq": {"S": position.sequence},
             ":sub": {"N": str(position.sub_sequence)},
@@ -349,14 +386,19 @@ def shard_end_update(table_name: str, seen: Lease, now: dict[str, str]) -> dict[
     }
 
 
-def raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientError) -> None:
+def raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientError, first: int = 1) -> None:
     """`SinkConflict` or `SinkRejected` naming the sink writes a cancelled transaction blames
-    (reason 0 is the checkpoint's); nothing if the cancellation was not about them."""
+    (reason 0 is the checkpoint's, the sink writes' start at `first`); nothing if the
+    cancellation was not about them."""
     codes = [str(reason.get("Code", "None")) for reason in reasons]
-    failed = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_BY_CONDITION)
+    failed = tuple(
+        index - first for index, code in enumerate(codes) if index >= first and code == CANCELED_BY_CONDITION
+    )
     if failed:
-        why = tuple(str(reasons[index + 1].get("Message", CANCELED_BY_CONDITION)) for index in failed)
+        why = tuple(str(reasons[index + first].get("Message", CANCELED_BY_CONDITION)) for index in failed)
         raise SinkConflict(f"sink writes {list(failed)} failed their condition", failed, why) from error
-    invalid = tuple(index - 1 for index, code in enumerate(codes) if index and code == CANCELED_AS_INVALID)
+    invalid = tuple(
+        index - first for index, code in enumerate(codes) if index >= first and code == CANCELED_AS_INVALID
+    )
     if invalid:
         raise SinkRejected(f"DynamoDB refused sink writes {list(invalid)} as invalid", invalid) from error

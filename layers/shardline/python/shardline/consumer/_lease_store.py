@@ -16,7 +16,10 @@ protocol is new, named for what it stores. The semantics every implementation ke
 - `checkpoint_with` commits the checkpoint and the sink writes together, or neither, raising
   `SinkConflict` (a write's own condition failed) or `SinkRejected` (a write DynamoDB refuses
   as invalid) with the indexes of the writes to blame, when known;
-- each method returns the lease as the row now holds it (the caller's next write goes under it).
+- each method returns the lease as the row now holds it (the caller's next write goes under it);
+- a checkpoint's `claims` (`Claim`: a redrive row's record of what a run applied, `_redrive_claims`)
+  land with it or not at all: each is conditional on the redrive row's `applyVersion` as read, which
+  it increments, and `ClaimsMoved` says a redrive row's claims moved since (nothing was written).
 """
 
 from __future__ import annotations
@@ -78,6 +81,50 @@ class Lease:
     stalled_sequence: str | None = None  # the sequence number the stalled delivery retries from
     stalls: int = 0  # consecutive stalled deliveries
     skipped_by_mapping: str | None = None  # JSON list of batches the mapping discarded while stalled
+    # A redrive row's claims (`_redrive_claims`): what the redrive and the group's run applied.
+    apply_version: int = 0  # `applyVersion`: incremented by every write of the claims
+    group_claims: str | None = None  # `groupClaims`: aggregates the group's run applied
+    redrive_claims: str | None = None  # `redriveClaims`: aggregates the redrive applied
+
+
+#: A redrive row's claim attributes, and the `Lease` fields they are read into.
+CLAIM_FIELDS = {"groupClaims": "group_claims", "redriveClaims": "redrive_claims"}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A write of one run's claims into a redrive row, riding with that run's checkpoint: SET
+    `attribute` (`groupClaims` or `redriveClaims`) to `claims`, on condition that the row's
+    `applyVersion` is still `version` (0: never written), which it increments."""
+
+    key: str
+    version: int
+    attribute: str
+    claims: str
+
+
+class ClaimsMoved(Exception):
+    """A redrive row's `applyVersion` moved since the run read it: the checkpoint did not land.
+    The run re-reads the row's claims before it writes again (`_redrive_claims`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the claims of redrive row {key} moved since they were read")
+        self.key = key
+
+
+def claimed(lease: Lease, claims: Sequence[Claim]) -> Lease:
+    """`lease` after its checkpoint landed with `claims`: those on its own row are now its own."""
+    for claim in claims:
+        if claim.key == lease.key:
+            lease = with_claim(lease, claim)
+    return lease
+
+
+def with_claim(row: Lease, claim: Claim) -> Lease:
+    """`row` (the claim's) once `claim` landed in it."""
+    if claim.attribute == "groupClaims":
+        return replace(row, apply_version=claim.version + 1, group_claims=claim.claims)
+    return replace(row, apply_version=claim.version + 1, redrive_claims=claim.claims)
 
 
 def advanced(
@@ -155,8 +202,9 @@ class LeaseStore(Protocol):
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
-        """Move the checkpoint forward to `position` under `lease`."""
+        """Move the checkpoint forward to `position` under `lease` (with `claims`, atomically)."""
         ...
 
     def checkpoint_with(
@@ -168,8 +216,9 @@ class LeaseStore(Protocol):
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
-        """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction."""
+        """Checkpoint and apply `writes` (TransactWriteItems entries) and `claims` in one transaction."""
         ...
 
     def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
@@ -209,8 +258,16 @@ class LeaseStore(Protocol):
         """Replace `skippedByMapping` with `skipped` (JSON) and end the stall."""
         ...
 
-    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
-        """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
+    def start_at(
+        self,
+        key: str,
+        checkpoint: Position,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        applied: str | None = None,
+    ) -> bool:
+        """Create the row of `key` at `checkpoint` (owned by no one), with the applied-aggregate
+        state `applied`; False if it exists."""
         ...
 
     def leases(self) -> list[Lease]:

@@ -16,7 +16,10 @@ in the same write (a batch that succeeds then costs two writes, and no read); `h
 it, and the holder's first checkpoint claims it — a batch that succeeds costs one write. A
 checkpoint only moves forward (compare-and-swap against the stored position; DynamoDB numbers
 cannot hold 56-digit sequence numbers, so the order is checked here). A write whose reply was
-lost is re-read and accepted if it landed.
+lost is re-read and accepted if it landed. A checkpoint's claims in a redrive row
+(`_redrive_claims`) go in its own UpdateItem when the row is its own, else in its transaction as
+one Update more (UpdateItem on the same table: no other grant), each conditional on the row's
+`applyVersion`.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ from shardline.consumer._lease_store import (
     MAX_TRANSACTION_ITEMS,
     NOT_CAREFUL,
     NOT_STALLED,
+    Claim,
+    ClaimsMoved,
     Lease,
     advanced,
+    claimed,
 )
 from shardline.consumer._sink_keys import SinkKeySchemas
 from shardline.consumer._transaction import item_of
@@ -267,9 +273,20 @@ class LeaseTable:
         self._fenced(lease, {"skippedByMapping": ":skipped"}, {":skipped": {"S": skipped}}, STALL_ATTRIBUTES)
         return replace(lease, counter=lease.counter + 1, skipped_by_mapping=skipped, **NOT_STALLED)
 
-    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
-        """Create the row of `key` at `checkpoint` (owned by no one); False if it exists."""
-        return self._write_new(Lease(key, "", 1, checkpoint, parent_shard_ids=frozenset(parent_shard_ids)))
+    def start_at(
+        self,
+        key: str,
+        checkpoint: Position,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        applied: str | None = None,
+    ) -> bool:
+        """Create the row of `key` at `checkpoint` (owned by no one) with the applied-aggregate
+        state `applied` (a redrive row: `_redrive_claims`); False if it exists."""
+        parents = frozenset(parent_shard_ids)
+        return self._write_new(
+            Lease(key, "", 1, checkpoint, parent_shard_ids=parents, applied_aggregates=applied)
+        )
 
     def leases(self) -> list[Lease]:
         """Every row of the table, read with a consistent Scan (a worker's view of its group)."""
@@ -334,6 +351,7 @@ class LeaseTable:
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         """Move the checkpoint forward to `position` under `lease`. Returns the updated lease.
 
@@ -342,28 +360,33 @@ class LeaseTable:
         `applied` (None: unchanged) is the applied-aggregate state at `position` (`_dedup`),
         written by the same write ("" removes it). `careful_span`: the span of a careful run
         that starts past `position` (`_careful`; None ends careful running). A checkpoint that
-        moves ends a stall and clears the failure it passes.
+        moves ends a stall and clears the failure it passes. `claims` (`_redrive_claims`) land
+        with it — on the row's own item, or on other rows in one transaction — or `ClaimsMoved`.
         """
         if position <= lease.checkpoint:
             return lease
+        if any(claim.key != lease.key for claim in claims):
+            return self._transaction(lease, position, (), release, applied, careful_span, claims)
+        own = next(iter(claims), None)
         update = codec.checkpoint_update(
-            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span
+            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span, own
         )
         try:
             self._client.update_item(**update)
         except ClientError as exc:
             if error_code(exc) != CONDITION_FAILED:
-                return self._confirm_landed(lease, position, exc, applied, careful_span)
+                return self._confirm_landed(lease, position, exc, applied, careful_span, claims)
             return self._confirm_landed(
                 lease,
                 position,
                 LeaseLost(f"lease {lease.key} was taken by another owner"),
                 applied,
                 careful_span,
+                claims,
             )
         except Exception as exc:  # timeout, reset: did it land?
-            return self._confirm_landed(lease, position, exc, applied, careful_span)
-        return advanced(lease, position, release, applied, careful_span)
+            return self._confirm_landed(lease, position, exc, applied, careful_span, claims)
+        return claimed(advanced(lease, position, release, applied, careful_span), claims)
 
     def checkpoint_with(
         self,
@@ -374,32 +397,51 @@ class LeaseTable:
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         """Checkpoint and apply `writes` (TransactWriteItems entries) in one transaction: both or neither.
 
-        At most `MAX_TRANSACTION_ITEMS - 1` writes. Raises `LeaseLost` when the lease was taken,
-        `SinkConflict` when one of `writes` failed its own condition, `SinkRejected` when DynamoDB
-        refused one as invalid — each saying which writes, when DynamoDB did. `applied` and
-        `careful_span`: as in `checkpoint`, in the checkpoint's own item of the transaction.
+        At most `MAX_TRANSACTION_ITEMS - 1` writes (and claims on other rows). Raises `LeaseLost`
+        when the lease was taken, `SinkConflict` when one of `writes` failed its own condition,
+        `SinkRejected` when DynamoDB refused one as invalid — each saying which writes, when
+        DynamoDB did — and `ClaimsMoved` when a redrive row's claims moved. `applied`,
+        `careful_span` and `claims`: as in `checkpoint`, in the same transaction.
         Any other refusal (a missing or forbidden table, throttling) raises as botocore raised it.
         """
         if not writes:
             return self.checkpoint(
-                lease, position, release=release, applied=applied, careful_span=careful_span
+                lease, position, release=release, applied=applied, careful_span=careful_span, claims=claims
             )
-        if len(writes) > MAX_TRANSACTION_ITEMS - 1:
-            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         if position <= lease.checkpoint:
             raise ValueError(f"writes must come with a forward checkpoint: {position} <= {lease.checkpoint}")
+        return self._transaction(lease, position, writes, release, applied, careful_span, claims)
+
+    def _transaction(
+        self,
+        lease: Lease,
+        position: Position,
+        writes: Sequence[Mapping[str, Any]],
+        release: bool,
+        applied: str | None,
+        careful_span: int | None,
+        claims: Sequence[Claim],
+    ) -> Lease:
+        """The checkpoint, its claims on other rows and `writes` in one TransactWriteItems."""
+        own = next((claim for claim in claims if claim.key == lease.key), None)
+        others = [codec.claim_update(self.table_name, claim) for claim in claims if claim.key != lease.key]
+        if len(writes) + len(others) > MAX_TRANSACTION_ITEMS - 1:
+            raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
         update = codec.checkpoint_update(
-            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span
+            self.table_name, lease, position, codec.stamp(self._clock()), release, applied, careful_span, own
         )
         del update["ReturnValues"]
-        # Idempotent retries of this very transaction (same lease, position and writes) only.
-        identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{writes!r}"
+        # Idempotent retries of this very transaction (same lease, position, claims and writes) only.
+        identity = f"{self.table_name}|{lease.key}|{lease.counter}|{position!r}|{claims!r}|{writes!r}"
         token = hashlib.sha256(identity.encode()).hexdigest()
         try:
-            self._transact([{"Update": update}, *writes], token[:36])
+            self._transact(
+                [{"Update": update}, *({"Update": other} for other in others), *writes], token[:36]
+            )
         except ClientError as exc:
             if error_code(exc) == VALIDATION_EXCEPTION:  # refused before anything was written
                 message = exc.response.get("Error", {}).get("Message", "")
@@ -410,13 +452,25 @@ class LeaseTable:
                 codes = [reason.get("Code", "None") for reason in reasons]
                 if codes and codes[0] == CANCELED_BY_CONDITION:
                     return self._confirm_landed(
-                        lease, position, LeaseLost(f"lease {lease.key} was taken"), applied, careful_span
+                        lease,
+                        position,
+                        LeaseLost(f"lease {lease.key} was taken"),
+                        applied,
+                        careful_span,
+                        claims,
                     )
-                codec.raise_for_sink_writes(reasons, exc)
-            return self._confirm_landed(lease, position, exc, applied, careful_span)
+                moved = [
+                    claim.key
+                    for claim, code in zip((c for c in claims if c.key != lease.key), codes[1:], strict=False)
+                    if code == CANCELED_BY_CONDITION
+                ]
+                if moved:
+                    raise ClaimsMoved(moved[0]) from exc
+                codec.raise_for_sink_writes(reasons, exc, 1 + len(others))
+            return self._confirm_landed(lease, position, exc, applied, careful_span, claims)
         except Exception as exc:
-            return self._confirm_landed(lease, position, exc, applied, careful_span)
-        return advanced(lease, position, release, applied, careful_span)
+            return self._confirm_landed(lease, position, exc, applied, careful_span, claims)
+        return claimed(advanced(lease, position, release, applied, careful_span), claims)
 
     def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
         """Write `puts` (`idempotent_put` entries) into their sink tables with BatchWriteItem
@@ -521,17 +575,22 @@ class LeaseTable:
         error: Exception,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
-        """After a failed or unanswered write: accept it if the row shows it landed, else raise."""
+        """After a failed or unanswered write: accept it if the row shows it landed, else raise
+        (`ClaimsMoved` when the lease holds but its own claims moved)."""
         stored = self.get(lease.key)
         if stored is not None and (stored.counter, stored.owner, stored.checkpoint) == (
             lease.counter + 1,
             lease.owner,
             position,
         ):  # it landed; the reply was lost
-            return advanced(lease, position, stored.inflight is None, applied, careful_span)
+            return claimed(advanced(lease, position, stored.inflight is None, applied, careful_span), claims)
         if stored is None or stored.counter != lease.counter:
             raise LeaseLost(f"lease {lease.key} was taken by another owner") from error
+        own = next((claim for claim in claims if claim.key == lease.key), None)
+        if own is not None and stored.apply_version != own.version:
+            raise ClaimsMoved(lease.key) from error
         raise error
 
 

@@ -36,6 +36,8 @@ class ConsumerMetrics:
         "DedupLanesEvicted",  # producer lanes dropped from the dedup state to bound its size
         "ShardStalls",  # deliveries stalled on the environment (a missing table, a refusing DLQ, ...)
         "BatchesSkippedByMapping",  # stalled batches the mapping discarded: redrive them
+        "RedriveCopiesSkipped",  # aggregates skipped because a redrive (or the group's run) applied them
+        "RedriveClaimsMoved",  # commits that found a redrive row's claims moved (re-read, retried)
         "CrashesIsolated",  # crashes pinned on a record that ran alone (counted against it)
         "RetriesDeferred",  # waits for a failing record's backoff, or for room to run a careful record alone
         "TimeBudgetDisarmed",  # a handler replaced shardline's SIGALRM timer (re-armed)

@@ -28,8 +28,26 @@ refused guard names the records it stands for, and the consumer runs the chunk a
 
 The guard costs one item write per record with an id (write capacity: 1 WCU for a small item,
 2 in a transaction). Give it a TTL with `expires_at` (epoch seconds, DynamoDB's `expiresAt`
-attribute when the table's TTL is set to it) longer than any re-POST can come: the client's own
-retry window, typically hours to days.
+attribute when the table's TTL is set to it) no shorter than a copy of the record can still reach
+the group: the record's arrival + `ConsumerEnvironment.guard_ttl_seconds` (the variable
+`SHARDLINE_GUARD_TTL_SECONDS`, which the constructs render from the stream's and the dead-letter
+queue's retentions: `guard_ttl_seconds`), and longer than the client's own retry window:
+
+    ttl = ConsumerEnvironment.from_environ().guard_ttl_seconds     # shardline.aws_lambda
+    once("orders-once", key, expires_at=int(record.approximate_arrival) + ttl)
+
+Why that long. A copy of a record is read from the stream until the stream's retention ends (a
+consumer group reads a record at most its retention after it arrived), and a copy that was
+dead-lettered — at the latest when the stream still held it — can be redriven until the queue's
+retention ends after that. A guard that expired before would let the copy apply again: a count
+counted twice. `GUARD_TTL_MARGIN_SECONDS` (a day) covers what happens between those moments: the
+handler's attempts before the dead letter is sent (minutes: the function's timeout times its
+attempts), a redrive that received the message at the last moment and applies it within its
+visibility timeout (SQS's longest: 12 hours), and the skew between Kinesis's arrival stamp and
+SQS's clock (seconds). DynamoDB deletes an expired item within days *after* `expiresAt`, never
+before, so the guard is there at least that long. A function without the variable (not deployed
+by the constructs) gets `DEFAULT_GUARD_TTL_SECONDS`: 16 days, right for a stream of the default
+24 hours and a dead-letter queue of 14 days (SQS's longest), too short for a longer retention.
 """
 
 from __future__ import annotations
@@ -46,6 +64,30 @@ ONCE_CONDITION = f"attribute_not_exists({ONCE_ATTRIBUTE})"
 ONCE_ID_ATTRIBUTE = "shardlineOnceId"
 #: The attributes a guard item holds besides its key.
 GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE, ONCE_ID_ATTRIBUTE})
+
+#: Time past the stream's and the dead-letter queue's retentions a guard still lives (see above).
+GUARD_TTL_MARGIN_SECONDS = 24 * 3600
+#: SQS's longest message retention (14 days): no dead-letter queue holds a message longer.
+SQS_MAX_RETENTION_SECONDS = 14 * 24 * 3600
+#: Kinesis's default retention (24 hours), the constructs' default.
+DEFAULT_STREAM_RETENTION_SECONDS = 24 * 3600
+
+
+def guard_ttl_seconds(stream_retention_seconds: int, dead_letter_retention_seconds: int) -> int:
+    """How long after its record's arrival a client-id guard must live: the stream's retention (a
+    copy can be read until then) + the dead-letter queue's (a copy dead-lettered by then can be
+    redriven until that ends) + `GUARD_TTL_MARGIN_SECONDS`."""
+    for name, value in (
+        ("stream_retention_seconds", stream_retention_seconds),
+        ("dead_letter_retention_seconds", dead_letter_retention_seconds),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"guard_ttl_seconds: {name} is a number of seconds >= 0, got {value!r}")
+    return stream_retention_seconds + dead_letter_retention_seconds + GUARD_TTL_MARGIN_SECONDS
+
+
+#: 16 days: the guard TTL of a stream of the default retention and a dead-letter queue of SQS's longest.
+DEFAULT_GUARD_TTL_SECONDS = guard_ttl_seconds(DEFAULT_STREAM_RETENTION_SECONDS, SQS_MAX_RETENTION_SECONDS)
 
 
 def once(

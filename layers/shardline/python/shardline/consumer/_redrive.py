@@ -12,8 +12,9 @@ the mapping delivered, and runs it through `consumer.process` under a lease row 
 shard's lease key + `#redrive#<first sequence number>` — delivering the rest again, as the mapping
 does, while a record fails, up to `max_deliveries`.
 
-That row starts where the group stopped applying the batch: at the checkpoint the shard's row
-noted when the mapping moved past the stalled batch (its `skippedByMapping` entry whose `start` is
+That row (created by the group's run when it noted the discard, else here) starts where the group
+stopped applying the batch: at the checkpoint the shard's row noted when the mapping moved past the
+stalled batch (its `skippedByMapping` entry whose `start` is
 the batch's first sequence number); without one, at the shard's checkpoint when it lies inside the
 batch (the group applied up to there and has not moved since); else just before the batch. So a
 record the group applied is not applied again, a redrive cut short resumes where it stopped, and a
@@ -21,6 +22,43 @@ redrive run twice applies nothing twice.
 
 Records the stream no longer holds (past its retention, or the stream deleted) cannot be redriven:
 `RedriveResult.missing` says which. Errors of Kinesis or DynamoDB propagate: run it again, it resumes.
+
+Applied once with the group's own run. A producer retry's copies of one aggregate can straddle the
+batch: copy 1 inside it (the redrive's to apply), copy 2 after it (the group's run: the mapping's
+deliveries, or a worker's batches). `_redrive_claims` keeps, in the redrive row, the aggregates each
+run applied (`redriveClaims`, `groupClaims`) and a version (`applyVersion`). Why a copy cannot be
+applied twice, under any interleaving and crash:
+
+1. An aggregate is applied only by a checkpoint write — the sink writes of its members commit in
+   the same UpdateItem/TransactWriteItems as the checkpoint that passes them — and every such
+   write, of either run, also writes that run's claims with the aggregate in them (a run claims an
+   aggregate with the commit of its first member, before the aggregate is wholly passed), on
+   condition that `applyVersion` is the value the run read with the other run's claims, and
+   increments it. A write lands whole or not at all: a crash before or after it, or a lost reply
+   (re-read: `_confirm_landed`), leaves the claims and the effects together.
+2. Each run reads the other's claims before it decides which records to apply (de-aggregation's
+   `admit` skips a claimed aggregate) and never applies past its last read without the version
+   condition holding. Suppose both applied aggregate A: the two commits C1 (first) and C2 (second)
+   are serialized by DynamoDB on the row's `applyVersion`. C2's run read the claims before C1
+   landed — else it saw A claimed and skipped it — so C2's condition names a version C1 has since
+   incremented, and C2 fails. Its run then re-reads the claims (`Arbiters.refresh`): A is claimed,
+   so it stops before A (`RetryFrom`, the mapping or the redrive's next delivery skips A); an
+   unrelated claim only retries the commit under the new version.
+3. The group's run can only apply copies the redrive row hears of: it notes the discarded batch —
+   creating the redrive row first — before it applies anything of the delivery past the batch, and
+   consults every noted row while its records may be copies of the batch's (`CLAIM_WINDOW_S`).
+   The redrive starts from the group's applied-aggregate state as of the batch (its floors only
+   settle aggregates before the batch), so it also skips copies the group applied before it.
+4. The redrive's other writes (its lease, failures, careful spans) do not touch `applyVersion`, and
+   the group's claim item does not touch the redrive row's lease: neither run's fencing is
+   disturbed by the other, and a run that dies between batches holds no claim it did not commit.
+
+What it does not cover: records without a shardline aggregate id (no copy can be told; a sink
+keyed or guarded by the client's id is, `once`), copies straddling two discarded batches that are
+both redriven (each redrive arbitrates with the group's run, not with the other redrive), a
+group's row that moved past the batch without
+noting it (refused: `RedriveRefused`, unless `allow_unnoted=True`), and records whose client-id
+guards may have expired (refused: `GuardsExpired`, unless `allow_expired_guards=True`).
 """
 
 from __future__ import annotations
@@ -33,20 +71,24 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from botocore.exceptions import ClientError
 
-from shardline.kinesis._positions import TRIM_HORIZON, Position
+from shardline.consumer._redrive_claims import REDRIVE_SUFFIX
+from shardline.consumer._redrive_start import (
+    BatchInfo,
+    check_guards,
+    guard_ttl,
+    row_start,
+)
 
 if TYPE_CHECKING:  # annotations only
     from shardline.consumer._consumer import KinesisConsumer
-    from shardline.consumer._lease_store import Lease
     from shardline.protocols import KinesisReadClient, LambdaContext
 
 logger = logging.getLogger(__name__)
 
-REDRIVE_SUFFIX = "#redrive#"
 #: GetShardIterator and GetRecords refusals that mean "not here": the start is gone, or the stream.
 _NOT_HELD = frozenset({"InvalidArgumentException", "ResourceNotFoundException"})
 _THROTTLED = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException"})
@@ -54,17 +96,6 @@ _CALL_ATTEMPTS = 8
 _BACKOFF_S = 0.2
 _BACKOFF_CAP_S = 5.0
 _GET_RECORDS_LIMIT = 10_000
-
-
-class BatchInfo(NamedTuple):
-    """The batch an on-failure message points at (`KinesisBatchInfo`)."""
-
-    stream_arn: str
-    stream: str
-    shard_id: str
-    start: str  # sequence number of its first Kinesis record
-    end: str | None  # of its last (None: count `size` records)
-    size: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +129,7 @@ class RedriveResult:
     records_read: int = 0  # Kinesis records read back from the stream
     processed: int = 0  # user records whose handler ran and returned
     already_applied: int = 0  # user records at or below the redrive row's checkpoint when it began
+    copies_skipped: int = 0  # aggregates skipped: the group's own run applied a copy (`_redrive_claims`)
     failed: int = 0  # failed attempts
     dead_lettered: int = 0
     deliveries: int = 0
@@ -121,6 +153,10 @@ def redrive(
     max_deliveries: int = 10,
     max_reads: int = 1000,
     sleep: Callable[[float], None] = time.sleep,
+    guard_ttl_seconds: float | None = None,
+    allow_expired_guards: bool = False,
+    allow_unnoted: bool = False,
+    now: Callable[[], float] = time.time,
 ) -> RedriveResult:
     """Put the batch an on-failure `message` points at through `consumer` (module docstring).
 
@@ -129,19 +165,30 @@ def redrive(
     runs out (the next run resumes). At most `max_deliveries` deliveries and `max_reads` GetRecords
     calls; `sleep` waits out Kinesis throttling. Raises `ValueError` for a message that is not a
     Kinesis on-failure record.
+
+    `GuardsExpired` (nothing written) when a record of the batch with a client id is older than
+    its `once` guard lasts — `guard_ttl_seconds`, else `SHARDLINE_GUARD_TTL_SECONDS`, else 16 days
+    — unless `allow_expired_guards=True`; `now` is the clock the ages are measured with.
+    `RedriveRefused` when the group's row moved past the batch without noting it (what the group
+    applied since cannot be told from what it settled), unless `allow_unnoted=True`.
     """
     info = batch_info(message)
     main_key = consumer.settings.lease_key(info.stream, info.shard_id)
     suffix = f"{REDRIVE_SUFFIX}{info.start}"
     key = main_key + suffix
     table = consumer.table
-    if table.start_at(key, start_position(table.get(main_key), info)):
-        logger.info("redrive %s: lease row created", key)
     records, missing, read_all = _RangeReader(kinesis_client, info, max_reads, sleep).read()
     done = RedriveResult(info.stream, info.shard_id, info.start, info.end, key, len(records), missing=missing)
     if not records:
         return replace(done, finished=read_all)
     event_records = [_event_record(info, record) for record in records]
+    if not allow_expired_guards:
+        check_guards(info, event_records, guard_ttl(guard_ttl_seconds), now())
+    if table.get(key) is None:
+        main = table.get(main_key)
+        start, applied = row_start(main, info, allow_unnoted)
+        if table.start_at(key, start, applied=applied):
+            logger.info("redrive %s: lease row created", key)
     metrics = consumer.metrics
     before = metrics.snapshot()
     already = deliveries = 0
@@ -169,6 +216,7 @@ def redrive(
         done,
         processed=_delta(before, after, "RecordsProcessed"),
         already_applied=already,
+        copies_skipped=_delta(before, after, "RedriveCopiesSkipped"),
         failed=_delta(before, after, "RecordsFailed"),
         dead_lettered=_delta(before, after, "RecordsSentToDLQ"),
         deliveries=deliveries,
@@ -225,43 +273,6 @@ def _unwrap(message: object, depth: int = 0) -> Mapping[str, Any]:
 
 def _decimal(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.isascii() and value.isdigit()
-
-
-# -- where the redrive starts ------------------------------------------------------------------
-
-
-def start_position(main: Lease | None, info: BatchInfo) -> Position:
-    """Where a redrive's row starts (module docstring): every record above it runs."""
-    noted = _noted_checkpoint(main.skipped_by_mapping if main is not None else None, info.start)
-    if noted is not None:
-        return noted
-    start = int(info.start)
-    before = Position(str(start - 1)) if start > 0 else Position(TRIM_HORIZON)
-    checkpoint = main.checkpoint if main is not None else None
-    if (
-        checkpoint is not None
-        and not checkpoint.is_sentinel
-        and info.end is not None
-        and before < checkpoint
-        and int(checkpoint.sequence) <= int(info.end)
-    ):
-        return checkpoint
-    return before
-
-
-def _noted_checkpoint(skipped: str | None, start: str) -> Position | None:
-    """The checkpoint of the newest `skippedByMapping` entry for the batch starting at `start`."""
-    if not skipped:
-        return None
-    try:
-        entries = json.loads(skipped)
-        noted = [entry for entry in entries if isinstance(entry, Mapping) and entry.get("start") == start]
-        if not noted:
-            return None
-        return Position(str(noted[-1]["checkpoint"]), int(noted[-1].get("checkpointSub", 0)))
-    except (ValueError, TypeError, KeyError) as exc:
-        logger.warning("skippedByMapping unreadable (%s): the redrive starts before the batch", exc)
-        return None
 
 
 # -- reading the batch back ------------------------------------------------------------------------

@@ -1,19 +1,31 @@
-"""Parent-before-child ordering across a reshard, for consumers fed by an event-source mapping.
+"""Parent-before-child ordering across reshards, and the dedup state handed down the lineage.
 
 Nothing in Lambda guarantees that a child shard's batches wait for its parents. `ShardLineage`
 learns each shard's parents and hash range from ListShards, and decides whether a child may run:
-every parent that has a lease row must be at SHARD_END. A parent is marked SHARD_END here once it
-is closed and nothing is left after its checkpoint (probed with GetRecords from the checkpoint).
-A parent without a row, or no longer listed (trimmed past retention), does not block.
+every parent must be finished. A parent with a lease row is finished at SHARD_END; it is marked
+SHARD_END here once it is closed and nothing is left after its checkpoint (probed with GetRecords
+from the checkpoint). A parent no longer listed (trimmed past retention) with no row is finished.
 
-A finished parent's applied-aggregate state (`_dedup`, its row's `appliedAggregates`) is final:
-`inherited` hands the parents' states (their union, and what a merged child needs of aggregates
-a parent applied only in part) to a child whose row has none yet, so a copy of an aggregate a
-parent applied, landing in the child after the reshard, is skipped there too.
+A shard that received nothing has no row under the Lambda driver (the mapping never invokes for
+it) and, under the worker, a row marked SHARD_END that never checkpointed. Either way it passes
+its parents through: it is finished when its own parents are (followed up the lineage, through
+any chain of such shards), and its state is theirs. A parent without a row that does hold
+records is finished at once when nothing above it has a row either (the group never read that
+lineage: a mapping started after the reshard); when something above it has one, its records are
+the group's and have not run: the child waits for them, as for a parent with a row.
+
+A finished parent's applied-aggregate state (`_dedup`, its row's `appliedAggregates`, or its
+parents' when it has none of its own) is final: `inherited` hands the parents' states (their
+union, and what a merged child needs of aggregates a parent applied only in part, clipped to each
+range down the lineage) to a child whose row has none yet, so a copy of an aggregate applied
+anywhere above, landing in the child after any chain of reshards, is skipped there too. A row
+that has a state started from its own parents' and kept them: the walk stops there. Each lease
+key is resolved once per process (GetItem, and a probe for a parent without a row), then cached.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +33,24 @@ from botocore.exceptions import ClientError
 
 from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
-from shardline.consumer._lease_store import Lease, LeaseStore
-from shardline.kinesis._positions import SHARD_END
+from shardline.consumer._lease_store import LeaseStore
+from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.kinesis._shard_map import HashRange
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import KinesisReadClient
 
+logger = logging.getLogger(__name__)
+
 _PROBE_PAGES = 20
+#: Reshards followed up from a child through shards that received nothing (a bound, not a limit
+#: any stream reaches: each level is a reshard of the stream within its retention).
+_MAX_DEPTH = 64
+
+
+def _shard_id(key: str) -> str:
+    """The shard id of a lease key (`<shard id>` or `<stream>:<shard id>`)."""
+    return key.rsplit(":", 1)[-1]
 
 
 class ShardLineage:
@@ -38,8 +60,9 @@ class ShardLineage:
         self._kinesis = kinesis
         self._table = table
         self._shards: dict[str, dict[str, Mapping[str, Any]]] = {}  # stream -> shard id -> shard
-        self._finished: set[str] = set()  # parent lease keys seen at SHARD_END (final: no re-read)
-        self._final_states: dict[str, str] = {}  # finished parent lease key -> its appliedAggregates
+        self._finished: set[str] = set()  # lease keys seen finished (final: no re-read)
+        self._final_states: dict[str, str] = {}  # finished lease key -> its final state, if any
+        self._consumed: set[str] = set()  # finished lease keys with a row in their lineage
 
     def parents(self, stream: str, shard_id: str) -> tuple[str, ...]:
         shard = self._shard(stream, shard_id)
@@ -55,30 +78,21 @@ class ShardLineage:
         return HashRange(int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
 
     def parents_finished(self, stream: str, parent_keys: Iterable[str]) -> bool:
-        """True if every parent with a lease row is at SHARD_END (marking finished ones)."""
-        for key in parent_keys:
-            if key in self._finished:
-                continue
-            row = self._table.get(key)
-            if row is None:
-                continue
-            if row.checkpoint.sequence != SHARD_END and not (
-                self._exhausted(stream, key.rsplit(":", 1)[-1], row) and self._table.mark_shard_end(row)
-            ):
-                return False
-            self._finished.add(key)
-            if row.applied_aggregates:
-                self._final_states[key] = row.applied_aggregates
-        return True
+        """True if every parent is finished (marking those found exhausted at SHARD_END): see
+        the module docstring for what finished means, through shards that received nothing."""
+        return all([self._resolve(stream, key, _MAX_DEPTH) for key in parent_keys])
 
     def inherited(self, stream: str, shard_id: str, parent_keys: Iterable[str]) -> str | None:
-        """The applied-aggregate state child `shard_id` starts from: its finished parents' states
-        (after `parents_finished` said True for them) with their hash ranges
+        """The applied-aggregate state child `shard_id` starts from: its finished parents' final
+        states (after `parents_finished` said True for them) with their hash ranges
         (`AppliedAggregates.inherit`), serialized; None when they had none."""
+        return self._inherit(stream, shard_id, parent_keys)
+
+    def _inherit(self, stream: str, shard_id: str, parent_keys: Iterable[str]) -> str | None:
         parents = [
             (
                 AppliedAggregates.parse(self._final_states[key]),
-                self.hash_range(stream, key.rsplit(":", 1)[-1]),
+                self.hash_range(stream, _shard_id(key)),
             )
             for key in parent_keys
             if key in self._final_states
@@ -87,6 +101,49 @@ class ShardLineage:
             return None
         child = self.hash_range(stream, shard_id)
         return AppliedAggregates.inherit(parents, child).serialize() or None
+
+    def _resolve(self, stream: str, key: str, depth: int) -> bool:
+        """Is the shard of lease key `key` finished? If so, its final state is in `_final_states`
+        (when it has one) and `_consumed` says whether a row is in its lineage."""
+        if key in self._finished:
+            return True
+        if depth <= 0:
+            logger.warning("shard %s: lineage deeper than %d reshards; not followed further", key, _MAX_DEPTH)
+            self._finished.add(key)
+            return True
+        shard_id = _shard_id(key)
+        row = self._table.get(key)
+        if (
+            row is not None
+            and row.checkpoint.sequence != SHARD_END
+            and not (self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row))
+        ):
+            return False
+        parents = tuple(row.parent_shard_ids) if row is not None and row.parent_shard_ids else ()
+        if row is not None and row.applied_aggregates:
+            state: str | None = row.applied_aggregates  # it started from its parents' and kept them
+        elif row is None and self._shard(stream, shard_id) is None:
+            state = None  # no row, and no longer listed (trimmed past retention): nothing known
+        else:
+            # No row (it received no records, or none this group was given), or a row that never
+            # checkpointed a state: its state is its parents' (their union, through its range).
+            parents = parents or self.parents(stream, shard_id)
+            keys = [key[: len(key) - len(shard_id)] + parent for parent in parents]
+            if not all([self._resolve(stream, parent_key, depth - 1) for parent_key in keys]):
+                return False
+            if row is None and any(k in self._consumed for k in keys) and not self._empty(stream, shard_id):
+                # Its records are this group's (its lineage has rows), and nothing has run them yet:
+                # a child must wait for them, or a copy in both would be applied twice.
+                return False
+            state = self._inherit(stream, shard_id, keys)
+            if row is not None or any(k in self._consumed for k in keys):
+                self._consumed.add(key)
+        if row is not None:
+            self._consumed.add(key)
+        self._finished.add(key)
+        if state:
+            self._final_states[key] = state
+        return True
 
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:
         shards = self._shards.get(stream)
@@ -104,15 +161,18 @@ class ShardLineage:
                 return shards
             request = {"NextToken": response["NextToken"]}
 
-    def _exhausted(self, stream: str, shard_id: str, row: Lease) -> bool:
-        """Is the parent closed with nothing after its checkpoint?"""
+    def _empty(self, stream: str, shard_id: str) -> bool:
+        """Is the shard closed with no record (none ever, or all trimmed)?"""
+        return self._exhausted(stream, shard_id, Position(TRIM_HORIZON))
+
+    def _exhausted(self, stream: str, shard_id: str, checkpoint: Position) -> bool:
+        """Is the shard closed with nothing after `checkpoint`?"""
         self._shards.pop(stream, None)  # a parent may have closed since the listing was cached
         shard = self._shard(stream, shard_id)
         if shard is None:
             return True  # no longer listed: trimmed past retention
         if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is None:
             return False
-        checkpoint = row.checkpoint
         request: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
         if checkpoint.is_sentinel:
             request["ShardIteratorType"] = "TRIM_HORIZON"

@@ -57,11 +57,13 @@ from shardline.consumer._handler_deadline import HandlerDeadline
 from shardline.consumer._handler_loop import HandlerLoop
 from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
+from shardline.consumer._redrive_claims import REDRIVE_SUFFIX, Arbiters
 from shardline.consumer._resharding import ShardLineage
 from shardline.consumer._settings import BatchHandler, ConsumerSettings, RecordHandler
 from shardline.consumer._stalls import STALL_BACKOFF_S, backoff, stall_cause
 from shardline.errors import LeaseLost
 from shardline.kinesis._positions import Position
+from shardline.kpl._identity import AggregateId
 
 if TYPE_CHECKING:  # annotations only: the Protocols cost nothing at import
     from shardline.protocols import LambdaContext
@@ -113,6 +115,7 @@ class ShardRun:
         self.context = context
         self.owner = owner
         self.key = group.settings.lease_key(stream, shard_id) + lease_key_suffix
+        self.redrive = lease_key_suffix if lease_key_suffix.startswith(REDRIVE_SUFFIX) else None
         self.checkpoint = Checkpoint(group.table, group.metrics, group.settings, group.clock)
         self.failures = FailurePolicy(self.checkpoint, group.dlq, self._room)
 
@@ -166,14 +169,15 @@ class ShardRun:
         if lineage is not None and not lineage.parents_finished(self.stream, parent_keys):
             metrics.count("BatchesWaitingForParent")
             return first
-        if lease.stalled_sequence is not None:
-            self._note_skipped_by_mapping(first)
-            lease = checkpoint.lease
         hash_range = lineage.hash_range(self.stream, self.shard_id) if lineage else None
         stored = lease.applied_aggregates
         if stored is None and lineage is not None and parent_keys:
             stored = lineage.inherited(self.stream, self.shard_id, parent_keys)  # from its parents' states
+        if self.redrive is None and _discarded_from(lease, first) is not None:
+            self._note_skipped_by_mapping(first, stored)
+            lease = checkpoint.lease
         checkpoint.dedup = DedupRun(stored, metrics, lease.checkpoint)
+        self._consult_redrives(lease)
         records = user_records(self.records, hash_range=hash_range, metrics=metrics, dedup=checkpoint.dedup)
         fresh = checkpoint.fresh = records[_first_after(records, lease.checkpoint) :]
         metrics.count("DuplicatesSkipped", len(records) - len(fresh))
@@ -204,24 +208,57 @@ class ShardRun:
         self.group.unreleased.discard((self.key, first))
         return lease, crashed, lease
 
-    def _note_skipped_by_mapping(self, first: str) -> None:
-        """The shard stalled and asked the mapping to retry from `stalledSequence`; a delivery that
-        starts past it means the mapping gave that batch up (its record age or retries): the
-        records from there to this one were never applied. Note them for a redrive."""
-        lease = self.checkpoint.lease
-        assert lease is not None and lease.stalled_sequence is not None
-        if int(first) <= int(lease.stalled_sequence):
+    def _consult_redrives(self, lease: Lease) -> None:
+        """A redrive consults its own row's claims; the group's run, the redrive rows of the
+        batches it noted whose copies may still be in this delivery (`_redrive_claims`)."""
+        checkpoint = self.checkpoint
+        if self.redrive is not None:
+            arbiters = Arbiters.for_redrive(lease)
+        elif lease.skipped_by_mapping:
+            arbiters = Arbiters.for_group(self.group.table, lease, self.records[0].approximate_arrival)
+        else:
             return
+        if not arbiters:
+            return
+        checkpoint.arbiters = arbiters
+        metrics = self.group.metrics
+
+        def applied_by_the_other(aggregate: AggregateId) -> bool:
+            if arbiters.applied(aggregate):
+                metrics.count("RedriveCopiesSkipped")
+                return True
+            return False
+
+        assert checkpoint.dedup is not None
+        checkpoint.dedup.others = applied_by_the_other
+
+    def _note_skipped_by_mapping(self, first: str, state: str | None) -> None:
+        """The shard stalled and asked the mapping to retry from `stalledSequence` (or a record
+        failed, and the mapping retried from it: `failedSequenceNumber`); a delivery that starts
+        past it means the mapping gave that batch up (its record age or retries): the records from
+        there to this one were never applied. Note them for a redrive, and create the redrive's
+        row: at the checkpoint, from the applied-aggregate state as it is before the batch
+        (`_redrive_claims`), so the redrive and this group's run can each skip what the other
+        applied. The row comes first: a note is never without its row. `state`: the applied-
+        aggregate state this run starts from (the row's, or its parents')."""
+        lease = self.checkpoint.lease
+        assert lease is not None
+        start = _discarded_from(lease, first)
+        assert start is not None
         notes = json.loads(lease.skipped_by_mapping) if lease.skipped_by_mapping else []
+        table = self.group.table
+        table.start_at(self.key + REDRIVE_SUFFIX + start, lease.checkpoint, applied=state)
+        notes = [note for note in notes if note.get("start") != start]
         notes.append(
             {
-                "start": lease.stalled_sequence,
+                "start": start,
                 "checkpoint": lease.checkpoint.sequence,
                 "checkpointSub": lease.checkpoint.sub_sequence,
-                "detectedAt": round(self.group.table.now(), 3),
+                "detectedAt": round(table.now(), 3),
+                "arrival": round(self.records[0].approximate_arrival, 3),
             }
         )
-        self.checkpoint.lease = self.group.table.note_skipped(lease, json.dumps(notes[-_MAX_SKIPPED_NOTES:]))
+        self.checkpoint.lease = table.note_skipped(lease, json.dumps(notes[-_MAX_SKIPPED_NOTES:]))
         self.group.metrics.count("BatchesSkippedByMapping")
         logger.error(
             "consumer group %s, shard %s: the mapping discarded the stalled batch from %s (its record "
@@ -229,7 +266,7 @@ class ShardRun:
             "on-failure destination while the stream holds them",
             self.settings.group,
             self.key,
-            lease.stalled_sequence,
+            start,
         )
 
     # -- the time budget -----------------------------------------------------------------------
@@ -296,6 +333,17 @@ class ShardRun:
             self.group.unreleased.add((self.key, self.records[0].sequence_number))
         table.sleep(min(backoff(stalls, STALL_BACKOFF_S), self._room()))
         return retry_from
+
+
+def _discarded_from(lease: Lease, first: str) -> str | None:
+    """The first sequence number of a batch the mapping discarded, if a delivery starting at
+    `first` shows it did: it starts past where the row asked the mapping to retry from."""
+    retry = lease.stalled_sequence
+    if retry is None and lease.failed_at is not None and lease.checkpoint < lease.failed_at:
+        retry = lease.failed_at.sequence
+    if retry is None or int(first) <= int(retry):
+        return None
+    return retry
 
 
 def _first_after(records: list[ConsumedRecord], checkpoint: Position) -> int:

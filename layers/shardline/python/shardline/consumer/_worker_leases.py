@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from shardline.consumer._lease_store import Lease, LeaseStore
+from shardline.consumer._lease_store import Claim, Lease, LeaseStore
 from shardline.errors import LeaseLost
 from shardline.kinesis._positions import Position
 
@@ -173,11 +173,12 @@ class HeldLeases:
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         return self._fenced(
             lease,
             lambda held: self.store.checkpoint(
-                held, position, release=release, applied=applied, careful_span=careful_span
+                held, position, release=release, applied=applied, careful_span=careful_span, claims=claims
             ),
             _same,
         )
@@ -191,11 +192,18 @@ class HeldLeases:
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         return self._fenced(
             lease,
             lambda held: self.store.checkpoint_with(
-                held, position, writes, release=release, applied=applied, careful_span=careful_span
+                held,
+                position,
+                writes,
+                release=release,
+                applied=applied,
+                careful_span=careful_span,
+                claims=claims,
             ),
             _same,
         )
@@ -243,8 +251,15 @@ class HeldLeases:
     def note_skipped(self, lease: Lease, skipped: str) -> Lease:
         return self._fenced(lease, lambda held: self.store.note_skipped(held, skipped), _same)
 
-    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
-        return self.store.start_at(key, checkpoint, parent_shard_ids=parent_shard_ids)
+    def start_at(
+        self,
+        key: str,
+        checkpoint: Position,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        applied: str | None = None,
+    ) -> bool:
+        return self.store.start_at(key, checkpoint, parent_shard_ids=parent_shard_ids, applied=applied)
 
     def leases(self) -> list[Lease]:
         return self.store.leases()

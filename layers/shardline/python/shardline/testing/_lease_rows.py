@@ -5,7 +5,9 @@ it increments; checkpoints compare-and-swap on the stored position and only move
 `_lease_store.advanced` documents), and `checkpoint_with` applies the sink writes to in-memory
 tables in the same step (`_sink_tables`). A checkpoint keeps the applied-aggregate state it is
 given (`Lease.applied_aggregates`), and a `once` guard whose item is already there cancels the
-transaction at its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does. The clock
+transaction at its index (`SinkConflict`), as DynamoDB's ConditionalCheckFailed does. A
+checkpoint's claims (`_lease_store.Claim`) are checked against their rows' `applyVersion` before
+anything is written (`ClaimsMoved`), and written with it. The clock
 is virtual: `now()` starts at the wall clock and `sleep()` moves it on without waiting. Each
 request is billed and may be made to fail through `LeaseRequests` (`_lease_requests`).
 """
@@ -27,8 +29,12 @@ from shardline.consumer._lease_store import (
     NO_FAILURE,
     NOT_CAREFUL,
     NOT_STALLED,
+    Claim,
+    ClaimsMoved,
     Lease,
     advanced,
+    claimed,
+    with_claim,
 )
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
@@ -166,11 +172,17 @@ class LeaseRows(LeaseRequests):
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         def checkpoint() -> Lease:
             if position <= lease.checkpoint:
                 return lease
-            return self._advance(lease, position, LeaseWrite.CHECKPOINT, release, applied, careful_span)
+            kind = (
+                LeaseWrite.TRANSACTION if any(c.key != lease.key for c in claims) else LeaseWrite.CHECKPOINT
+            )
+            self._fence(lease, kind)
+            self._check_claims(lease, claims, kind)
+            return self._claim(self._advance(lease, position, kind, release, applied, careful_span), claims)
 
         return self._faulted("checkpoint", checkpoint, lease)
 
@@ -183,13 +195,19 @@ class LeaseRows(LeaseRequests):
         release: bool = False,
         applied: str | None = None,
         careful_span: int | None = None,
+        claims: Sequence[Claim] = (),
     ) -> Lease:
         def transaction() -> Lease:
             if not writes:
                 return self.checkpoint(
-                    lease, position, release=release, applied=applied, careful_span=careful_span
+                    lease,
+                    position,
+                    release=release,
+                    applied=applied,
+                    careful_span=careful_span,
+                    claims=claims,
                 )
-            if len(writes) > MAX_TRANSACTION_ITEMS - 1:
+            if len(writes) + sum(c.key != lease.key for c in claims) > MAX_TRANSACTION_ITEMS - 1:
                 raise ValueError(f"at most {MAX_TRANSACTION_ITEMS - 1} writes ride with one checkpoint")
             if position <= lease.checkpoint:
                 raise ValueError(
@@ -205,12 +223,14 @@ class LeaseRows(LeaseRequests):
                 message = refused.response["Error"]["Message"]
                 raise SinkRejected(f"DynamoDB refused the sink writes: {message}") from refused
             self._fence(lease, LeaseWrite.TRANSACTION)  # the checkpoint's condition...
+            self._check_claims(lease, claims, LeaseWrite.TRANSACTION)  # ...the claims'...
             try:
                 self._sinks.apply(writes)  # ...then the sink writes' own; all or nothing
             except SinkConflict:
                 self.writes[LeaseWrite.TRANSACTION] += 1  # cancelled, and billed
                 raise
-            return self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied, careful_span)
+            changed = self._advance(lease, position, LeaseWrite.TRANSACTION, release, applied, careful_span)
+            return self._claim(changed, claims)
 
         return self._faulted("checkpoint_with", transaction, lease)
 
@@ -341,12 +361,22 @@ class LeaseRows(LeaseRequests):
 
         return self._faulted("note_skipped", note)
 
-    def start_at(self, key: str, checkpoint: Position, *, parent_shard_ids: Iterable[str] = ()) -> bool:
+    def start_at(
+        self,
+        key: str,
+        checkpoint: Position,
+        *,
+        parent_shard_ids: Iterable[str] = (),
+        applied: str | None = None,
+    ) -> bool:
         def create() -> bool:
             self.writes[LeaseWrite.CREATE] += 1  # a conditional put, billed when it fails too
             if key in self._rows:
                 return False
-            self._rows[key] = Lease(key, "", 1, checkpoint, parent_shard_ids=frozenset(parent_shard_ids))
+            parents = frozenset(parent_shard_ids)
+            self._rows[key] = Lease(
+                key, "", 1, checkpoint, parent_shard_ids=parents, applied_aggregates=applied
+            )
             return True
 
         return self._faulted("start_at", create)
@@ -382,6 +412,23 @@ class LeaseRows(LeaseRequests):
             return True
 
         return self._faulted("mark_shard_end", mark)
+
+    def _check_claims(self, lease: Lease, claims: Sequence[Claim], kind: LeaseWrite) -> None:
+        """Each claim's condition, before anything is written: the row's `applyVersion` is the
+        one the claim was made under (`ClaimsMoved`, billed, otherwise; on the lease's own row
+        `LeaseTable` re-reads the row to tell it from a lost lease)."""
+        for claim in claims:
+            stored = self._rows.get(claim.key)
+            if stored is None or stored.apply_version != claim.version:
+                self.writes[kind] += 1
+                self.reads += claim.key == lease.key
+                raise ClaimsMoved(claim.key)
+
+    def _claim(self, lease: Lease, claims: Sequence[Claim]) -> Lease:
+        """Write `claims` into their rows (the checkpoint's own row included), as one write with it."""
+        for claim in claims:
+            self._rows[claim.key] = with_claim(self._rows[claim.key], claim)
+        return claimed(lease, claims)
 
     def _confirm(self, lease: Lease, error: Exception) -> None:
         """`LeaseTable._confirm_landed` after a write that did not land: one read, then the lease

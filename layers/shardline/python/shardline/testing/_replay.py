@@ -14,6 +14,7 @@ modelled: bisection, retry limits, record age, batching windows, several shards 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -58,15 +59,30 @@ class FakeLambdaContext:
 class MappingReplay:
     """Hands a handler batches of one shard's event records, as the event-source mapping does."""
 
-    def __init__(self, event_records: Sequence[Mapping[str, Any]], batch_size: int = 10) -> None:
+    def __init__(
+        self,
+        event_records: Sequence[Mapping[str, Any]],
+        batch_size: int = 10,
+        *,
+        maximum_retry_attempts: int = -1,
+        maximum_record_age_s: float = -1,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if maximum_retry_attempts < -1 or (maximum_record_age_s < 0 and maximum_record_age_s != -1):
+            raise ValueError("maximum_retry_attempts and maximum_record_age_s are -1 (infinite) or >= 0")
         self.records = list(event_records)
         self.batch_size = batch_size
+        self.maximum_retry_attempts = maximum_retry_attempts
+        self.maximum_record_age_s = maximum_record_age_s
+        self.clock = clock
         self.position = 0
         self.invocations = 0
         self.crashes = 0  # invocations that raised
         self.whole_batch_failures = 0  # answers Lambda reads as "the whole batch failed"
+        self.retries = 0  # failed deliveries since the mapping last moved
+        self.on_failure: list[dict[str, Any]] = []  # what the on-failure destination received
 
     @property
     def finished(self) -> bool:
@@ -76,16 +92,66 @@ class MappingReplay:
         return {"Records": self.records[self.position : self.position + self.batch_size]}
 
     def invoke(self, handler: Handler, context: Any = None) -> Any:
-        """One invocation; returns the response, or the exception it raised (a crash)."""
+        """One invocation; returns the response, or the exception it raised (a crash). Records
+        past `maximum_record_age_s` are discarded first (None: nothing was left to invoke with)."""
+        self._discard_aged()
+        if self.finished:
+            return None
         event = self.next_event()
         self.invocations += 1
         try:
             response = handler(event, context if context is not None else FakeLambdaContext())
         except BaseException as exc:  # a crash of any kind: the mapping retries the same batch
             self.crashes += 1
+            self._failed(self.position, len(event["Records"]))
             return exc
-        self.position = self._next_position(event["Records"], response)
+        position = self._next_position(event["Records"], response)
+        if position >= self.position + len(event["Records"]):
+            self.position, self.retries = position, 0
+        else:  # a partial failure: the mapping moves to the lowest failure and counts a retry
+            self._failed(position, self.position + len(event["Records"]) - position)
         return response
+
+    def _failed(self, position: int, count: int) -> None:
+        """The `count` records from `position` failed: retried, or discarded past the limit."""
+        self.position = position
+        self.retries += 1
+        if self.maximum_retry_attempts != -1 and self.retries > self.maximum_retry_attempts:
+            self._discard(count, "RetryAttemptsExhausted")
+
+    def _discard_aged(self) -> None:
+        if self.maximum_record_age_s == -1:
+            return
+        oldest_allowed = self.clock() - self.maximum_record_age_s
+        aged = 0
+        for record in self.records[self.position :]:
+            if float(record["kinesis"]["approximateArrivalTimestamp"]) >= oldest_allowed:
+                break
+            aged += 1
+        if aged:
+            self._discard(aged, "RecordAgeExceeded")
+
+    def _discard(self, count: int, condition: str) -> None:
+        """Move past the next `count` records, keeping the on-failure record Lambda sends for them."""
+        records = self.records[self.position : self.position + count]
+        first, last = records[0], records[-1]
+        self.on_failure.append(
+            {
+                "requestContext": {"condition": condition, "approximateInvokeCount": max(self.retries, 1)},
+                "version": "1.0",
+                "KinesisBatchInfo": {
+                    "shardId": str(first["eventID"]).split(":", 1)[0],
+                    "startSequenceNumber": str(first["kinesis"]["sequenceNumber"]),
+                    "endSequenceNumber": str(last["kinesis"]["sequenceNumber"]),
+                    "approximateArrivalOfFirstRecord": first["kinesis"]["approximateArrivalTimestamp"],
+                    "approximateArrivalOfLastRecord": last["kinesis"]["approximateArrivalTimestamp"],
+                    "batchSize": len(records),
+                    "streamArn": str(first["eventSourceARN"]),
+                },
+            }
+        )
+        self.position += len(records)
+        self.retries = 0
 
     def _next_position(self, batch: list[Mapping[str, Any]], response: Any) -> int:
         """Where the shard continues after `response` to `batch` (which starts at `position`)."""

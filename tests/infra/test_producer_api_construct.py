@@ -107,8 +107,9 @@ def test_today_s_api_refusals_hold_for_the_construct_naming_the_prop(props, mess
 
 def test_issue_39_the_idempotency_table_is_made_or_taken_with_exactly_its_two_calls_granted():
     """Made: on demand, PITR, TTL `expiresAt`, encrypted with a key of its own, hashes kept for the
-    longest stream retention + 14 days. Taken (the team's own table and key): the function's
-    environment names it and the same two calls (and Decrypt through DynamoDB) are granted on it."""
+    longest stream retention + 14 days + a day (as the consumers' guards). Taken (the team's own
+    table and key): the function's environment names it and the same two calls (and Decrypt
+    through DynamoDB) are granted on it."""
     from aws_cdk import aws_dynamodb as dynamodb
     from aws_cdk import aws_kms as kms
 
@@ -122,7 +123,7 @@ def test_issue_39_the_idempotency_table_is_made_or_taken_with_exactly_its_two_ca
     [function] = resources(template, "AWS::Lambda::Function").values()
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["IDEMPOTENCY_TABLE"] == {"Ref": lid}
-    assert variables["IDEMPOTENCY_TTL_SECONDS"] == str(24 * 3600 + 14 * 86_400)  # both streams keep 24 h
+    assert variables["IDEMPOTENCY_TTL_SECONDS"] == str(16 * 86_400)  # both streams keep 24 h
     assert actions_on(template, {"Fn::GetAtt": [lid, "Arn"]}) == {
         "dynamodb:BatchGetItem",
         "dynamodb:BatchWriteItem",

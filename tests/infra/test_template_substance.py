@@ -25,7 +25,7 @@ EXPLAINED: dict[str, str] = {
     "added ProducerIdsKey6EBDDA9E (AWS::KMS::Key)": "issue 39: the idempotency table's own key.",
     "added ProducerIdsKeyAlias2E7BF007 (AWS::KMS::Alias)": "issue 39: every key has an alias (api/ids).",
     "changed ProducerFunction209DD675 (AWS::Lambda::Function): Environment": "issue 39: IDEMPOTENCY_TABLE "
-    "and IDEMPOTENCY_TTL_SECONDS (the stream's retention + 14 days).",
+    "and IDEMPOTENCY_TTL_SECONDS (as long as the consumers' guards).",
     "changed ProducerFunctionServiceRoleDefaultPolicyEABB9ACE (AWS::IAM::Policy): PolicyDocument": ""
     "issue 39: BatchGetItem and BatchWriteItem on the idempotency table, kms:Decrypt on its key via DDB.",
     "added MonitoringeventsinkDedupLanesEvictedECE27431 (AWS::CloudWatch::Alarm)": "issue 39, 8: lanes "

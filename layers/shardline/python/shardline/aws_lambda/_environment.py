@@ -11,7 +11,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `MAX_BODY_BYTES` | int >= 1 (the body as the Lambda event holds it, escaped) | 6000000 |
 | producer | `THROTTLED_GIVE_UP_SECONDS` | float >= 0: a shard throttling this long answers 503 | 3 |
 | producer | `IDEMPOTENCY_TABLE` | str: the ids' payload hashes (another body: 422) | none (unchecked) |
-| producer | `IDEMPOTENCY_TTL_SECONDS` | int >= 1: how long a payload hash is kept | 15 days |
+| producer | `IDEMPOTENCY_TTL_SECONDS` | int >= 1: how long a payload hash is kept | 16 days |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE` | non-empty str | required |
 | consumer | `SINK_TABLE` | str: the table its checkpoint transaction writes | none (a group without a sink) |
 | consumer | `SHARDLINE_SINKS` | JSON list of `SinkDeclaration`s: what each sink holds | none declared |
@@ -50,9 +50,9 @@ DEFAULT_MAX_BODY_BYTES = 6_000_000
 #: Seconds a record's shard may keep refusing it for its write limit before the producer function
 #: gives it up (503 + Retry-After when nothing was written) instead of holding the request.
 DEFAULT_THROTTLED_GIVE_UP_SECONDS = 3.0
-#: How long the producer keeps an id's payload hash without a value from the construct: Kinesis's
-#: default retention (1 day) and the dead-letter queues' 14 (`_http_idempotency`).
-DEFAULT_IDEMPOTENCY_TTL_SECONDS = 15 * 86_400
+#: How long the producer keeps an id's payload hash without a value from the construct: as long as a
+#: consumer's client-id guard of the default stream (`consumer._once.DEFAULT_GUARD_TTL_SECONDS`).
+DEFAULT_IDEMPOTENCY_TTL_SECONDS = DEFAULT_GUARD_TTL_SECONDS
 
 #: Variables Powertools reads; a function may set them beside the contract's own.
 POWERTOOLS_VARIABLES = frozenset(

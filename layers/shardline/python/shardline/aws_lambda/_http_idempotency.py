@@ -17,10 +17,12 @@ through to the consumers, which catch it as a conflict (same scoped id, another 
 dead-letter it. Two concurrent requests with one id and different bodies both pass the read: the
 consumers catch that case the same way.
 
-How long a hash is kept: `IDEMPOTENCY_TTL_SECONDS`, which the construct derives (the longest
-retention of the API's streams plus `DEAD_LETTER_RETENTION_DAYS`; 15 days without it): at least
-as long as a copy of the record can be read or redriven, so as long as a consumer's guard can hold
-it. An item past its `expiresAt` counts as absent (DynamoDB's TTL deletes it within days).
+How long a hash is kept: `IDEMPOTENCY_TTL_SECONDS`, which the construct derives as the consumers
+derive their client-id guards' (`consumer._once.guard_ttl_seconds`: the stream's retention + the
+longest a dead-letter queue keeps a copy, SQS's 14 days, + a day), for the longest-kept of the
+API's streams (16 days without it): a hash lives as long as a consumer's guard of its id, so as
+long as a copy of the record can still be read or redriven. An item past its `expiresAt` counts as
+absent (DynamoDB's TTL deletes it within days).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from shardline.kpl._identity import caller_scope
 from shardline.producer._result import RecordResult
 
 __all__ = [
-    "DEAD_LETTER_RETENTION_DAYS",
     "EXPIRES_AT_ATTRIBUTE",
     "HASH_ATTRIBUTE",
     "KEY_ATTRIBUTE",
@@ -54,11 +55,6 @@ KEY_ATTRIBUTE = "scopedId"
 HASH_ATTRIBUTE = "payloadHash"
 #: Epoch seconds after which the item counts as absent: the table's TTL attribute.
 EXPIRES_AT_ATTRIBUTE = "expiresAt"
-#: The dead-letter queues' retention (SQS's longest, 14 days): a redriven copy can be that much older
-#: than the stream's retention. One constant until the consumers' guards derive theirs from the
-#: queues themselves (issue 39, property 6).
-DEAD_LETTER_RETENTION_DAYS = 14
-
 #: DynamoDB's per-call bounds.
 _GET_BATCH = 100
 _WRITE_BATCH = 25

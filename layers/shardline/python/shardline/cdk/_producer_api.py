@@ -16,11 +16,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from shardline.aws_lambda import ProducerEnvironment
-from shardline.aws_lambda._http_idempotency import (
-    DEAD_LETTER_RETENTION_DAYS,
-    EXPIRES_AT_ATTRIBUTE,
-    KEY_ATTRIBUTE,
-)
+from shardline.aws_lambda._http_idempotency import EXPIRES_AT_ATTRIBUTE, KEY_ATTRIBUTE
 from shardline.cdk._config_api import (
     DEFAULT_MAX_BODY_BYTES,
     ApiClient,
@@ -36,6 +32,7 @@ from shardline.cdk._layers import Layers
 from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import attribute, table
+from shardline.consumer._once import SQS_MAX_RETENTION_SECONDS, guard_ttl_seconds
 
 RECORDS_MODEL: dict[str, Any] = {
     "type": apigw.JsonSchemaType.OBJECT,
@@ -120,8 +117,9 @@ class ProducerApi(Construct):
     Its idempotency table keeps the payload hash of every id it wrote, so an id re-used with another
     body answers 422 (`shardline.aws_lambda._http_idempotency`): `idempotency_table` (the team's own:
     partition key `scopedId` S, TTL attribute `expiresAt`), or one created here (on demand,
-    point-in-time recovery, encrypted with a key of its own). A hash is kept for the longest
-    retention of the API's streams plus 14 days (the dead-letter queues' longest retention).
+    point-in-time recovery, encrypted with a key of its own). A hash is kept as long as a consumer's
+    guard of its id (`guard_ttl_seconds`: the longest retention of the API's streams + SQS's 14
+    days + a day).
     `key_alias` names the key made for a created table."""
 
     def __init__(
@@ -206,9 +204,10 @@ class ProducerApi(Construct):
                 ttl=EXPIRES_AT_ATTRIBUTE,
             )
         self.idempotency_table = idempotency_table
-        # As long as a copy of a record can be read (the stream's retention) or redriven (a DLQ).
-        self.idempotency_ttl_seconds = (
-            max(s.retention_hours for s in routes.values()) * 3600 + DEAD_LETTER_RETENTION_DAYS * 86_400
+        # As long as the consumers' guards of an id: a copy can be read (the stream's retention) or
+        # redriven (a DLQ: SQS's longest, as the API knows no group's queue), + a day.
+        self.idempotency_ttl_seconds = max(
+            guard_ttl_seconds(s.retention_seconds, SQS_MAX_RETENTION_SECONDS) for s in routes.values()
         )
         self.function = python_function(
             self,

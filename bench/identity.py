@@ -58,7 +58,7 @@ from bench.report import Report, Row, Target, render
 from shardline.consumer import KinesisConsumer
 from shardline.kinesis import UserRecord, hash_key, put_payload_units, record_size
 from shardline.kpl import encode
-from shardline.testing import InMemoryLeaseTable, MappingReplay
+from shardline.testing import InMemoryLeaseTable, LeaseWrite, MappingReplay
 from shardline.testing._events import event_record
 
 SHARDS = 4
@@ -245,7 +245,8 @@ class MeteredLeases(InMemoryLeaseTable):
         return result
 
     def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
-        """Idempotent puts (BatchWriteItem, no transaction): 1 WCU a KB of each item."""
+        """Idempotent puts (BatchWriteItem, or a conditional PutItem each when keyed by a client id;
+        no transaction): 1 WCU a KB of each item."""
         calls = super().put_idempotent(puts)
         self.sink_items += len(puts)
         self.wcu += sum(math.ceil(max(1, item_size(put["IdempotentPut"]["Item"])) / KB) for put in puts)
@@ -253,7 +254,9 @@ class MeteredLeases(InMemoryLeaseTable):
 
     def count_plain_writes(self) -> None:
         """Every other write (row creation, begin, release, plain checkpoints): 1 WCU a KB each."""
-        plain = self.total_writes - self.transactions
+        plain = (
+            self.total_writes - self.transactions - self.writes[LeaseWrite.IDEMPOTENT]
+        )  # sink calls, not the row
         self.row_writes += plain
         size = max((lease_row_size(self, key) for key in self.rows()), default=1)
         self.wcu += plain * math.ceil(max(1, size) / KB)

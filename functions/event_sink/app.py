@@ -14,19 +14,31 @@ Identity, and what applies a record once:
   stream: the consumer skips it by its aggregate id, before this handler sees it. Nothing to do.
 - A client re-POST (a request that failed as a whole, posted again) is a new Kinesis record. A
   record with a client id (`ConsumedRecord.id`: the record's HTTP `id`, or
-  `<Idempotency-Key>:<index>`) is keyed by that id: every copy writes the one item `id#<client
-  id>` (its `sequenceNumber` and `approximateArrival` are those of the copy written last). A
+  `<Idempotency-Key>:<index>`) is keyed by that id *as its caller's* (`ConsumedRecord.scoped_id`:
+  the caller's scope, `i` explicit or `k` derived, the id): every copy writes the one item
+  `id#<scoped id>` (its `sequenceNumber` and `approximateArrival` are those of the copy written
+  last). Two callers' equal ids, or an explicit `k:1` and a derived `k:1`, are two items. A
   record without a client id is keyed by its position in the shard: a client re-POST of it is
   a new record and gets an item of its own.
+- The same scoped id re-used with another payload (partition key, hash key, data) is a conflict,
+  not a copy: the item keeps its payload hash (`shardlinePayload`) and is written with a
+  conditional PutItem (`idempotent_put(..., payload_hash=)`), so the second payload never
+  overwrites the first — even from another shard at the same moment. The conflicting record is
+  dead-lettered whole (both hashes in the dead letter; metric `ClientIdConflicts`). Cost: one
+  PutItem call per record with a client id (1 write unit per KB, as BatchWriteItem bills it);
+  records without one stay on BatchWriteItem (25 a call).
 
-That is the rule for a sink of your own whose effect is an item: key it by `record.id` when it is
-set (else by the record's position) and return `idempotent_put(table, item)`. Effects that are
-not idempotent (a count, an item that depends on what is there) go in the transaction, with a
-`once` guard (functions/key_counter).
+That is the rule for a sink of your own whose effect is an item: key it by `record.scoped_id`
+when it is set (else by the record's position) and return `idempotent_put(table, item,
+payload_hash=record.payload_hash)`. Effects that are not idempotent (a count, an item that
+depends on what is there) go in the transaction, with a `once` guard (functions/key_counter).
+
+Items written before ids were scoped (`id#<client id>`) stay where they are and are not found
+by `id_key` any more; a re-POST of such a record after the upgrade writes a new, scoped item.
 
 Sink table (hash key `pk` S, range key `sk` S), one item per user record:
 
-    pk                   "id#<client id>" for a record with one, else "<stream name>#<shard id>"
+    pk                   "id#<scoped id>" for a record with a client id, else "<stream name>#<shard id>"
     sk                   "id" for a record with a client id, else
                          "<sequence number, zero-padded to 129 digits>#<sub-sequence, 6 digits>"
     sequenceNumber       S  the Kinesis record's sequence number, as Kinesis writes it
@@ -37,6 +49,9 @@ Sink table (hash key `pk` S, range key `sk` S), one item per user record:
     data                 B  the payload, as sent
     approximateArrival   N  epoch seconds (milliseconds precision) Kinesis received the record
     recordId             S  the client's id of the record, when it has one
+    caller               S  who asked for it to be written (the `sl.c` caller), when named
+    idDerived            BOOL true when the id was derived from an Idempotency-Key
+    shardlinePayload     S  the record's payload hash, when it has a client id (the condition)
     aggregateId          S  the id of the shardline aggregate it came in (producer.lane.counter.floor)
     expiresAt            N  epoch seconds: the record's arrival + SINK_TTL_DAYS, the table's TTL
                             attribute (DynamoDB deletes the item within days after it); absent
@@ -82,9 +97,10 @@ def item_key(stream: str, shard_id: str, sequence: str, sub_sequence: int | None
     }
 
 
-def id_key(record_id: str) -> dict[str, Any]:
-    """The sink table key of a user record with a client id: the id (`sk` "id" is no position's)."""
-    return {"pk": {"S": f"id#{record_id}"}, "sk": {"S": "id"}}
+def id_key(scoped_id: str) -> dict[str, Any]:
+    """The sink table key of a user record with a client id: its scoped id (`ConsumedRecord.scoped_id`,
+    the id as its caller's), never the bare id; `sk` "id" is no position's."""
+    return {"pk": {"S": f"id#{scoped_id}"}, "sk": {"S": "id"}}
 
 
 def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) -> list[dict[str, Any]]:
@@ -92,8 +108,13 @@ def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) 
     that many days after the record's arrival."""
     if len(record.data) > MAX_DATA_BYTES:
         raise ValueError(f"{len(record.data)} bytes of data do not fit in a DynamoDB item")
-    if record.id is not None:
-        item = id_key(record.id) | {"recordId": {"S": record.id}}
+    scoped_id = record.scoped_id
+    if scoped_id is not None and record.id is not None:
+        item = id_key(scoped_id) | {"recordId": {"S": record.id}}
+        if record.caller:
+            item["caller"] = {"S": record.caller}
+        if record.id_derived:
+            item["idDerived"] = {"BOOL": True}
     else:
         item = item_key(record.stream, record.shard_id, record.sequence_number, record.sub_sequence_number)
     item |= {
@@ -110,6 +131,8 @@ def to_sink(table: str, record: ConsumedRecord, *, ttl_days: int | None = None) 
         item["aggregateId"] = {"S": record.aggregate_id}
     if ttl_days is not None:
         item[EXPIRES_AT_ATTRIBUTE] = {"N": str(int(record.approximate_arrival) + ttl_days * DAY_SECONDS)}
+    if scoped_id is not None:  # the id's item is the first payload's: another payload is a conflict
+        return [idempotent_put(table, item, payload_hash=record.payload_hash)]
     return [idempotent_put(table, item)]
 
 

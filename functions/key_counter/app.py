@@ -19,19 +19,28 @@ list does not fit one transaction (over 99 writes) is split in halves by the con
 Identity: a second copy of an aggregate (a producer retry after a lost reply) is skipped by the
 consumer before this handler sees it. A client re-POST is a new Kinesis record: a record with a
 client id (`ConsumedRecord.id`: its HTTP `id`, or `<Idempotency-Key>:<index>`) is counted once
-because its count is guarded — the list holds `shardline.consumer.once(..., record_id=id)` for
-each id, in the same transaction; a later copy's guard fails its condition, names the id, and the
-consumer runs the chunk again without that record (metric `ClientIdDuplicatesSkipped`). Records
-with the same id in one chunk are counted once. A record without a client id is counted once per
-producer retry, but a client re-POST of it counts again.
+because its count is guarded — by its id as its caller's (`ConsumedRecord.scoped_id`: two callers'
+equal ids, or an explicit `k:1` and a derived `k:1`, are two records): the list holds
+`shardline.consumer.once(..., record_id=scoped_id, payload_hash=...)` for each id, in the same
+transaction; a later copy's guard fails its condition, names the id, and the consumer runs the
+chunk again without that record (metric `ClientIdDuplicatesSkipped`). A copy whose payload
+(partition key, hash key, data) differs from the one the guard keeps is a conflict: it is not
+counted, and is dead-lettered whole with both hashes (metric `ClientIdConflicts`). Records with
+the same scoped id and payload in one chunk are counted once; with different payloads in one
+chunk, the handler refuses the chunk (`ValueError`), so the consumer splits it until they run
+apart, and the guard decides. A record without a client id is counted once per producer retry,
+but a client re-POST of it counts again. Guards written before ids were scoped
+(`once#<client id>#~~~`) guard nothing any more: a re-POST of such a record after the upgrade
+counts again (within the old guards' lifetime).
 
 Guard item, one per client id, in the counter table:
 
-    partitionKey    S  "once#<client id>#" padded with "~" to GUARD_KEY_LENGTH (300) characters:
+    partitionKey    S  "once#<scoped id>#" padded with "~" to GUARD_KEY_LENGTH (300) characters:
                        longer than any Kinesis partition key (256 UTF-16 code units), so no
                        counter can share it, and a guard never shows up as a counted key
     shardlineOnce   N  1
-    shardlineOnceId S  the client id
+    shardlineOnceId S  the scoped id
+    shardlinePayload S the payload hash of the record counted (a copy with another is a conflict)
     expiresAt       N  epoch seconds: the record's arrival + SHARDLINE_GUARD_TTL_SECONDS, the table's
                        TTL attribute: as long as a copy of the record can still reach the group
                        (the stream's retention + the DLQ's + a day, rendered by the constructs:
@@ -56,14 +65,16 @@ from shardline.aws_lambda import ConsumerEnvironment, ConsumerFunction
 from shardline.consumer import ConsumedRecord, once
 from shardline.consumer._once import DEFAULT_GUARD_TTL_SECONDS, EXPIRES_AT_ATTRIBUTE
 
-#: Length of a guard's key: above the 256 UTF-16 code units a partition key (a counter's key) can have.
+#: Length of a guard's key: above the 256 UTF-16 code units a partition key (a counter's key) can have,
+#: and room for "once#", a scoped id (a 16-character scope, "/k/", an id of at most 128) and "#".
 GUARD_KEY_LENGTH = 300
 DAY_SECONDS = 24 * 3600
 
 
-def guard_key(record_id: str) -> dict[str, Any]:
-    """The counter table key of the guard item of a client id (ids are at most 128 characters)."""
-    return {"partitionKey": {"S": f"once#{record_id}#".ljust(GUARD_KEY_LENGTH, "~")}}
+def guard_key(scoped_id: str) -> dict[str, Any]:
+    """The counter table key of the guard item of a client id, by its scoped id
+    (`ConsumedRecord.scoped_id`: at most 16 + 3 + 128 characters), never the bare id."""
+    return {"partitionKey": {"S": f"once#{scoped_id}#".ljust(GUARD_KEY_LENGTH, "~")}}
 
 
 def is_guard(item: dict[str, Any]) -> bool:
@@ -87,14 +98,21 @@ def count(
     per_key: Counter[str] = Counter()
     latest: dict[str, float] = {}
     guards: list[dict[str, Any]] = []
-    guarded: set[str] = set()
+    guarded: dict[str, str] = {}  # scoped id -> payload hash
     for record in records:
-        if record.id is not None:
-            if record.id in guarded:
+        scoped_id = record.scoped_id
+        if scoped_id is not None:
+            payload = record.payload_hash
+            if scoped_id in guarded:
+                if guarded[scoped_id] != payload:  # split the chunk: the guard tells copy from conflict
+                    raise ValueError(f"client id {scoped_id!r} twice in one chunk with two payloads")
                 continue  # the same client record twice in the chunk: counted once
-            guarded.add(record.id)
+            guarded[scoped_id] = payload
             expires_at = int(record.approximate_arrival) + guard_ttl_seconds
-            guards.append(once(table, guard_key(record.id), expires_at=expires_at, record_id=record.id))
+            guard = once(
+                table, guard_key(scoped_id), expires_at=expires_at, record_id=scoped_id, payload_hash=payload
+            )
+            guards.append(guard)
         per_key[record.partition_key] += 1
         latest[record.partition_key] = max(latest.get(record.partition_key, 0.0), record.approximate_arrival)
     return [_add(table, key, n, latest[key], ttl_days) for key, n in per_key.items()] + guards

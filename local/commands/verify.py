@@ -49,6 +49,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.live import Live
 
+from shardline.kpl._identity import NO_CALLER_SCOPE, caller_scope
+
 from ..app import environments, model
 from ..app.provision import client
 from .send import SendReport
@@ -75,6 +77,9 @@ POLL_INTERVAL_S = 0.5
 SINCE_SLACK_S = 2.0
 #: Records lost or applied twice whose copies in the stream the verdict lists, at most.
 WATCHED = 50
+#: The scopes a run's ids are keyed under in an event sink: the local credentials' principal (the
+#: caller the producer function stamps on what `send` signs with them), and "-" (no caller stamped).
+SENDER_SCOPES = (caller_scope(f"arn:aws:iam::{model.ACCOUNT}:root"), NO_CALLER_SCOPE)
 
 
 def physical_stream(app: model.LocalApp, route: str) -> str:
@@ -132,7 +137,7 @@ class _Watch:
         if group.kind == RECORDS and group.incremental:
             self.sink = SinkReader(
                 self.dynamodb, group.sink_table, group.stream_name, report.run_id, expected,
-                id_attribute=group.id_attribute, seq_of_id=seq_of_id,
+                id_attribute=group.id_attribute, seq_of_id=seq_of_id, scopes=SENDER_SCOPES,
             )  # fmt: skip
             for shard_id, sequence in starts.items():
                 self.sink.add_shard(shard_id, sequence)

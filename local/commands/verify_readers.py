@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.errors import AggregationError
 from shardline.kpl._decode import decode_aggregate, is_aggregated
+from shardline.kpl._identity import NO_CALLER_SCOPE
 
 from .send import parse_payload
 
@@ -27,8 +28,10 @@ EMPTY_CHUNKS = 3  # calls in a row that found no id end a poll that is not thoro
 
 class SinkReader:
     """A run's records in an event sink: those without a client id read partition by partition from
-    the last `sk` seen, those with one (an item keyed `id#<id>`, as functions/event_sink writes
-    them) by BatchGetItem of the run's ids not found yet, in the order they were sent: a poll stops
+    the last `sk` seen, those with one (an item keyed `id#<scoped id>`, as functions/event_sink
+    writes them: `<caller scope>/i/<id>`, under each of `scopes` — the scope of the principal that
+    sent the run, and "-" for records no caller was stamped on) by BatchGetItem of the run's ids
+    not found yet, in the order they were sent: a poll stops
     after `EMPTY_CHUNKS` calls in a row found none (the consumers have not reached them: asking for
     every missing id on every poll would load the endpoint the consumers write to), and
     `poll(thorough=True)` asks for all of them.
@@ -47,7 +50,9 @@ class SinkReader:
         *,
         id_attribute: str = "recordId",
         seq_of_id: dict[str, int] | None = None,
+        scopes: tuple[str, ...] = (NO_CALLER_SCOPE,),
     ) -> None:
+        self._scopes = scopes
         self._dynamodb, self._table, self._stream, self._run = dynamodb, table, stream_name, run_id
         self._expected_id = expected_id
         self._id_attribute, self._seq_of_id = id_attribute, seq_of_id or {}
@@ -113,11 +118,13 @@ class SinkReader:
         missing = (i for i in itertools.islice(order, self._first_missing, None) if i not in found)
         empty = 0
         while empty < EMPTY_CHUNKS or thorough:
-            chunk = list(itertools.islice(missing, ID_BATCH))
+            chunk = list(itertools.islice(missing, ID_BATCH // len(self._scopes)))
             if not chunk:
                 return
             known = len(found)
-            keys = [{"pk": {"S": f"id#{i}"}, "sk": {"S": "id"}} for i in chunk]
+            keys = [
+                {"pk": {"S": f"id#{scope}/i/{i}"}, "sk": {"S": "id"}} for i in chunk for scope in self._scopes
+            ]
             request: dict[str, Any] = {
                 self._table: {
                     "Keys": keys,
@@ -131,7 +138,7 @@ class SinkReader:
                 self.queries += 1
                 for item in page.get("Responses", {}).get(self._table, []):
                     self.items_read += 1
-                    record_id = item["pk"]["S"].removeprefix("id#")
+                    record_id = item["pk"]["S"].removeprefix("id#").split("/", 2)[-1]  # the id past its scope
                     self._ids_found.add(record_id)
                     seq = self._seq_of_id[record_id]
                     self.positions.setdefault(seq, []).append(f"{item['pk']['S']}|{item['sk']['S']}")

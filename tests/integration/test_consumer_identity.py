@@ -15,6 +15,7 @@ from botocore.exceptions import ReadTimeoutError
 
 from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable, once
 from shardline.consumer._dedup import AppliedAggregates
+from shardline.consumer._dedup_run import scoped
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.kpl._identity import AggregateId
 from shardline.testing import FakeLambdaContext, MappingReplay, kinesis_event
@@ -147,7 +148,7 @@ def test_3_retries_after_a_lost_reply_are_never_applied_twice_at_every_crash_poi
         if mode.endswith("after the commit") and k <= 14:  # 14 members: each a crash point
             assert faulty.fired == 1, (mode, k)
         state = AppliedAggregates.parse(stored_state(dynamodb, table))
-        assert state.lanes["p1.0"][0] == 5, (mode, k)
+        assert state.lanes["-.p1.0"][0] == 5, (mode, k)
 
 
 def test_3_the_state_rides_with_plain_and_transactional_checkpoints_and_every_claim_returns_it(
@@ -199,7 +200,9 @@ def test_3_a_copy_in_a_child_shard_is_skipped_with_the_parents_state_read_from_d
     metrics = child.metrics.snapshot()
     assert metrics["AggregateCopiesSkipped"] == 1 and metrics["OutOfRangeRecordsSkipped"] == 4
     low = AppliedAggregates.parse(stored_state(dynamodb, table, LOW))
-    assert low.applied(AggregateId.parse(aggregate_id(1))) and low.applied(AggregateId.parse(aggregate_id(2)))
+    assert low.applied(scoped(AggregateId.parse(aggregate_id(1)), None)) and low.applied(
+        scoped(AggregateId.parse(aggregate_id(2)), None)
+    )
 
 
 def test_4_a_client_re_post_is_applied_once_through_a_once_guard_on_dynamodb(dynamodb) -> None:

@@ -28,6 +28,7 @@ import shardline.cdk
 from local.chaos.faults import THROTTLED, THROTTLED_MESSAGE, FaultyKinesis
 from shardline.errors import InvalidRecord
 from shardline.kinesis import UserRecord, md5_hash_key, validate
+from shardline.kpl._identity import caller_scope
 from tests.support.integration import (
     create_stream,
     kinesis_client,
@@ -784,8 +785,11 @@ def test_7_consumers_expose_the_identity_and_the_example_sinks_use_it(invoke, st
     assert len(anonymous_items) == 2, "without an id, a client re-POST is a new record: applied again"
     assert all("aggregateId" in item for item in items)
 
-    for record_id in ("evt-0", "req-7:1", "evt-2"):  # keyed by the id: every copy writes the one item
-        assert {"pk": by_id[record_id]["pk"], "sk": by_id[record_id]["sk"]} == sinks.events.id_key(record_id)
+    for record_id in ("evt-0", "req-7:1", "evt-2"):  # keyed by the scoped id: one item for all copies
+        item = by_id[record_id]
+        kind = "k" if item.get("idDerived", {}).get("BOOL") else "i"
+        scoped_id = f"{caller_scope(item.get('caller', {}).get('S'))}/{kind}/{record_id}"
+        assert {"pk": item["pk"], "sk": item["sk"]} == sinks.events.id_key(scoped_id)
 
     assert sinks.counts() == {"alice": 2, "bob": 1, "carol": 2}
     counter_guards = sinks.counter_guards()

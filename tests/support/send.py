@@ -264,7 +264,7 @@ class Pipeline:
                 "pk": {"S": f"{stream or self.stream}#{w.shard_id}"},
                 "sk": {"S": f"{w.sequence_number.zfill(129)}#{w.sub_sequence or 0:06d}"},
             }
-            key = {"pk": {"S": f"id#{w.id}"}, "sk": {"S": "id"}} if w.id and not by_position else position
+            key = {"pk": {"S": f"id#-/i/{w.id}"}, "sk": {"S": "id"}} if w.id and not by_position else position
             item = {
                 **key,
                 "sequenceNumber": {"S": w.sequence_number},

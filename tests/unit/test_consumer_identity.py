@@ -22,7 +22,7 @@ from shardline.consumer import (
     once,
 )
 from shardline.consumer._dedup import DEDUP_HORIZON_S, MAX_STATE_BYTES, AppliedAggregates
-from shardline.consumer._dedup_run import DedupRun
+from shardline.consumer._dedup_run import DedupRun, scoped
 from shardline.errors import SinkConflict
 from shardline.kinesis import SHARD_END, Position, UserRecord
 from shardline.kpl._identity import AggregateId
@@ -65,7 +65,7 @@ def test_3_retries_after_a_lost_reply_are_never_applied_twice_in_and_across_batc
     metrics = consumer.metrics.snapshot()
     assert metrics["AggregateCopiesSkipped"] == 3  # A1 in its batch, A3's slow original, A2 later
     state = AppliedAggregates.parse(table.row(PARENT).applied_aggregates)
-    assert state.lanes == {"p1.0": [5, int(ARRIVAL) + 7]}, "every counter up to 5 applied"
+    assert state.lanes == {"-.p1.0": [5, int(ARRIVAL) + 7]}, "every counter up to 5 applied"
 
 
 @pytest.mark.parametrize("detect_crashes", [True, False])
@@ -130,10 +130,10 @@ def test_3_the_state_written_at_a_checkpoint_holds_exactly_what_it_wholly_passed
     assert not run.admit(aggregate_id(1), "300", ARRIVAL), "a copy later in the batch"
     assert run.state_at(Position("100", 1)) == "", "inside aggregate 1: not applied yet"
     at_1 = AppliedAggregates.parse(run.state_at(Position("100", 2)))
-    assert at_1.lanes == {"p1.0": [1, int(ARRIVAL)]}
+    assert at_1.lanes == {"-.p1.0": [1, int(ARRIVAL)]}
     assert AppliedAggregates.parse(run.state_at(Position("150"))).lanes == at_1.lanes
     at_2 = AppliedAggregates.parse(run.state_at(Position("200")))
-    assert at_2.lanes == {"p1.0": [2, int(ARRIVAL)]}
+    assert at_2.lanes == {"-.p1.0": [2, int(ARRIVAL)]}
     run.committed(Position("100", 2))
     assert run.state.lanes == at_1.lanes and run.state_at(Position("100", 2)) == at_1.serialize()
 
@@ -155,7 +155,7 @@ def test_3_a_copy_in_a_child_shard_after_a_split_is_skipped_with_the_state_hande
     assert table.row(PARENT).checkpoint == Position(SHARD_END)
     for child in (LOW, HIGH):
         assert AppliedAggregates.parse(table.row(child).applied_aggregates).applied(
-            AggregateId.parse(aggregate_id(2))
+            scoped(AggregateId.parse(aggregate_id(2)), None)
         ), f"{child} starts from its parent's state"
 
 
@@ -536,7 +536,7 @@ def test_3_a_copy_re_routed_into_a_merged_child_applies_only_what_no_parent_appl
         expected["h-0"] = 1
     assert applied(table) == expected
     state = AppliedAggregates.parse(table.row(MERGED).applied_aggregates)
-    assert state.applied(AggregateId.parse(aggregate_id(7))) and state.qualified == {}
+    assert state.applied(scoped(AggregateId.parse(aggregate_id(7)), None)) and state.qualified == {}
 
 
 def test_3_a_merged_child_inherits_the_ranges_of_partly_applied_aggregates() -> None:

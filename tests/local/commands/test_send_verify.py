@@ -134,7 +134,7 @@ def test_verify_reads_items_keyed_by_id_once_each_by_batch_get(stub_api: StubApi
     seq_of_id = {report.id_of(seq): seq for seq in range(1000)}
     reader = SinkReader(pipeline.dynamodb(), pipeline.sink, pipeline.stream, "run-ids", seq_of_id=seq_of_id)
     in_order = sorted(stub_api.written, key=lambda w: parse_payload(w.data)["seq"])
-    pipeline.write_sink(in_order[:120])  # keyed `id#<id>`, as functions/event_sink writes them
+    pipeline.write_sink(in_order[:120])  # keyed `id#-/i/<id>`, as functions/event_sink writes them
     reader.poll()  # ids in the order sent: 2 calls find the 120, then 3 calls that find none end the poll
     assert reader.items_read == 120 and reader.queries == 5
     reader.poll()  # only ids not found yet are asked for, from the first of them
@@ -142,7 +142,7 @@ def test_verify_reads_items_keyed_by_id_once_each_by_batch_get(stub_api: StubApi
     pipeline.write_sink(in_order[120:])
     reader.poll()
     assert reader.items_read == 1000 and sorted(reader.positions) == list(range(1000))
-    assert all(where == [f"id#{report.id_of(seq)}|id"] for seq, where in reader.positions.items())
+    assert all(where == [f"id#-/i/{report.id_of(seq)}|id"] for seq, where in reader.positions.items())
 
 
 def test_a_thorough_poll_asks_for_every_id_a_gap_hides(stub_api: StubApi, pipeline: Pipeline) -> None:

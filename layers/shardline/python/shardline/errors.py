@@ -17,7 +17,9 @@ always caught `ValueError`, the class is a `ValueError` too::
     │                                     the record; the shard stalls and retries, nothing is
     │                                     counted against the record
     ├── SinkConflict                      a sink write in a checkpoint transaction failed
-    │                                     its own condition; nothing was written
+    │   │                                 its own condition; nothing was written
+    │   └── ClientIdConflict              a client id already applied with another payload:
+    │                                     the record is dead-lettered whole, never dropped
     └── SinkRejected                      DynamoDB refused a sink write as invalid (an item
                                           over 400 KB, an empty key, one item twice, ...);
                                           nothing was written
@@ -43,6 +45,7 @@ __all__ = [
     "WRONG_SHARD",
     "AggregationError",
     "BufferFull",
+    "ClientIdConflict",
     "ConfigurationError",
     "DependencyUnavailable",
     "EventError",
@@ -201,9 +204,42 @@ class SinkConflict(ShardlineError):
     reasons for them.
     """
 
-    def __init__(self, message: str, indexes: tuple[int, ...] = (), reasons: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        indexes: tuple[int, ...] = (),
+        reasons: tuple[str, ...] = (),
+        items: tuple[Mapping[str, Any] | None, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.indexes, self.reasons = indexes, reasons
+        #: For each of `indexes`, the item as it was when its condition failed (DynamoDB's
+        #: `ReturnValuesOnConditionCheckFailure=ALL_OLD`, when the write asked for it), else None.
+        self.items = items or (None,) * len(indexes)
+
+
+class ClientIdConflict(SinkConflict):
+    """A record's client id (`ConsumedRecord.scoped_id`) was already applied with another payload.
+
+    The sink holds the first payload's item or guard, whose payload hash (`applied_hash`) differs
+    from this record's (`payload_hash`): the record is neither applied nor skipped — it is counted
+    (`ClientIdConflicts`) and dead-lettered whole at once, with both hashes in the dead letter.
+    """
+
+    def __init__(self, scoped_id: str, applied_hash: str, payload_hash: str) -> None:
+        super().__init__(
+            f"client id {scoped_id!r} was already applied with payload hash {applied_hash}; "
+            f"this record's payload hash is {payload_hash}: a re-used id with another payload, refused"
+        )
+        self.scoped_id, self.applied_hash, self.payload_hash = scoped_id, applied_hash, payload_hash
+
+    def details(self) -> dict[str, str]:
+        """What the dead letter and the lease row say of it (`details["clientIdConflict"]`)."""
+        return {
+            "scopedId": self.scoped_id,
+            "appliedPayloadHash": self.applied_hash,
+            "payloadHash": self.payload_hash,
+        }
 
 
 class SinkRejected(ShardlineError):

@@ -15,13 +15,16 @@
 Identity: a Kinesis record that is a copy of a shardline aggregate already applied (a lost
 PutRecords reply, retried) is skipped — the lease row remembers the aggregates each shard applied,
 written with the checkpoint — so a handler sees each of the producer's user records once, as a
-transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record; a
-sink guards on it with `once(table, key)` (a guard item written in the checkpoint's transaction),
-so that a client's re-POST of the same id is applied once too. A record without a client id that
-a client posts again is a new record. A sink item keyed by the record's identity and built from
-the record alone is the same on every replay: return it as `idempotent_put(table, item)` and it
-is written with BatchWriteItem before the checkpoint, with no transaction and no guard (half the
-write units).
+transactional sink applies it once. `ConsumedRecord.id` is the client's own id for a record,
+`ConsumedRecord.caller` who asked for it to be written; an id is its caller's, so a sink keys by
+`ConsumedRecord.scoped_id` and guards on it with `once(table, key, payload_hash=...)` (a guard
+item written in the checkpoint's transaction), so that a client's re-POST of the same id is
+applied once too, and the same id with another payload is a conflict (`ClientIdConflict`,
+dead-lettered), never dropped. A record without a client id that a client posts again is a new
+record. A sink item keyed by the record's identity and built from the record alone is the same on
+every replay: return it as `idempotent_put(table, item)` and it is written with BatchWriteItem
+before the checkpoint, with no transaction and no guard (half the write units); keyed by a client
+id, with `payload_hash=`, it is a conditional PutItem that another payload cannot overwrite.
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard, composed of `_handler_loop` (running the handler over the
@@ -33,7 +36,8 @@ whose they are), `_handler_deadline` (interrupting a handler at the time budget)
 environment, which stall a shard and blame no record), `_redrive` (putting what the mapping
 discarded back through the group), `_deaggregation` (events to user records, with their ids),
 `_dedup` (the aggregates a shard applied: producer-retry dedup; counter ranges in `_lane_ranges`),
-`_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards),
+`_dedup_run` (one run's copies skipped, the state each checkpoint writes), `_once` (client-id guards;
+which refusals are copies and which conflicts: `_guard_refusals`),
 `_idempotent` (sink items written the same way on every replay, with BatchWriteItem before the checkpoint),
 `_lease_store` (the `Lease` row and `LeaseStore`, the protocol of a lease table, which
 `LeaseTable` and `shardline.testing.InMemoryLeaseTable` implement), `_leases` (`LeaseTable`, the
@@ -83,6 +87,7 @@ if TYPE_CHECKING:
     from shardline.consumer._settings import Writes as Writes
     from shardline.consumer._settings import client_config as client_config
     from shardline.consumer._worker import Worker as Worker
+    from shardline.errors import ClientIdConflict as ClientIdConflict
     from shardline.errors import DependencyUnavailable as DependencyUnavailable
     from shardline.errors import EventError as EventError
     from shardline.errors import LeaseLost as LeaseLost
@@ -123,6 +128,7 @@ _EXPORTS = {
     "DependencyUnavailable": "shardline.errors",
     "EventError": "shardline.errors",
     "LeaseLost": "shardline.errors",
+    "ClientIdConflict": "shardline.errors",
     "SinkConflict": "shardline.errors",
     "SinkRejected": "shardline.errors",
 }

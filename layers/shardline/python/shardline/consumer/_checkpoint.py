@@ -10,7 +10,9 @@ puts (`_idempotent`) landed just before it.
 When DynamoDB refuses the writes, the refusal is blamed on the record whose write it was
 (`PendingTransaction.owner`; when DynamoDB does not say which write, on the half of the pending
 records that is refused, narrowed in O(log n) transactions): what precedes it commits, a record
-whose `once` guard's condition failed is already applied and is passed, and any other refusal is
+whose `once` guard's condition failed is already applied and is passed — unless the refusing
+guard (or id-keyed put) keeps another payload's hash: a conflict (`ClientIdConflict`, counted
+`ClientIdConflicts`), dead-lettered at once — and any other refusal is
 handed to the failure policy (`give_up`, `_failure_policy`) — which dead-letters the record (it
 is passed too) or has the run stop and retry from it (`RetryFrom`). A batch handler's one list of
 writes for several records cannot be blamed on one of them: the run reruns them (`Rerun`).
@@ -27,16 +29,15 @@ from typing import Any
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, sub_record_count
 from shardline.consumer._dedup_run import DedupRun
+from shardline.consumer._guard_refusals import Refusal, guard_conflicts, guard_refused, guarded_ids, refusing
 from shardline.consumer._lease_store import MAX_TRANSACTION_ITEMS, Claim, ClaimsMoved, Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
-from shardline.consumer._once import guarded_id, is_once_guard
+from shardline.consumer._once import conflict_of, is_once_guard
 from shardline.consumer._redrive_claims import Arbiters
 from shardline.consumer._settings import ConsumerSettings
 from shardline.consumer._transaction import PendingTransaction, RecordWrites
-from shardline.errors import SinkConflict, SinkRejected
+from shardline.errors import ClientIdConflict, SinkConflict, SinkRejected
 from shardline.kinesis._positions import Position
-
-Refusal = SinkConflict | SinkRejected
 
 #: Commits tried again in one run after a redrive row's claims moved with nothing in conflict.
 MAX_CLAIM_RETRIES = 8
@@ -56,20 +57,30 @@ class RetryFrom(Exception):
 
 class Rerun(Exception):
     """A batch handler's one list of writes for `records` was refused: run them again — without
-    the records at `applied` (their `once` guards are there: already applied), else in halves."""
+    the records at `applied` (their `once` guards are there: already applied) and at `conflicts`
+    (their guards keep another payload: each is dead-lettered alone), else in halves."""
 
-    def __init__(self, records: list[ConsumedRecord], applied: frozenset[Position] = frozenset()) -> None:
+    def __init__(
+        self,
+        records: list[ConsumedRecord],
+        applied: frozenset[Position] = frozenset(),
+        conflicts: Mapping[Position, ClientIdConflict] | None = None,
+    ) -> None:
         super().__init__(len(records))
         self.records = records
         self.applied = applied
+        self.conflicts: Mapping[Position, ClientIdConflict] = conflicts or {}
 
 
 class PutRefused(Exception):
-    """DynamoDB refused one of `culprit`'s idempotent puts as invalid."""
+    """DynamoDB refused one of `culprit`'s idempotent puts as invalid, or its condition (`conflict`:
+    its id holds another payload)."""
 
-    def __init__(self, culprit: RecordWrites, refusal: SinkRejected) -> None:
+    def __init__(
+        self, culprit: RecordWrites, refusal: Refusal, conflict: ClientIdConflict | None = None
+    ) -> None:
         super().__init__(str(refusal))
-        self.culprit, self.refusal = culprit, refusal
+        self.culprit, self.refusal, self.conflict = culprit, refusal, conflict
 
 
 def _retry_it(record: ConsumedRecord, exc: BaseException, details: Mapping[str, Any] | None) -> bool:
@@ -161,7 +172,7 @@ class Checkpoint:
             try:
                 self._land_puts()
             except PutRefused as refused:
-                self._reject(refused.culprit, refused.refusal, False)
+                self._reject(refused.culprit, refused.refusal, False, conflict=refused.conflict)
                 continue
             claims = self._claims_at(position)
             try:
@@ -198,13 +209,17 @@ class Checkpoint:
         puts = [put for group in groups for put in group.puts]
         try:
             self.table.put_idempotent(puts)
-        except SinkRejected as refused:
+        except (SinkRejected, SinkConflict) as refused:
             if not refused.indexes:
                 raise
             index = refused.indexes[0]
             for group in groups:
                 if index < len(group.puts):
-                    raise PutRefused(group, refused) from refused
+                    conflict = None
+                    if isinstance(refused, SinkConflict):
+                        refusing = refused.items[0] if refused.items else None
+                        conflict = conflict_of(group.puts[index], refusing, group.record.scoped_id)
+                    raise PutRefused(group, refused, conflict) from refused
                 index -= len(group.puts)
             raise
         self.pending.mark_landed(groups)
@@ -213,14 +228,16 @@ class Checkpoint:
     def _blame(self, refused: Refusal) -> None:
         """Pin a refusal on the record whose writes caused it, and deal with that record."""
         culprit = self.pending.owner(refused.indexes[0]) if refused.indexes else None
-        guarded = culprit is not None and guard_refused(refused, culprit, self.pending)
-        ids = guarded_ids(refused, culprit, self.pending) if culprit is not None else None
+        pending: PendingTransaction | None = self.pending
         if culprit is None:
             culprit, refused = self._isolate(refused)
-            guarded = culprit is not None and guard_refused(refused, culprit)
-            ids = guarded_ids(refused, culprit) if culprit is not None else None
+            pending = None
         if culprit is not None:
-            self._reject(culprit, refused, guarded, ids)
+            guarded = guard_refused(refused, culprit, pending)
+            ids = guarded_ids(refused, culprit, pending)
+            conflicts = guard_conflicts(refused, culprit, pending)
+            conflict = next(iter(conflicts.values()), None) if culprit.covering == 1 else None
+            self._reject(culprit, refused, guarded, ids, conflict=conflict, conflicts=conflicts)
 
     def _span_after(self, position: Position, release: bool) -> int | None:
         """The careful span a checkpoint at `position` writes (None: not careful, or done)."""
@@ -230,22 +247,33 @@ class Checkpoint:
 
     def _skip_applied(self, refused: Refusal) -> bool:
         """Every write DynamoDB blamed is a `once` guard of its own record: those records are
-        already applied. Drop all their writes at once (a re-posted batch costs one more round
-        trip, not one per record) and let the rest commit; False if any blamed write is not such
-        a guard (then the refusal is handled record by record)."""
+        already applied — or, where the refusing guard keeps another payload's hash, in conflict.
+        Drop all the copies' writes at once (a re-posted batch costs one more round trip, not one
+        per record), dead-letter the first conflict (`_reject`), and let the rest commit; False if
+        any blamed write is not such a guard (then the refusal is handled record by record)."""
         pending = self.pending
         if not isinstance(refused, SinkConflict) or not refused.indexes:
             return False
-        applied = []
-        for index in refused.indexes:
+        applied: list[RecordWrites] = []
+        conflicts: list[tuple[RecordWrites, ClientIdConflict]] = []
+        for at, index in enumerate(refused.indexes):
             if index >= len(pending.writes) or not is_once_guard(pending.writes[index]):
                 return False
             owner = pending.owner(index)
             if owner.covering != 1:
                 return False  # a batch handler's one list: whose guard it is, is unknown
-            applied.append(owner)
+            conflict = conflict_of(pending.writes[index], refusing(refused, at), owner.record.scoped_id)
+            if conflict is not None:
+                conflicts.append((owner, conflict))  # not a copy: dead-lettered, never skipped
+            else:
+                applied.append(owner)
+        in_conflict = [owner for owner, _ in conflicts]
+        applied = [a for a in applied if all(a is not c for c in in_conflict)]
         pending.keep(group for group in pending.groups if all(group is not a for a in applied))
         self.metrics.count("ClientIdDuplicatesSkipped", len({id(a) for a in applied}))
+        if conflicts:
+            owner, conflict = conflicts[0]  # the others are refused again by the next commit
+            self._reject(owner, refused, False, conflict=conflict)
         return True
 
     def _isolate(self, refused: Refusal) -> tuple[RecordWrites | None, Refusal]:
@@ -334,9 +362,13 @@ class Checkpoint:
         refused: Refusal,
         guarded: bool,
         guarded_ids: frozenset[str] | None = None,
+        *,
+        conflict: ClientIdConflict | None = None,
+        conflicts: Mapping[str, ClientIdConflict] | None = None,
     ) -> None:
-        """Commit what precedes `culprit`, then pass it (already applied, or dead-lettered) or
-        stop the run at it; a batch handler's one list is rerun instead (`Rerun`)."""
+        """Commit what precedes `culprit`, then pass it (already applied, or dead-lettered: a
+        `conflict` at once) or stop the run at it; a batch handler's one list is rerun instead
+        (`Rerun`), its records' `conflicts` (by scoped id) each dead-lettered alone."""
         groups = self.pending.groups
         at = groups.index(culprit)
         done, after = self.done, groups[at + 1 :]
@@ -345,10 +377,27 @@ class Checkpoint:
         self.commit()  # the records before the culprit
         if culprit.covering > 1:  # a batch handler's one list: pin it on one record
             covered = self._covered(culprit)
-            ids = guarded_ids or frozenset()
-            raise Rerun(covered, frozenset(r.position for r in covered if r.id is not None and r.id in ids))
+            ids, conflicts = guarded_ids or frozenset(), conflicts or {}
+            applied, found = set(), {}
+            for r in covered:
+                scoped_id = r.scoped_id
+                if scoped_id is None or scoped_id not in ids:
+                    continue
+                known = conflicts.get(scoped_id)
+                if known is None or r.payload_hash == known.applied_hash:
+                    applied.add(r.position)  # a copy of what was applied
+                else:
+                    found[r.position] = ClientIdConflict(scoped_id, known.applied_hash, r.payload_hash)
+            raise Rerun(covered, frozenset(applied), found)
         metrics = self.metrics
-        if guarded:
+        if conflict is not None:
+            metrics.count("ClientIdConflicts")  # dead-lettered at once, both hashes in the letter
+            writes = [*culprit.puts, *culprit.writes]
+            details = {"clientIdConflict": conflict.details(), "refusedWrites": writes}
+            if not self.give_up(culprit.record, conflict, details):
+                self.pending.clear()
+                raise RetryFrom(culprit.record.sequence_number)
+        elif guarded:
             metrics.count("ClientIdDuplicatesSkipped")  # its `once` guard is there: already applied
         elif isinstance(refused, SinkConflict) and self.settings.sink_conflicts == "skip":
             metrics.count("SinkConflictsSkipped")  # its effect is already there
@@ -394,36 +443,3 @@ class Checkpoint:
             and record.position > lease.checkpoint
             and (self.done is None or self.done.position <= lease.checkpoint)
         )
-
-
-def guard_refused(refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None) -> bool:
-    """Did the cancelled transaction blame a `once` guard of `culprit` (one record's writes)?
-    `refused.indexes` count in `pending.writes`, or, without `pending`, in `culprit.writes`."""
-    if not isinstance(refused, SinkConflict) or culprit.covering != 1:
-        return False  # a batch handler's one list for several records: whose guard is unknown
-    writes = pending.writes if pending is not None else culprit.writes
-    return any(
-        index < len(writes)
-        and is_once_guard(writes[index])
-        and (pending is None or pending.owner(index) is culprit)
-        for index in refused.indexes
-    )
-
-
-def guarded_ids(
-    refused: Refusal, culprit: RecordWrites, pending: PendingTransaction | None = None
-) -> frozenset[str] | None:
-    """The client ids of a one-list chunk's refused `once(..., record_id=)` guards — None unless
-    every write of `culprit` that DynamoDB blamed is such a guard. Indexes as in `guard_refused`."""
-    if not isinstance(refused, SinkConflict) or culprit.covering == 1 or not refused.indexes:
-        return None
-    writes = pending.writes if pending is not None else culprit.writes
-    ids = set()
-    for index in refused.indexes:
-        if index >= len(writes) or (pending is not None and pending.owner(index) is not culprit):
-            continue
-        record_id = guarded_id(writes[index])
-        if record_id is None:
-            return None
-        ids.add(record_id)
-    return frozenset(ids) or None

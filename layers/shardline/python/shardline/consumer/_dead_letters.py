@@ -2,7 +2,9 @@
 
 Unlike the event-source mapping's on-failure destination (metadata only), each message carries
 the user record itself — base64 payload, keys, sequence numbers, and its ids when it has them
-(`aggregateId`, `recordId`) — and the last error, so it can be inspected and replayed. The error
+(`aggregateId`; `recordId` with its `scopedId` and `idDerived`; `caller`) — and the last error,
+so it can be inspected and replayed. A client id re-used with another payload (`ClientIdConflict`)
+says both payload hashes in `details.clientIdConflict`. The error
 is the bounded account of `_failure_text` (`error`, and `errorType`, `errorFingerprint`, and
 `errorMessage` only when the group opted in): the handler's exception text is not copied. A
 message that would exceed SQS's 1 MiB goes to the group's S3 bucket, and SQS carries a pointer
@@ -149,6 +151,11 @@ def dead_letter_message(
         message["aggregateId"] = record.aggregate_id
     if record.id is not None:
         message["recordId"] = record.id
+        message["scopedId"] = record.scoped_id  # the id as its caller's: what the sinks key by
+        if record.id_derived:
+            message["idDerived"] = True
+    if record.caller is not None:
+        message["caller"] = record.caller
     if details:
         message["details"] = dict(details)
     return message

@@ -7,8 +7,11 @@ passed through as one user record (as the KCL does), counted (`CorruptAggregates
 and logged with its sequence number and what is wrong.
 
 Identity: a user record carries the ids it arrived with — `ConsumedRecord.id`, the
-caller's own (the `sl.id` tag), and `ConsumedRecord.aggregate_id`, the id of the shardline
-aggregate it came in (the `sl.a` tag), None for records of other producers. shardline's producer
+caller's own (the `sl.id` tag, or `sl.k` for one derived from an Idempotency-Key:
+`id_derived`), `ConsumedRecord.caller`, who asked for it to be written (the aggregate's `sl.c`
+tag; None when absent), and `ConsumedRecord.aggregate_id`, the id of the shardline aggregate it
+came in (the `sl.a` tag), None for records of other producers. An id belongs to its caller:
+`scoped_id` names it for keys, `payload_hash` says what "the same payload" is for it. shardline's producer
 re-routes an aggregate whose members span shards (after a reshard) to each member's shard, the
 same aggregate each time; so, for an aggregate that carries a valid shardline id, a member whose
 hash key lies outside the shard's range is skipped, never delivered (`OutOfRangeRecordsSkipped`):
@@ -29,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from shardline.errors import AggregationError, EventError
+from shardline.kinesis._payload import payload_hash
 from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
 from shardline.kpl._decode import decode, decode_aggregate, is_aggregated
-from shardline.kpl._identity import AggregateId
+from shardline.kpl._identity import AggregateId, caller_scope
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +48,12 @@ class ConsumedRecord(NamedTuple):
     aggregated. `approximate_arrival` is the epoch seconds Kinesis received the Kinesis record.
     `aggregate_id` is the id of the shardline aggregate it came in (`AggregateId.parse` reads
     it), None outside one; `id` is the caller's own id for the record (HTTP: its `id`, or
-    `<Idempotency-Key>:<index>`), None when it was given none. A sink that must apply a client
-    id once guards on it (`shardline.consumer.once`); copies of an aggregate are skipped for you.
+    `<Idempotency-Key>:<index>` with `id_derived` True), None when it was given none; `caller` is
+    who asked for it to be written (HTTP: the authenticated principal; a library producer's
+    `ProducerConfig.caller`), None when the aggregate names none. An id is the caller's: a sink
+    that must apply a client id once keys its item or guard by `scoped_id`, never by `id`
+    (`shardline.consumer.once`, `idempotent_put`), and passes `payload_hash`, so that the same id
+    re-used with another payload is a conflict, not a copy. Copies of an aggregate are skipped for you.
     """
 
     stream: str
@@ -58,6 +66,22 @@ class ConsumedRecord(NamedTuple):
     approximate_arrival: float
     aggregate_id: str | None = None
     id: str | None = None
+    caller: str | None = None
+    id_derived: bool = False
+
+    @property
+    def scoped_id(self) -> str | None:
+        """The record's id as its caller's (`<caller scope>/<i|k>/<id>`: explicit `i`, derived
+        `k`), the one name every key built from an id uses; None when the record has no id."""
+        if self.id is None:
+            return None
+        return f"{caller_scope(self.caller)}/{'k' if self.id_derived else 'i'}/{self.id}"
+
+    @property
+    def payload_hash(self) -> str:
+        """The hex SHA-256 of (partition key, explicit hash key or "", data): what "the same
+        payload" means for a re-used id (`shardline.kinesis._payload`)."""
+        return payload_hash(self.partition_key, self.explicit_hash_key, self.data)
 
     @property
     def position(self) -> Position:
@@ -82,7 +106,7 @@ class _HashRange(Protocol):
 class _Dedup(Protocol):
     """What de-aggregation asks of the applied-aggregate state (`_dedup_run.DedupRun`)."""
 
-    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool: ...
+    def admit(self, aggregate_id: str, sequence: str, arrival: float, caller: str | None = None) -> bool: ...
 
     def replayed(self, sequence: str) -> bool: ...
 
@@ -248,7 +272,7 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
             if users is not None:
                 covered = None
                 if aggregate_id is not None and dedup is not None:
-                    if not dedup.admit(aggregate_id, sequence, arrival):
+                    if not dedup.admit(aggregate_id, sequence, arrival, users[0][4] if users else None):
                         if dedup.replayed(sequence):
                             replayed += len(users)
                         else:
@@ -257,13 +281,15 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
                     before, outside = len(out), skipped_out_of_range
                     covered = dedup.covered()
                 if hash_range is None and covered is None:
-                    for sub, (user_key, user_data, user_explicit, user_id, _, _) in enumerate(users):
+                    for sub, (user_key, user_data, user_explicit, user_id, caller, derived) in enumerate(
+                        users
+                    ):
                         append(
                             make(
                                 ConsumedRecord,
                                 (
                                     stream, shard_id, sequence, sub, user_key, user_explicit,
-                                    user_data, arrival, aggregate_id, user_id,
+                                    user_data, arrival, aggregate_id, user_id, caller, derived,
                                 ),
                             )
                         )  # fmt: skip
@@ -284,7 +310,7 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
                                 ConsumedRecord,
                                 (
                                     stream, shard_id, sequence, sub, user[0], user[2],
-                                    user[1], arrival, aggregate_id, user[3],
+                                    user[1], arrival, aggregate_id, user[3], user[4], user[5],
                                 ),
                             )
                         )  # fmt: skip
@@ -292,7 +318,10 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
                     dedup.ends_at(out[-1][3] if len(out) > before else None, skipped_out_of_range > outside)
                 continue
         append(
-            make(ConsumedRecord, (stream, shard_id, sequence, None, key, explicit, data, arrival, None, None))
+            make(
+                ConsumedRecord,
+                (stream, shard_id, sequence, None, key, explicit, data, arrival, None, None, None, False),
+            )
         )
     if metrics is not None:
         metrics.count("UserRecords", len(out) + replayed)

@@ -5,7 +5,13 @@ shard may then hold two copies of an aggregate (the producer resends one whose o
 not know only inside the identical aggregate, with the same `AggregateId`). The consumer applies
 each aggregate once: a Kinesis record whose aggregate is already applied is skipped whole.
 
-The state (`AppliedAggregates`), per lane (`AggregateId.key`, `<producer>.<lane>`):
+The state (`AppliedAggregates`), per lane — `<caller scope>.<producer>.<lane>` (`_dedup_run.scoped`:
+the aggregate's `sl.c` caller scope, "-" for none, then `AggregateId.key`), so a lane's floor moves
+only by aggregates of its own caller and producer: another caller forging the producer's id and a
+high floor moves a lane of its own, never the victim's. A state written before lanes were scoped
+stays readable: its unscoped keys are other lanes, pruned by the horizon — but a caller-less
+aggregate (scope "-") is also looked up under its unscoped key, so a copy of one applied before
+the upgrade is still skipped after it (those lanes only ever held caller-less aggregates).
 
 - `w`: every counter <= w is applied here or settled (the producer will never send it again,
   and no copy of it can still land) — a copy at or below it is skipped;
@@ -28,16 +34,19 @@ has folded in are dropped: the producer never resends an aggregate more than `RE
 union of its parents' final states (`inherit`: w = max, ranges unioned; see partial aggregates;
 a parent that received nothing hands down its own parents', `_resharding`).
 
-Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<producer>.<lane>":[w,t,a,b,...]}}`,
+Size. Serialized as compact JSON (`{"v":1,"t":<newest>,"k":{"<scope>.<producer>.<lane>":[w,t,a,b,...]}}`,
 a, b the bounds of each range; `"p"` and `"q"` only when there are partial aggregates, below),
-an active lane costs its key (~19 characters) plus w and t: about 45 bytes, and ~10 more per
+an active lane costs its key (the 16-character producer id, a lane of 1 to 3 characters, and the
+scope: 2 characters "-." for no caller, 17 for a caller's 16-character scope and its dot; so ~21
+characters, ~36 with a caller) plus w and t: about 41 bytes (~56 with a caller), and ~10 more per
 gap (a range above w, from an aggregate still unsettled — in flight, or confirmed elsewhere —
 while later ones are applied; it folds into w as the producer's floor passes it, at most
 `RESEND_HORIZON_S` later). 50 producers (2 lanes each, restarting now
 and then) writing 100,000 aggregates with lost, throttled and misrouted sends keep it under 8 KB
 (tests/unit/test_consumer_identity.py measures it). The lease row must stay under DynamoDB's
 400 KB item limit (and a checkpoint transaction under 4 MB), and each checkpoint write costs one
-write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes) the lanes with the
+write unit per KB of the row: past `MAX_STATE_BYTES` (~3,600 active lanes without callers, ~2,650
+with them: 150,000 / 41 or / 56 bytes) the lanes with the
 oldest arrivals are dropped first (`DedupLanesEvicted`, logged) — the horizon shrinks for them;
 a copy of one of their aggregates arriving later would be applied again, never lost.
 
@@ -70,6 +79,7 @@ DEDUP_HORIZON_S = 600
 #: a checkpoint transaction within the headroom `_lease_store.MAX_TRANSACTION_BYTES` leaves under 4 MB.
 MAX_STATE_BYTES = 150_000
 _VERSION = 1
+_NO_CALLER = "-."  # the scope of a lane whose aggregates name no caller (`_dedup_run.scoped`)
 
 
 class AppliedAggregates:
@@ -173,7 +183,12 @@ class AppliedAggregates:
         applied only in some hash ranges is not: `covered`.)"""
         if aggregate.key in self.qualified and aggregate.counter in self.qualified[aggregate.key]:
             return False
-        return self._in_lane(aggregate.key, aggregate.counter)
+        if self._in_lane(aggregate.key, aggregate.counter):
+            return True
+        # A state written before lanes were scoped keys a caller-less lane `<producer>.<lane>`:
+        # a copy of an aggregate it applied, landing just after the upgrade, is still skipped.
+        legacy = aggregate.key[2:] if aggregate.key.startswith(_NO_CALLER) else None
+        return legacy is not None and legacy in self.lanes and self._in_lane(legacy, aggregate.counter)
 
     def _in_lane(self, key: str, counter: int) -> bool:
         lane = self.lanes.get(key)

@@ -16,7 +16,7 @@ from typing import Protocol
 from shardline.consumer._dedup import MAX_STATE_BYTES, AppliedAggregates
 from shardline.errors import AggregationError
 from shardline.kinesis._positions import Position
-from shardline.kpl._identity import AggregateId
+from shardline.kpl._identity import AggregateId, caller_scope
 
 logger = logging.getLogger("shardline.consumer._dedup")  # the name operators filter on
 
@@ -51,6 +51,7 @@ class DedupRun:
         "_below",
         "_checkpoint",
         "_covered",
+        "_evictions_counted",
         "_metrics",
         "_pending",
         "_seen",
@@ -74,18 +75,21 @@ class DedupRun:
         self._pending: list[_Pending] = []
         self._at = 0  # pending entries before this index are in `state`
         self._text = stored or ""  # the committed state as stored
+        self._evictions_counted = 0  # pending entries whose write's evictions are counted
         self._covered: list[int] | None = None  # of the last admitted aggregate
         #: Did another run (a redrive and the group's, `_redrive_claims`) apply this aggregate?
         self.others: Callable[[AggregateId], bool] | None = None
 
-    def admit(self, aggregate_id: str, sequence: str, arrival: float) -> bool:
-        """Should the Kinesis record at `sequence`, aggregate `aggregate_id`, be applied? No if
-        the state has the aggregate, or this batch held it earlier. An id that is not a shardline
-        aggregate id is admitted and not remembered. A record wholly before the checkpoint is
-        admitted (the checkpoint skips it: a replay, not a copy) and remembered for this batch."""
+    def admit(self, aggregate_id: str, sequence: str, arrival: float, caller: str | None = None) -> bool:
+        """Should the Kinesis record at `sequence`, aggregate `aggregate_id` of `caller` (its
+        `sl.c`), be applied? No if the state has the aggregate, or this batch held it earlier. An
+        id that is not a shardline aggregate id is admitted and not remembered. A record wholly
+        before the checkpoint is admitted (the checkpoint skips it: a replay, not a copy) and
+        remembered for this batch. Lanes are the caller's (`scoped`): another caller's aggregate
+        naming the same producer and lane is another lane, and never moves this one's floor."""
         self._covered = None
         try:
-            aggregate = AggregateId.parse(aggregate_id)
+            aggregate = scoped(AggregateId.parse(aggregate_id), caller)
         except AggregationError:
             return True
         identity = (aggregate.key, aggregate.counter)
@@ -125,8 +129,8 @@ class DedupRun:
 
     def state_at(self, position: Position) -> str:
         """The serialized state to write with a checkpoint at `position`: the stored state and
-        every aggregate wholly passed at `position`, pruned and bounded. Pure: `committed`
-        makes it the state once the write landed."""
+        every aggregate wholly passed at `position`, pruned and bounded (lanes it evicts are
+        counted here, once per position). `committed` makes it the state once the write landed."""
         end = self._passed(position)
         if end == self._at:
             return self._text
@@ -134,7 +138,17 @@ class DedupRun:
         for entry in self._pending[self._at : end]:
             state.fold(entry.aggregate, entry.arrival, entry.partial)
         state.prune()
-        return state.bounded()[0]
+        text, evicted = state.bounded()
+        if end > self._evictions_counted:
+            # Counted before the write, not after it lands: a process that dies after its commit
+            # must not hide the evictions it stored (an alarm may over-count a retried write, never miss one).
+            self._evictions_counted = end
+            if evicted and self._metrics is not None:
+                self._metrics.count("DedupLanesEvicted", evicted)
+                logger.warning(
+                    "applied-aggregate state over %d bytes: %d lanes evicted", MAX_STATE_BYTES, evicted
+                )
+        return text
 
     def committed(self, position: Position) -> None:
         """A checkpoint at `position` landed with `state_at(position)`."""
@@ -144,12 +158,7 @@ class DedupRun:
         for entry in self._pending[self._at : end]:
             self.state.fold(entry.aggregate, entry.arrival, entry.partial)
         self.state.prune()
-        _, evicted = self.state.bounded()
-        if evicted and self._metrics is not None:
-            self._metrics.count("DedupLanesEvicted", evicted)
-            logger.warning(
-                "applied-aggregate state over %d bytes: %d lanes evicted", MAX_STATE_BYTES, evicted
-            )
+        self.state.bounded()  # the same lanes `state_at` evicted (and counted) for this write
         self._at = end
         self._text = self.state.serialize()
 
@@ -176,3 +185,9 @@ class DedupRun:
         while end < len(pending) and pending[end].passed_at <= position:
             end += 1
         return end
+
+
+def scoped(aggregate: AggregateId, caller: str | None) -> AggregateId:
+    """`aggregate` as its caller's: its lane key (`AggregateId.key`) becomes
+    `<caller scope>.<producer>.<lane>`, so only the lane's own caller and producer move its floor."""
+    return aggregate._replace(producer=f"{caller_scope(caller)}.{aggregate.producer}")

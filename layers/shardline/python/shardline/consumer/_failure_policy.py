@@ -3,7 +3,9 @@
 A record is dead-lettered only on evidence against it, counted in the lease row `max_attempts`
 times, on deliveries spaced by backoff (`ConsumerSettings.retry_backoff`, doubling): its handler
 raised or timed out while it ran alone, DynamoDB refused its sink writes (`_checkpoint` blames
-them), or its delivery died while it ran alone (`_careful`). A `DependencyUnavailable` is no
+them), or its delivery died while it ran alone (`_careful`). A `ClientIdConflict` (its client id
+already applied with another payload: `_once`) is evidence enough at once: running it again
+cannot change the verdict, so it is dead-lettered on its first count. A `DependencyUnavailable` is no
 evidence: what is done is committed and it propagates, to stall the shard (`_stalls`).
 
 `FailurePolicy` decides, and writes its counts through the run's `Checkpoint` (the lease it
@@ -27,7 +29,7 @@ from shardline.consumer._failure_text import failure_text
 from shardline.consumer._handler_deadline import HandlerTimedOut
 from shardline.consumer._lease_store import Lease
 from shardline.consumer._stalls import backoff
-from shardline.errors import DependencyUnavailable
+from shardline.errors import ClientIdConflict, DependencyUnavailable
 from shardline.kinesis._positions import Position
 
 logger = logging.getLogger("shardline.consumer._shard_run")  # the name operators filter on
@@ -82,7 +84,8 @@ class FailurePolicy:
         if isinstance(exc, HandlerTimedOut):
             self.metrics.count("HandlerTimeouts")
         attempts = lease.failed_attempts + 1 if lease.failed_at == record.position else 1
-        dead_letter = self.dlq is not None and attempts >= settings.max_attempts
+        conflict = isinstance(exc, ClientIdConflict)  # the same verdict on every run: no retry
+        dead_letter = self.dlq is not None and (attempts >= settings.max_attempts or conflict)
         release = checkpoint.marked and not dead_letter  # this write is the run's last
         error = failure_text(exc, settings.failure_detail).text  # bounded: never the data by default
         checkpoint.lease = self.table.record_failure(

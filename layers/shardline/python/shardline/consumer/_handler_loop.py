@@ -23,7 +23,7 @@ from shardline.consumer._failure_policy import FailurePolicy
 from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
 from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler, call_bound
 from shardline.consumer._transaction import KeyLookup, checked_writes
-from shardline.errors import ConfigurationError, DependencyUnavailable
+from shardline.errors import ClientIdConflict, ConfigurationError, DependencyUnavailable
 from shardline.kinesis._positions import Position
 
 logger = logging.getLogger("shardline.consumer._shard_run")  # the name operators filter on
@@ -54,6 +54,7 @@ class HandlerLoop:
         self.settings = checkpoint.settings
         self.metrics = checkpoint.metrics
         self.applied_copies: set[Position] = set()  # records a refused guard showed as applied
+        self.conflicts: dict[Position, ClientIdConflict] = {}  # records a refused guard showed in conflict
         self._condemned: Position | None = None
         self._processed = 0
         self._room_at_start = failures.room()
@@ -147,7 +148,10 @@ class HandlerLoop:
                     return self._drain(handler, stack)
                 except Rerun as rerun:
                     self.metrics.count("BatchesSplit")
-                    stack = self._rerun_stack(rerun.records, stack, rerun.applied)
+                    self.conflicts.update(rerun.conflicts)
+                    stack = self._rerun_stack(
+                        rerun.records, stack, rerun.applied | frozenset(rerun.conflicts)
+                    )
         finally:
             self.metrics.count("RecordsProcessed", self._processed)
 
@@ -169,6 +173,11 @@ class HandlerLoop:
         checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
         if self.out_of_time():
             checkpoint.commit()
+            return chunk[0].sequence_number
+        if len(chunk) == 1 and (conflict := self.conflicts.get(chunk[0].position)) is not None:
+            self.metrics.count("ClientIdConflicts")  # its id holds another payload: dead-lettered
+            if failures.give_up_on(chunk[0], conflict, {"clientIdConflict": conflict.details()}):
+                return None
             return chunk[0].sequence_number
         if len(chunk) == 1 and chunk[0].position in self.applied_copies:
             checkpoint.done_with(chunk[0], [])  # its guard is there: already applied
@@ -241,7 +250,7 @@ class HandlerLoop:
         redo = [r for r in checkpoint.fresh if r.position > at and r.position not in waiting]
         checkpoint.forget_since_checkpoint()
         if applied:
-            self.applied_copies |= applied
+            self.applied_copies |= applied - self.conflicts.keys()
         return rerun_chunks(refused, stack, redo, applied)
 
     def check_deadline(self) -> None:

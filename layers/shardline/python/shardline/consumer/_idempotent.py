@@ -4,7 +4,8 @@
 
     @consumer.handler
     def handle(record):
-        return [idempotent_put("events", {"pk": {"S": f"id#{record.id}"}, "data": {"B": record.data}})]
+        item = {"pk": {"S": f"id#{record.scoped_id}"}, "data": {"B": record.data}}
+        return [idempotent_put("events", item, payload_hash=record.payload_hash)]
 
 A transaction bills two write units per KB of each item it writes, and holds at most 99 sink
 writes beside the checkpoint. An item keyed by the record's own identity (its client id, or its
@@ -14,6 +15,19 @@ checkpoint with BatchWriteItem (25 items a call, one write unit per KB of each; 
 `_transaction.MAX_PENDING_PUTS` wait for one checkpoint), and only when all of them landed does
 the checkpoint move past those records. A crash in between rewrites the same
 items on the replay; nothing is applied twice because there is nothing to add twice.
+
+An item keyed by a client id is the same item only for the same payload: a client id belongs to
+its caller (key it by `ConsumedRecord.scoped_id`, never `id`), and the same id re-used with
+another payload must not overwrite the first one's item. Such a put passes
+`payload_hash=record.payload_hash`: the item keeps it (`shardlinePayload`) and is written with a
+conditional PutItem of its own — `attribute_not_exists(shardlinePayload) OR shardlinePayload =
+:hash`, so a copy of the same payload rewrites it and another payload never does, even when two
+shards race with the same id. A refused one is a conflict (`ClientIdConflict`, from the item
+DynamoDB returns with the refusal: `ReturnValuesOnConditionCheckFailure=ALL_OLD`): its record is
+counted (`ClientIdConflicts`) and dead-lettered whole, both hashes in the dead letter. Cost: the
+same write units as BatchWriteItem (one per KB; a refused condition bills one too), but one
+PutItem call per record with a client id instead of one BatchWriteItem call per 25 items. Puts
+without a hash (records without a client id, keyed by their position) stay on BatchWriteItem.
 
 Keep transactions (plain TransactWriteItems entries, `once` guards) for effects that are not
 idempotent: an `ADD`, a counter, a write whose content depends on what is already there. An
@@ -37,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shardline.errors import DependencyUnavailable, SinkRejected
+from shardline.consumer._once import PAYLOAD_ATTRIBUTE
+from shardline.errors import DependencyUnavailable, SinkConflict, SinkRejected
 
 if TYPE_CHECKING:
     from shardline.protocols import DynamoDBClient
@@ -49,17 +64,40 @@ BATCH_ITEMS = 25
 #: Calls for one chunk before its unprocessed items stall the shard.
 ATTEMPTS = 6
 BACKOFF_S = 0.05
+#: The condition of an id-keyed put: no item of that id yet, or one of the same payload.
+SAME_PAYLOAD = f"attribute_not_exists({PAYLOAD_ATTRIBUTE}) OR {PAYLOAD_ATTRIBUTE} = :payloadHash"
+_THROTTLED = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+)
 
 
-def idempotent_put(table_name: str, item: Mapping[str, Any]) -> dict[str, Any]:
+def idempotent_put(
+    table_name: str, item: Mapping[str, Any], *, payload_hash: str | None = None
+) -> dict[str, Any]:
     """A sink write of `item` (DynamoDB attribute values, its key included) into `table_name` that
     is the same on every replay: written with BatchWriteItem before the checkpoint, not in its
-    transaction (one write unit per KB instead of two). No condition: the item is overwritten."""
+    transaction (one write unit per KB instead of two). No condition: the item is overwritten.
+
+    `payload_hash` (the record's `payload_hash`, for an item keyed by its client id): the item
+    keeps it, and is written only if no item is there or the one there keeps the same hash (a
+    conditional PutItem; module docstring) — another payload under the same id is a conflict."""
     if not isinstance(table_name, str) or not table_name:
         raise ValueError("idempotent_put: table_name must be a non-empty string")
     if not isinstance(item, Mapping) or not item:
         raise ValueError("idempotent_put: item must be a non-empty mapping of attribute names to values")
-    return {IDEMPOTENT_PUT: {"TableName": table_name, "Item": dict(item)}}
+    if PAYLOAD_ATTRIBUTE in item:
+        raise ValueError(f"idempotent_put: the item must not name {PAYLOAD_ATTRIBUTE!r}: pass payload_hash=")
+    written = dict(item)
+    if payload_hash is not None:
+        if not isinstance(payload_hash, str) or not payload_hash:
+            raise ValueError("idempotent_put: payload_hash is the record's payload_hash, a non-empty string")
+        written[PAYLOAD_ATTRIBUTE] = {"S": payload_hash}
+    return {IDEMPOTENT_PUT: {"TableName": table_name, "Item": written}}
+
+
+def is_conditional(put: Mapping[str, Any]) -> bool:
+    """Is `put` (an `idempotent_put`) keyed by a client id, written on its payload's condition?"""
+    return PAYLOAD_ATTRIBUTE in put[IDEMPOTENT_PUT]["Item"]
 
 
 def is_idempotent_put(write: object) -> bool:
@@ -74,20 +112,67 @@ def land(
     *,
     sleep: Callable[[float], None],
 ) -> int:
-    """Write `puts` (entries of `idempotent_put`) with BatchWriteItem; returns the calls made.
-    `item_key` names the item a put writes (two puts of one item: the last is written).
-    Raises `SinkRejected` naming the index of a put DynamoDB refuses, `DependencyUnavailable`
-    when throttling outlasts the retries, and any other refusal as botocore raised it."""
+    """Write `puts` (entries of `idempotent_put`) with BatchWriteItem, those with a payload hash
+    each with a conditional PutItem, in order; returns the calls made. `item_key` names the item
+    a put writes (two plain puts of one item: the last is written). Raises `SinkRejected` naming
+    the index of a put DynamoDB refuses, `SinkConflict` naming the index of a conditional put
+    refused (with the item that refused it), `DependencyUnavailable` when throttling outlasts
+    the retries, and any other refusal as botocore raised it."""
     latest: dict[str, tuple[int, str, Mapping[str, Any]]] = {}
+    conditional: list[tuple[int, str, Mapping[str, Any]]] = []
     for index, put in enumerate(puts):
         operation = put[IDEMPOTENT_PUT]
         table, item = operation["TableName"], operation["Item"]
-        latest[item_key(put)] = (index, table, item)
+        if PAYLOAD_ATTRIBUTE in item:
+            conditional.append((index, table, item))  # each in order: never collapsed into another
+        else:
+            latest[item_key(put)] = (index, table, item)
     chosen = list(latest.values())
     calls = 0
     for start in range(0, len(chosen), BATCH_ITEMS):
         calls += _write_chunk(client, chosen[start : start + BATCH_ITEMS], sleep)
+    for index, table, item in conditional:
+        _write_conditional(client, index, table, item, sleep)
+        calls += 1
     return calls
+
+
+def _write_conditional(
+    client: DynamoDBClient, index: int, table: str, item: Mapping[str, Any], sleep: Callable[[float], None]
+) -> None:
+    """One id-keyed put, on condition that no other payload holds its id (`SAME_PAYLOAD`)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            client.put_item(
+                TableName=table,
+                Item=item,
+                ConditionExpression=SAME_PAYLOAD,
+                ExpressionAttributeValues={":payloadHash": item[PAYLOAD_ATTRIBUTE]},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            return
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code")
+            if code == "ConditionalCheckFailedException":
+                raise SinkConflict(
+                    f"idempotent put {index} into {table}: its id holds another payload",
+                    (index,),
+                    (str(error.get("Message", "The conditional request failed")),),
+                    (exc.response.get("Item"),),
+                ) from exc
+            if code == "ValidationException":
+                raise SinkRejected(
+                    f"DynamoDB refused idempotent put {index} into {table}: {error.get('Message', '')}",
+                    (index,),
+                ) from exc
+            if code not in _THROTTLED:
+                raise
+            if attempt < ATTEMPTS:
+                sleep(random.uniform(0, BACKOFF_S * 2**attempt))
+    raise DependencyUnavailable(
+        f"DynamoDB throttled idempotent put {index} into {table} {ATTEMPTS} times in a row"
+    )
 
 
 def _write_chunk(

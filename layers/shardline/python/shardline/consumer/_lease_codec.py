@@ -396,7 +396,10 @@ def raise_for_sink_writes(reasons: Sequence[Mapping[str, Any]], error: ClientErr
     )
     if failed:
         why = tuple(str(reasons[index + first].get("Message", CANCELED_BY_CONDITION)) for index in failed)
-        raise SinkConflict(f"sink writes {list(failed)} failed their condition", failed, why) from error
+        items = tuple(reasons[index + first].get("Item") for index in failed)  # ALL_OLD, when asked for
+        raise SinkConflict(
+            f"sink writes {list(failed)} failed their condition", failed, why, items
+        ) from error
     invalid = tuple(
         index - first for index, code in enumerate(codes) if index >= first and code == CANCELED_AS_INVALID
     )

@@ -33,6 +33,7 @@ class ConsumerMetrics:
         "AggregateCopiesSkipped",  # Kinesis records skipped as copies of aggregates already applied
         "OutOfRangeRecordsSkipped",  # members of shardline aggregates outside the shard's range
         "ClientIdDuplicatesSkipped",  # records whose `once` guard was already there
+        "ClientIdConflicts",  # records whose client id was applied with another payload (dead-lettered)
         "DedupLanesEvicted",  # producer lanes dropped from the dedup state to bound its size
         "ShardStalls",  # deliveries stalled on the environment (a missing table, a refusing DLQ, ...)
         "BatchesSkippedByMapping",  # stalled batches the mapping discarded: redrive them

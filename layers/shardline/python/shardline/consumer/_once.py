@@ -2,16 +2,20 @@
 
 A record that carries a client id (`ConsumedRecord.id`: the HTTP `id` of a record, or
 `<Idempotency-Key>:<index>`) may be in the stream more than once when the client posted it
-again after a failed request: each copy is a new Kinesis record, in a new aggregate. A sink that
-must apply it once returns, with its own writes, the guard of `once`:
+again after a failed request: each copy is a new Kinesis record, in a new aggregate. An id
+belongs to its caller: key the guard by `ConsumedRecord.scoped_id` (the caller's scope, whether
+the id is explicit or derived, and the id), never by `id` alone — two callers' `order-1`, or an
+explicit `k:1` and a derived `k:1`, are different records. A sink that must apply it once
+returns, with its own writes, the guard of `once`:
 
     from shardline.consumer import once
 
     @consumer.handler
     def handle(record):
         writes = [{"Update": {...}}]                       # the record's effect
-        if record.id is not None:
-            writes.append(once("orders-once", {"pk": {"S": f"order#{record.id}"}}))
+        if record.scoped_id is not None:
+            key = {"pk": {"S": f"order#{record.scoped_id}"}}
+            writes.append(once("orders-once", key, payload_hash=record.payload_hash))
         return writes
 
 The guard is a `Put` of the item `{**key, "shardlineOnce": 1}` on condition that no such item
@@ -21,10 +25,18 @@ transaction with `ConditionalCheckFailed` at the guard's index. The consumer rec
 (`is_once_guard`), counts the record as already applied (its writes skipped, the checkpoint moved
 past it, metric `ClientIdDuplicatesSkipped`) whatever `sink_conflicts` says, and commits the rest.
 
+With `payload_hash=record.payload_hash` the guard also keeps the hash of the payload it was
+applied with (`shardlinePayload`) and asks DynamoDB for the item that refused it
+(`ReturnValuesOnConditionCheckFailure=ALL_OLD`: no extra call, no extra permission). A refused
+guard whose stored hash differs is not a copy but a *conflict* — the same id re-used with another
+payload (`ClientIdConflict`): the record is neither applied nor skipped; it is counted
+(`ClientIdConflicts`) and dead-lettered whole at once, both hashes in the dead letter. A guard
+without a stored hash (written without `payload_hash`) refuses every later copy as applied.
+
 A batch handler that answers one list of writes for its chunk (e.g. one `ADD` per key for the
-whole chunk) passes `record_id=record.id`: the guard item keeps the id (`shardlineOnceId`), so a
-refused guard names the records it stands for, and the consumer runs the chunk again without them
-— one more transaction per refusal, not a split down to single records.
+whole chunk) passes `record_id=record.scoped_id`: the guard item keeps it (`shardlineOnceId`), so
+a refused guard names the records it stands for, and the consumer runs the chunk again without
+them — one more transaction per refusal, not a split down to single records.
 
 The guard costs one item write per record with an id (write capacity: 1 WCU for a small item,
 2 in a transaction). Give it a TTL with `expires_at` (epoch seconds, DynamoDB's `expiresAt`
@@ -55,6 +67,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shardline.errors import ClientIdConflict
+
 #: The attribute every guard item carries, whose absence is the guard's condition.
 ONCE_ATTRIBUTE = "shardlineOnce"
 #: The attribute a guard's expiry goes in (set the table's TTL to it).
@@ -62,8 +76,11 @@ EXPIRES_AT_ATTRIBUTE = "expiresAt"
 ONCE_CONDITION = f"attribute_not_exists({ONCE_ATTRIBUTE})"
 #: The attribute naming the client id a guard stands for (`record_id=`).
 ONCE_ID_ATTRIBUTE = "shardlineOnceId"
+#: The attribute keeping the payload hash a client id was applied with (`ConsumedRecord.payload_hash`),
+#: in a guard (`once(..., payload_hash=)`) and in an id-keyed idempotent put (`idempotent_put`).
+PAYLOAD_ATTRIBUTE = "shardlinePayload"
 #: The attributes a guard item holds besides its key.
-GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE, ONCE_ID_ATTRIBUTE})
+GUARD_ATTRIBUTES = frozenset({ONCE_ATTRIBUTE, EXPIRES_AT_ATTRIBUTE, ONCE_ID_ATTRIBUTE, PAYLOAD_ATTRIBUTE})
 
 #: Time past the stream's and the dead-letter queue's retentions a guard still lives (see above).
 GUARD_TTL_MARGIN_SECONDS = 24 * 3600
@@ -96,10 +113,13 @@ def once(
     *,
     expires_at: int | None = None,
     record_id: str | None = None,
+    payload_hash: str | None = None,
 ) -> dict[str, Any]:
     """A TransactWriteItems `Put` of a guard item at `key` (DynamoDB attribute values, e.g.
-    `{"pk": {"S": "order#42"}}`) in `table_name`, on condition that no guard is there yet.
-    `record_id`: the client id it guards, kept in the item (for a batch handler's one list)."""
+    `{"pk": {"S": f"order#{record.scoped_id}"}}`) in `table_name`, on condition that no guard is
+    there yet. `record_id`: the record's scoped id, kept in the item (for a batch handler's one
+    list). `payload_hash`: the record's `payload_hash`, kept in the item, so that a later copy
+    with another payload is a conflict, not a copy (module docstring)."""
     if not isinstance(table_name, str) or not table_name:
         raise ValueError("once: table_name must be a non-empty string")
     if not isinstance(key, Mapping) or not key:
@@ -116,7 +136,13 @@ def once(
         if not isinstance(record_id, str) or not record_id:
             raise ValueError("once: record_id is the record's client id, a non-empty string")
         item[ONCE_ID_ATTRIBUTE] = {"S": record_id}
-    return {"Put": {"TableName": table_name, "Item": item, "ConditionExpression": ONCE_CONDITION}}
+    put: dict[str, Any] = {"TableName": table_name, "Item": item, "ConditionExpression": ONCE_CONDITION}
+    if payload_hash is not None:
+        if not isinstance(payload_hash, str) or not payload_hash:
+            raise ValueError("once: payload_hash is the record's payload_hash, a non-empty string")
+        item[PAYLOAD_ATTRIBUTE] = {"S": payload_hash}
+        put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"  # the refusing guard, to compare hashes
+    return {"Put": put}
 
 
 def is_once_guard(write: object) -> bool:
@@ -137,3 +163,26 @@ def guarded_id(write: object) -> str | None:
     assert isinstance(write, Mapping)
     value = write["Put"]["Item"].get(ONCE_ID_ATTRIBUTE)
     return str(value["S"]) if isinstance(value, Mapping) and "S" in value else None
+
+
+def stored_hash(item: Mapping[str, Any] | None) -> str | None:
+    """The payload hash an item (a guard, or an id-keyed put) keeps, or None."""
+    value = item.get(PAYLOAD_ATTRIBUTE) if isinstance(item, Mapping) else None
+    return str(value["S"]) if isinstance(value, Mapping) and "S" in value else None
+
+
+def conflict_of(
+    write: Mapping[str, Any], refusing: Mapping[str, Any] | None, scoped_id: str | None
+) -> ClientIdConflict | None:
+    """A write keyed by a client id (a `once` guard, an id-keyed `idempotent_put`) was refused by
+    `refusing` (the item DynamoDB returned with the refusal): a `ClientIdConflict` naming
+    `scoped_id` (else the guard's `record_id`) when both keep a payload hash and they differ; else
+    None (a copy of the same payload: already applied)."""
+    [(_, operation)] = write.items()
+    item = operation.get("Item") if isinstance(operation, Mapping) else None
+    mine, theirs = stored_hash(item), stored_hash(refusing)
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    if scoped_id is None:
+        scoped_id = guarded_id(write) or "?"
+    return ClientIdConflict(scoped_id, theirs, mine)

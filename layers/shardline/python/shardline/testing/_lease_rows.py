@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardline.consumer._idempotent import BATCH_ITEMS, IDEMPOTENT_PUT
+from shardline.consumer._idempotent import BATCH_ITEMS, IDEMPOTENT_PUT, SAME_PAYLOAD, is_conditional
 from shardline.consumer._lease_store import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
@@ -36,6 +36,7 @@ from shardline.consumer._lease_store import (
     claimed,
     with_claim,
 )
+from shardline.consumer._once import PAYLOAD_ATTRIBUTE
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing._lease_requests import LeaseRequests, LeaseWrite
@@ -236,8 +237,18 @@ class LeaseRows(LeaseRequests):
 
     def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
         def write() -> int:
-            for index, put in enumerate(puts):
+            plain = [(index, put) for index, put in enumerate(puts) if not is_conditional(put)]
+            conditional = [(index, put) for index, put in enumerate(puts) if is_conditional(put)]
+            for index, put in plain + conditional:  # as `_idempotent.land` orders them
                 operation = put[IDEMPOTENT_PUT]
+                if is_conditional(put):  # a PutItem of its own, billed as one
+                    self.writes[LeaseWrite.IDEMPOTENT] += 1
+                    operation = {
+                        **operation,
+                        "ConditionExpression": SAME_PAYLOAD,
+                        "ExpressionAttributeValues": {":payloadHash": operation["Item"][PAYLOAD_ATTRIBUTE]},
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    }
                 try:  # as BatchWriteItem, then one by one to name the refused put
                     self._sinks.apply([{"Put": operation}])
                 except ClientError as refused:
@@ -246,9 +257,16 @@ class LeaseRows(LeaseRequests):
                         f"DynamoDB refused idempotent put {index} into {operation['TableName']}: {message}",
                         (index,),
                     ) from refused
-            calls = -(-len(puts) // BATCH_ITEMS)
+                except SinkConflict as refused:
+                    raise SinkConflict(
+                        f"idempotent put {index} into {operation['TableName']}: its id holds another payload",
+                        (index,),
+                        refused.reasons,
+                        refused.items,
+                    ) from refused
+            calls = -(-len(plain) // BATCH_ITEMS)
             self.writes[LeaseWrite.IDEMPOTENT] += calls
-            return calls
+            return calls + len(conditional)
 
         return self._faulted("put_idempotent", write)
 

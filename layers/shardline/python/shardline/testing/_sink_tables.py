@@ -7,8 +7,10 @@ What is modelled, and checked against DynamoDB (moto) in shardline's tests:
   `shardlineOnce` and `expiresAt`),
   `Delete`, `ConditionCheck`, and `Update` with `SET a = :v`, `ADD a :n` (numbers) and
   `REMOVE a` clauses, names plain or `#placeholders`;
-- `ConditionExpression` of `attribute_not_exists(a)` or `attribute_exists(a)`: a failed one
-  cancels the transaction (`SinkConflict`, as `LeaseTable` reports it);
+- `ConditionExpression` of `attribute_not_exists(a)` or `attribute_exists(a)`, or
+  `attribute_not_exists(a) OR a = :v` (an id-keyed idempotent put's): a failed one cancels the
+  transaction (`SinkConflict`, as `LeaseTable` reports it, with the item that refused it when
+  the write asked for it: `ReturnValuesOnConditionCheckFailure=ALL_OLD`);
 - what DynamoDB rejects before evaluating anything (`ValidationException`): two entries on one
   item, a key that does not match the declared schema, an empty key value, a `Put` of an item
   over 400 KB, an update of a key attribute, an undefined `:value` or `#name`.
@@ -40,6 +42,9 @@ _SET = re.compile(rf"^\s*({_NAME})\s*=\s*({_VALUE})\s*$")
 _ADD = re.compile(rf"^\s*({_NAME})\s+({_VALUE})\s*$")
 _REMOVE = re.compile(rf"^\s*({_NAME})\s*$")
 _CONDITION = re.compile(rf"^\s*(attribute_not_exists|attribute_exists)\s*\(\s*({_NAME})\s*\)\s*$")
+_OR_EQUAL = re.compile(
+    rf"^\s*attribute_not_exists\s*\(\s*({_NAME})\s*\)\s+OR\s+({_NAME})\s*=\s*({_VALUE})\s*$"
+)
 
 
 def validation_error(message: str) -> ClientError:
@@ -88,6 +93,7 @@ class SinkTables:
         self.validate(writes)
         staged = {table: dict(items) for table, items in self._tables.items()}
         failed: list[int] = []  # DynamoDB evaluates every condition and names each that failed
+        refusing: list[Item | None] = []
         for index, write in enumerate(writes):
             kind, operation = _entry(write)
             table = operation["TableName"]
@@ -97,6 +103,8 @@ class SinkTables:
             current = items.get(where)
             if "ConditionExpression" in operation and not _holds(operation, current):
                 failed.append(index)
+                old = operation.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+                refusing.append(dict(current) if old and current is not None else None)
                 continue
             if kind == "Put":
                 items[where] = dict(operation["Item"])
@@ -109,6 +117,7 @@ class SinkTables:
                 f"sink writes {failed} failed their condition",
                 tuple(failed),
                 ("The conditional request failed",) * len(failed),
+                tuple(refusing),
             )
         self._tables = staged
 
@@ -164,19 +173,26 @@ def _value(token: str, operation: Mapping[str, Any]) -> dict[str, Any]:
     return values[token]
 
 
-def _parse_condition(operation: Mapping[str, Any]) -> tuple[bool, str]:
-    """(must exist, attribute name) of an `attribute_(not_)exists(a)` condition."""
+def _parse_condition(operation: Mapping[str, Any]) -> tuple[bool, str, dict[str, Any] | None]:
+    """(must exist, attribute name, value it may equal instead) of an `attribute_(not_)exists(a)`
+    or `attribute_not_exists(a) OR a = :v` condition."""
     condition = operation["ConditionExpression"]
+    either = _OR_EQUAL.match(condition)
+    if either is not None and _name(either.group(1), operation) == _name(either.group(2), operation):
+        return False, _name(either.group(1), operation), _value(either.group(3), operation)
     match = _CONDITION.match(condition)
     if match is None:
         raise NotImplementedError(
-            f"ConditionExpression {condition!r}: only attribute_not_exists(a) and attribute_exists(a)"
+            f"ConditionExpression {condition!r}: only attribute_not_exists(a), attribute_exists(a) "
+            "and attribute_not_exists(a) OR a = :v"
         )
-    return match.group(1) == "attribute_exists", _name(match.group(2), operation)
+    return match.group(1) == "attribute_exists", _name(match.group(2), operation), None
 
 
 def _holds(operation: Mapping[str, Any], current: Item | None) -> bool:
-    must_exist, attribute = _parse_condition(operation)
+    must_exist, attribute, equal = _parse_condition(operation)
+    if equal is not None and current is not None and current.get(attribute) == equal:
+        return True
     return (current is not None and attribute in current) == must_exist
 
 

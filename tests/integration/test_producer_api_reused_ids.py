@@ -92,6 +92,12 @@ def test_property_3_api_a_reused_id_with_another_body_is_422_and_nothing_of_the_
     assert sinks.counts() == {"pk-order-1": 1, "pk-a": 1, "pk-b": 1}
     items = {item["recordId"]["S"]: item["data"]["B"] for item in sinks.event_items()}
     assert items == {"order-1": b"first", "req-7:0": b"a", "req-7:1": b"b"}
+    # The API's hash of a payload is the consumers' (`ConsumedRecord.payload_hash`), item for item.
+    from shardline.consumer._idempotent import PAYLOAD_ATTRIBUTE
+
+    kept = {item[KEY_ATTRIBUTE]["S"].rsplit("/", 1)[-1]: item[HASH_ATTRIBUTE]["S"] for item in api.id_items()}
+    sunk = {item["recordId"]["S"]: item[PAYLOAD_ATTRIBUTE]["S"] for item in sinks.event_items()}
+    assert sunk == {"order-1": kept["order-1"], "req-7:0": kept["req-7:0"], "req-7:1": kept["req-7:1"]}
 
 
 def test_property_3_api_an_explicit_id_and_a_derived_id_of_the_same_text_are_different_ids(api):

@@ -93,6 +93,18 @@ class LoopbackApi:
         self.answers.append((status, answer))
         return status, answer_headers, answer
 
+    def id_items(self) -> list[dict[str, Any]]:
+        """Every item of the function's idempotency table."""
+        import boto3
+
+        table = self.function_settings().idempotency_table
+        endpoint = self.kinesis.meta.endpoint_url
+        client = boto3.client(
+            "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+        return list(client.scan(TableName=table)["Items"])
+
     def function_settings(self) -> Any:
         """The function's settings, as it reads them from its environment now."""
         from shardline.aws_lambda import settings_from_env

@@ -27,13 +27,13 @@ absent (DynamoDB's TTL deletes it within days).
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from shardline.aws_lambda._environment import DEFAULT_IDEMPOTENCY_TTL_SECONDS
+from shardline.kinesis._payload import payload_hash as kinesis_payload_hash
 from shardline.kinesis._records import UserRecord
 from shardline.kpl._identity import caller_scope
 from shardline.producer._result import RecordResult
@@ -92,14 +92,10 @@ class IdempotencyUnavailable(Exception):
 
 
 def payload_hash(record: UserRecord) -> str:
-    """Hex sha256 of (partition key, explicit hash key or "", data), each length-prefixed: what
-    "the same payload" means for a re-used id."""
-    digest = hashlib.sha256()
-    explicit = (record.explicit_hash_key or "").encode("ascii")
-    for part in (record.partition_key.encode("utf-8"), explicit, record.data):
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return digest.hexdigest()
+    """What "the same payload" means for a re-used id, as the consumers compute it
+    (`ConsumedRecord.payload_hash`): `shardline.kinesis._payload.payload_hash` of the record's
+    partition key, explicit hash key and data."""
+    return kinesis_payload_hash(record.partition_key, record.explicit_hash_key, record.data)
 
 
 def scoped_key(stream: str, caller: str, record: UserRecord) -> str:

@@ -55,14 +55,15 @@ def test_property_3_api_a_reused_id_with_another_body_is_refused_by_the_local_ap
         name for name in dynamodb.list_tables()["TableNames"] if name.startswith("shardline-dev-ProducerIds")
     ]
     keys = [item[KEY_ATTRIBUTE]["S"] for item in dynamodb.scan(TableName=ids_table)["Items"]]
-    assert [key for key in keys if key.endswith(f"/i/{tag}-id")], keys
+    (ours,) = [key for key in keys if key.endswith(f"/i/{tag}-id")]
+    scoped_id = ours.split("/", 1)[1]  # <stream>/<caller scope>/i/<id>: the consumers' scoped id
 
     groups = {group["group"]: group for group in consumer_groups(runtime.app)}
     sink, counter = groups["event-sink"]["sink_table"], groups["key-counter"]["sink_table"]
     deadline = time.monotonic() + 300
     item = count = None
     while time.monotonic() < deadline and not (item and count):
-        item = dynamodb.get_item(TableName=sink, Key={"pk": {"S": f"id#{tag}-id"}, "sk": {"S": "id"}}).get(
+        item = dynamodb.get_item(TableName=sink, Key={"pk": {"S": f"id#{scoped_id}"}, "sk": {"S": "id"}}).get(
             "Item"
         )
         count = dynamodb.get_item(TableName=counter, Key={"partitionKey": {"S": f"{tag}-pk"}}).get("Item")

@@ -16,7 +16,7 @@ from shardline.cdk._config import (
     ConfigError,
     load,
 )
-from tests.support.cdk import default_context, resources
+from tests.support.cdk import default_context, placeholders, resources
 
 
 def functions_by_service(template) -> dict[str, dict]:
@@ -77,5 +77,6 @@ def test_2_synth_refuses_a_producer_reservation_the_consumers_cannot_coexist_wit
 
 def test_2_the_producer_gets_its_throttled_give_up_setting(template):
     variables = functions_by_service(template)["shardline-producer"]
-    environment = ProducerEnvironment.from_environ(variables["Environment"]["Variables"])
+    environ = {name: placeholders(value) for name, value in variables["Environment"]["Variables"].items()}
+    environment = ProducerEnvironment.from_environ(environ)
     assert environment.throttled_give_up_seconds == 3.0

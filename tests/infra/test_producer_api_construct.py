@@ -103,3 +103,54 @@ def test_api_key_clients_get_their_own_key_and_plan():
 def test_today_s_api_refusals_hold_for_the_construct_naming_the_prop(props, message):
     with pytest.raises(ValueError, match=rf"^ProducerApi 'Api': {message}"):
         alone(lambda stack: api_in(stack, **props), nag=False)
+
+
+def test_issue_39_the_idempotency_table_is_made_or_taken_with_exactly_its_two_calls_granted():
+    """Made: on demand, PITR, TTL `expiresAt`, encrypted with a key of its own, hashes kept for the
+    longest stream retention + 14 days + a day (as the consumers' guards). Taken (the team's own
+    table and key): the function's environment names it and the same two calls (and Decrypt
+    through DynamoDB) are granted on it."""
+    from aws_cdk import aws_dynamodb as dynamodb
+    from aws_cdk import aws_kms as kms
+
+    template = alone(lambda stack: api_in(stack))
+    [(lid, made)] = [(lid, t) for lid, t in resources(template, "AWS::DynamoDB::Table").items()]
+    props = made["Properties"]
+    assert props["KeySchema"] == [{"AttributeName": "scopedId", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["SSESpecification"]["KMSMasterKeyId"]["Fn::GetAtt"][0].startswith("ApiIdsKey")
+    [function] = resources(template, "AWS::Lambda::Function").values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["IDEMPOTENCY_TABLE"] == {"Ref": lid}
+    assert variables["IDEMPOTENCY_TTL_SECONDS"] == str(16 * 86_400)  # both streams keep 24 h
+    assert actions_on(template, {"Fn::GetAtt": [lid, "Arn"]}) == {
+        "dynamodb:BatchGetItem",
+        "dynamodb:BatchWriteItem",
+    }
+
+    def own_table(stack: Stack) -> None:
+        key = kms.Key(stack, "TeamKey", enable_key_rotation=True)
+        table = dynamodb.Table(
+            stack, "TeamIds",
+            partition_key=dynamodb.Attribute(name="scopedId", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=key,
+            time_to_live_attribute="expiresAt",
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+        )  # fmt: skip
+        api_in(stack, idempotency_table=table)
+
+    template = alone(own_table)
+    [lid] = resources(template, "AWS::DynamoDB::Table")  # the team's, and no table of its own
+    assert lid.startswith("TeamIds")
+    [function] = resources(template, "AWS::Lambda::Function").values()
+    assert function["Properties"]["Environment"]["Variables"]["IDEMPOTENCY_TABLE"] == {"Ref": lid}
+    assert actions_on(template, {"Fn::GetAtt": [lid, "Arn"]}) == {
+        "dynamodb:BatchGetItem",
+        "dynamodb:BatchWriteItem",
+    }
+    [key_id] = [k for k in resources(template, "AWS::KMS::Key") if k.startswith("TeamKey")]
+    assert actions_on(template, {"Fn::GetAtt": [key_id, "Arn"]}) == {"kms:Decrypt"}

@@ -197,6 +197,7 @@ def test_7_prod_is_protected_from_termination_and_every_key_has_an_alias():
         assert names == {
             f"alias/shardline-{stage}/alarms",  # the alarm topic's, and only its
             f"alias/shardline-{stage}/logs",
+            f"alias/shardline-{stage}/api/ids",  # the API's idempotency table's
             f"alias/shardline-{stage}/event-sink",  # each consumer group's own
             f"alias/shardline-{stage}/key-counter",
             f"alias/shardline-{stage}-events",

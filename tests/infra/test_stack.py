@@ -38,17 +38,18 @@ def test_the_stream_is_encrypted_with_its_own_key_and_configured_capacity(templa
 
 
 def test_each_group_has_a_kcl_lease_table_and_a_sink_pay_per_request_with_pitr(template):
-    tables = resources(template, "AWS::DynamoDB::Table").values()
-    assert len(tables) == 4
-    for table in tables:
+    tables = resources(template, "AWS::DynamoDB::Table")
+    assert len(tables) == 5
+    for name, table in tables.items():
         props = table["Properties"]
         assert props["BillingMode"] == "PAY_PER_REQUEST"
         assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
-        # The group's customer-managed key, not aws/dynamodb (issue 25, item 5).
+        # The group's (the API's) customer-managed key, not aws/dynamodb (issue 25, item 5).
         assert props["SSESpecification"]["SSEType"] == "KMS" and props["SSESpecification"]["SSEEnabled"]
-        assert props["SSESpecification"]["KMSMasterKeyId"]["Fn::GetAtt"][0].startswith("Group")
-    keys = sorted(tuple(k["AttributeName"] for k in t["Properties"]["KeySchema"]) for t in tables)
-    assert keys == [("leaseKey",), ("leaseKey",), ("partitionKey",), ("pk", "sk")]
+        owner = "ProducerIds" if name.startswith("ProducerIds") else "Group"
+        assert props["SSESpecification"]["KMSMasterKeyId"]["Fn::GetAtt"][0].startswith(owner)
+    keys = sorted(tuple(k["AttributeName"] for k in t["Properties"]["KeySchema"]) for t in tables.values())
+    assert keys == [("leaseKey",), ("leaseKey",), ("partitionKey",), ("pk", "sk"), ("scopedId",)]
 
 
 def test_functions_are_arm64_python312_traced_with_both_layers_and_explicit_logs(template):
@@ -166,11 +167,14 @@ def test_1_the_producer_role_may_only_write_and_list_shards_never_read_or_decryp
     assert len(kinesis) == 1 and sorted(_actions(kinesis[0])) == own
     assert "StreameventsStream" in json.dumps(kinesis[0]["Resource"])
     actions = {a for s in statements for a in _actions(s)}
-    reads = {"kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:SubscribeToShard", "kms:Decrypt"}
+    reads = {"kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:SubscribeToShard"}
     assert not actions & reads, "the internet-facing role cannot read the stream"
     assert not any(a.endswith("*") for a in actions), "no wildcard action can hide a read"
+    ids = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]  # its idempotency table (issue 39)
     assert actions - set(own) <= {
         "kms:GenerateDataKey",
+        "kms:Decrypt",
+        *ids,
         "xray:PutTraceSegments",
         "xray:PutTelemetryRecords",
         "logs:CreateLogStream",  # its own log group (tests/infra/test_permissions.py)
@@ -178,6 +182,15 @@ def test_1_the_producer_role_may_only_write_and_list_shards_never_read_or_decryp
     }
     kms = [s for s in statements if "kms:GenerateDataKey" in _actions(s)]
     assert kms and all(s["Effect"] == "Allow" and "StreameventsKey" in json.dumps(s["Resource"]) for s in kms)
+    # Decrypt only on the idempotency table's key, only through DynamoDB: never the stream's key.
+    decrypt = [s for s in statements if "kms:Decrypt" in _actions(s)]
+    assert len(decrypt) == 1 and _actions(decrypt[0]) == ["kms:Decrypt"]
+    assert "ProducerIdsKey" in json.dumps(decrypt[0]["Resource"])
+    assert "StreameventsKey" not in json.dumps(decrypt[0]["Resource"])
+    assert "dynamodb." in json.dumps(decrypt[0]["Condition"]["StringEquals"]["kms:ViaService"])
+    tables = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s))]
+    assert len(tables) == 1 and sorted(_actions(tables[0])) == ids
+    assert "ProducerIds" in json.dumps(tables[0]["Resource"])
 
 
 def test_each_consumer_reads_its_stream_and_writes_only_its_tables_and_queue(template):

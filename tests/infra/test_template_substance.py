@@ -20,6 +20,14 @@ EXPLAINED: dict[str, str] = {
     "the events sink declares that it holds records (idAttribute recordId), for the local runtime's verdict.",
     "changed GroupkeycounterFunctionDD4D08B2 (AWS::Lambda::Function): Environment": "SHARDLINE_SINKS added: "
     "the counter sink declares that it holds counts (keyAttribute partitionKey, countAttribute count).",
+    "added ProducerIds4033DF6F (AWS::DynamoDB::Table)": "issue 39, property 3: the producer API's "
+    "idempotency table (each written id's payload hash: a re-used id with another body answers 422).",
+    "added ProducerIdsKey6EBDDA9E (AWS::KMS::Key)": "issue 39: the idempotency table's own key.",
+    "added ProducerIdsKeyAlias2E7BF007 (AWS::KMS::Alias)": "issue 39: every key has an alias (api/ids).",
+    "changed ProducerFunction209DD675 (AWS::Lambda::Function): Environment": "issue 39: IDEMPOTENCY_TABLE "
+    "and IDEMPOTENCY_TTL_SECONDS (as long as the consumers' guards).",
+    "changed ProducerFunctionServiceRoleDefaultPolicyEABB9ACE (AWS::IAM::Policy): PolicyDocument": ""
+    "issue 39: BatchGetItem and BatchWriteItem on the idempotency table, kms:Decrypt on its key via DDB.",
     "added MonitoringeventsinkDedupLanesEvictedECE27431 (AWS::CloudWatch::Alarm)": "issue 39, 8: lanes "
     "evicted from a shard's dedup state past its bound page (records without ids may apply twice).",
     "added MonitoringkeycounterDedupLanesEvicted564650E1 (AWS::CloudWatch::Alarm)": "issue 39, 8: as above.",

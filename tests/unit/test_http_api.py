@@ -969,20 +969,38 @@ def test_a_record_no_copy_of_which_can_land_is_written_false_and_safe_to_resend(
 @pytest.mark.parametrize(
     "results",
     [
-        [unconfirmed("Internal", "Expired"), unconfirmed("InternalFailure", "Expired")],  # lost replies only
-        [unconfirmed("MalformedResponse", "Expired"), failed(THROTTLED, "Expired")],
-        [unconfirmed("RecordCountMismatch", "Expired"), failed("Expired")],
         [failed("ServiceUnavailable", "Expired"), failed("KMSThrottlingException")],  # a brownout
         [failed("Internal", "Expired"), failed("Internal")],  # unreachable: connection refused
+        [failed(THROTTLED, "Expired"), failed("Expired")],
     ],
 )
-def test_nothing_written_in_a_brownout_or_with_lost_replies_is_503_never_a_207(results):
+def test_nothing_written_in_a_brownout_is_503_never_a_207(results):
     response = results_response(results, ids=[f"k:{i}" for i in range(len(results))])
     assert response.status == 503
     assert response.headers == {"Retry-After": "1"}
     assert "same Idempotency-Key and ids" in response.body["message"]
     assert [entry["id"] for entry in response.body["records"]] == [f"k:{i}" for i in range(len(results))]
-    assert all(entry["written"] in (False, "unconfirmed") for entry in response.body["records"])
+    assert all(entry["written"] is False for entry in response.body["records"])
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        [unconfirmed("Internal", "Expired"), unconfirmed("InternalFailure", "Expired")],  # lost replies only
+        [unconfirmed("MalformedResponse", "Expired"), failed(THROTTLED, "Expired")],
+        [unconfirmed("RecordCountMismatch", "Expired"), failed("Expired")],
+        [unconfirmed("Internal", "AccessDeniedException"), failed("AccessDeniedException")],
+        [unconfirmed("Internal", "ResourceNotFoundException"), failed("ResourceNotFoundException")],
+    ],
+)
+def test_property_9_a_request_with_a_lost_reply_is_never_answered_nothing_written(results):
+    """A record whose reply was lost may be in the stream: the answer is the 207 of its entries
+    (posting the whole request again, as a 503, 500 or 404 would say, applies a record without an id
+    twice)."""
+    response = results_response(results, ids=[None] * len(results))
+    assert response.status == 207 and response.headers == {}
+    assert response.body["records"][0]["written"] == "unconfirmed"
+    assert response.body["records"][0]["retry"] == "resend-may-duplicate"
 
 
 def test_kinesis_refusing_the_function_itself_is_a_500_with_the_request_id():

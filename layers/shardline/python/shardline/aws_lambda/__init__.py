@@ -10,7 +10,8 @@ The HTTP contract is pure Python: `_http_request` (parse and check a request: 40
 record ids and `Idempotency-Key`), `_http_response` (200/207/503/500 answers with `written` and
 `retry` on each failed entry, 404 for a missing stream or route, 405, log fields),
 `_http_settings` (streams and bounds from the environment), `_http_records` (record objects to
-`UserRecord`s), `_http_caller` (the authenticated caller stamped on every record: `caller_of`).
+`UserRecord`s), `_http_caller` (the authenticated caller stamped on every record: `caller_of`),
+`_http_idempotency` (each written id's payload hash: an id re-used with another body is a 422).
 `_environment` declares every
 variable the functions read. Only `ProducerFunction`, `ConsumerFunction` and `publish_metrics`
 need Powertools (`pip install "shardline[lambda]"`); it is imported when they are used.

@@ -10,6 +10,8 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `MAX_RECORDS_PER_REQUEST` | int >= 1 | 500 |
 | producer | `MAX_BODY_BYTES` | int >= 1 (the body as the Lambda event holds it, escaped) | 6000000 |
 | producer | `THROTTLED_GIVE_UP_SECONDS` | float >= 0: a shard throttling this long answers 503 | 3 |
+| producer | `IDEMPOTENCY_TABLE` | str: the ids' payload hashes (another body: 422) | none (unchecked) |
+| producer | `IDEMPOTENCY_TTL_SECONDS` | int >= 1: how long a payload hash is kept | 16 days |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE` | non-empty str | required |
 | consumer | `SINK_TABLE` | str: the table its checkpoint transaction writes | none (a group without a sink) |
 | consumer | `SHARDLINE_SINKS` | JSON list of `SinkDeclaration`s: what each sink holds | none declared |
@@ -56,6 +58,9 @@ DEFAULT_MAX_BODY_BYTES = 6_000_000
 #: Seconds a record's shard may keep refusing it for its write limit before the producer function
 #: gives it up (503 + Retry-After when nothing was written) instead of holding the request.
 DEFAULT_THROTTLED_GIVE_UP_SECONDS = 3.0
+#: How long the producer keeps an id's payload hash without a value from the construct: as long as a
+#: consumer's client-id guard of the default stream (`consumer._once.DEFAULT_GUARD_TTL_SECONDS`).
+DEFAULT_IDEMPOTENCY_TTL_SECONDS = DEFAULT_GUARD_TTL_SECONDS
 
 #: Variables Powertools reads; a function may set them beside the contract's own.
 POWERTOOLS_VARIABLES = frozenset(
@@ -78,12 +83,16 @@ class ProducerEnvironment:
     max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
+    idempotency_table: str = ""  # "": ids' payloads are not checked
+    idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
 
     VARIABLES = (
         "SHARDLINE_STREAMS",
         "MAX_RECORDS_PER_REQUEST",
         "MAX_BODY_BYTES",
         "THROTTLED_GIVE_UP_SECONDS",
+        "IDEMPOTENCY_TABLE",
+        "IDEMPOTENCY_TTL_SECONDS",
     )
 
     @classmethod
@@ -96,15 +105,21 @@ class ProducerEnvironment:
             throttled_give_up_seconds=_seconds(
                 env, "THROTTLED_GIVE_UP_SECONDS", DEFAULT_THROTTLED_GIVE_UP_SECONDS
             ),
+            idempotency_table=env.get("IDEMPOTENCY_TABLE", "").strip(),
+            idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL_SECONDS),
         )
 
     def to_environ(self) -> dict[str, str]:
-        return {
+        environ = {
             "SHARDLINE_STREAMS": self.streams_json,
             "MAX_RECORDS_PER_REQUEST": str(self.max_records_per_request),
             "MAX_BODY_BYTES": str(self.max_body_bytes),
             "THROTTLED_GIVE_UP_SECONDS": f"{self.throttled_give_up_seconds:g}",
+            "IDEMPOTENCY_TTL_SECONDS": str(self.idempotency_ttl_seconds),
         }
+        if self.idempotency_table:
+            environ["IDEMPOTENCY_TABLE"] = self.idempotency_table
+        return environ
 
 
 SinkHolds = Literal["records", "counts"]

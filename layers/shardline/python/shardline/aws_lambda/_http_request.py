@@ -23,10 +23,11 @@ returns the `ApiResponse` it gets back. Everything about a request to that route
   character is counted as its `\\uXXXX` escapes, 6 or 12 bytes), or base64 text when it passes
   the body base64-encoded. A body over `max_body_bytes` so counted, or whose event would not fit
   Lambda's 6 MB (6,291,456-byte) invocation payload, is answered 413 by shardline;
-- results answer 200 (all written), 207 (per-record outcomes: retry exactly the failed ones), 404
-  (nothing written: the route's Kinesis stream does not exist, so retrying cannot help), 503 with
-  `Retry-After` (nothing written: throttled, unavailable or unanswered) or 500 (nothing written:
-  the stream refused the function itself, a deployment fault); see `_http_response` for the entries;
+- results answer 200 (all written), 207 (per-record outcomes, each entry saying whether a copy may
+  be in the stream and what to do), 404 (nothing written: the route's Kinesis stream does not
+  exist, so retrying cannot help), 503 with `Retry-After` (nothing written: throttled, unavailable
+  or unreachable; never when a reply was lost) or 500 (nothing written: the stream refused the
+  function itself, a deployment fault); see `_http_response` for the entries;
 - before `handle` is reached, the adapter (`_producer_function`) answers a path the API does not
   serve with 404 and another method on `/streams/{stream}/records` with 405 and `Allow: POST`.
 
@@ -44,8 +45,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.aws_lambda._http_idempotency import IdempotencyStore, IdempotencyUnavailable
 from shardline.aws_lambda._http_records import to_user_records
-from shardline.aws_lambda._http_response import ApiResponse, results_response, validation_response
+from shardline.aws_lambda._http_response import IDEMPOTENCY_KEY_HEADER as IDEMPOTENCY_KEY_HEADER
+from shardline.aws_lambda._http_response import (
+    ApiResponse,
+    id_check_unavailable_response,
+    results_response,
+    reused_id_response,
+    validation_response,
+)
 from shardline.aws_lambda._http_settings import (
     DEFAULT_EVENT_ENVELOPE_BYTES,
     LAMBDA_PAYLOAD_BYTES,
@@ -61,8 +70,6 @@ JSON_MEDIA_TYPE = "application/json"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 
 _UTF8 = frozenset({"utf-8", "utf8"})
-#: The header that names a request: records without an id of their own get `<key>:<index>`.
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 _IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}")
 
 
@@ -90,13 +97,18 @@ def handle(
     envelope_bytes: int = DEFAULT_EVENT_ENVELOPE_BYTES,
     request_id: str | None = None,
     caller: str | None = None,
+    known_ids: IdempotencyStore | None = None,
+    unrecorded: Callable[[int], None] | None = None,
 ) -> ApiResponse:
     """Answer one request: check all of it, then `put` the records and shape their results.
 
     `idempotency_key` is the `Idempotency-Key` header (every value it was given, if several);
     `envelope_bytes` is what the Lambda event holds beside the body (its size with an empty
     body); `request_id` names the request in a 500; `caller` is the authenticated caller stamped
-    on every record (`_http_caller.caller_of`; None: the producer's own `ProducerConfig.caller`)."""
+    on every record (`_http_caller.caller_of`; None: the producer's own `ProducerConfig.caller`).
+    With `known_ids`, a record whose id its caller wrote before with another payload answers 422
+    and nothing is sent; the hashes of what was written are recorded after, and `unrecorded(n)`
+    hears of the n that could not be."""
     try:
         request = parse_request(
             route_name,
@@ -111,7 +123,22 @@ def handle(
     except RequestRejected as rejected:
         assert isinstance(rejected.response, ApiResponse)  # this module raises it with one
         return rejected.response
+    stream = request.route.stream_name
+    if known_ids is not None:
+        try:
+            conflicts = known_ids.conflicts(stream, request.records)
+        except IdempotencyUnavailable as unavailable:
+            return id_check_unavailable_response(unavailable.code, [r.id for r in request.records])
+        if conflicts:
+            return reused_id_response(conflicts, check_idempotency_key(idempotency_key))
     results = put(request.route, request.records)
+    if known_ids is not None:
+        try:
+            lost = known_ids.remember(stream, request.records, results)
+        except Exception:  # records were written: the answer must say so, whatever failed here
+            lost = sum(1 for record in request.records if record.id)
+        if lost and unrecorded is not None:
+            unrecorded(lost)
     return results_response(
         results,
         route=request.route,

@@ -3,14 +3,19 @@
 Results (one entry per record, in request order, under `"records"`, with `"failedRecordCount"`):
 
 - 200: every record written. Nothing to do.
-- 207: per-record outcomes (some written, or some refused for their own reasons): resend exactly
-  the failed entries' records, as they were (same ids).
-- 503 + `Retry-After`: nothing written (every record throttled, the stream unavailable in a
-  brownout, or no reply): after `Retry-After` seconds, post the request again as it was (same
-  `Idempotency-Key`, same ids).
+- 207: per-record outcomes (some written, some refused for their own reasons, or some whose
+  replies were lost): each failed entry says whether a copy may be in the stream (`written`) and
+  what to do (`retry`). With an `Idempotency-Key` every record has an id: post the request again
+  as it was. Without one, resend exactly the entries marked `resend` or `resend-same-id`, as they
+  were (same ids); an entry marked `resend-may-duplicate` may already be applied.
+- 503 + `Retry-After`: nothing written, nor can anything land later (every record throttled, the
+  stream unavailable in a brownout, or unreachable before anything was sent; never when a reply
+  was lost): after `Retry-After` seconds, post the request again as it was.
 - 404: nothing written, the route's Kinesis stream does not exist: no retry helps.
 - 500: nothing written, Kinesis refused the function itself (AccessDenied, ...): a deployment
   fault (alarmed); post again once it is fixed.
+- 422: nothing written, a record re-uses an id (its own, or `<Idempotency-Key>:<index>`) that was
+  written with another payload (`_http_idempotency`).
 
 An entry written: `{"id"?, "shardId", "sequenceNumber", "subSequenceNumber", "attempts"}` — the
 position Kinesis returned for that very record (`subSequenceNumber`: its index in the aggregate).
@@ -54,7 +59,13 @@ from shardline.errors import (
 from shardline.producer._result import RecordResult
 
 if TYPE_CHECKING:
+    from shardline.aws_lambda._http_idempotency import IdConflict
     from shardline.aws_lambda._http_settings import StreamRoute
+
+#: The header that names a request (`_http_request`): its records without an id get `<key>:<index>`.
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+#: Where a 422 names the request's Idempotency-Key.
+IDEMPOTENCY_KEY_FIELD = "idempotencyKey"
 
 #: What `Retry-After` says on a 503: Kinesis meters each shard per second.
 RETRY_AFTER_SECONDS = 1
@@ -113,25 +124,27 @@ def results_response(
     ids: Sequence[str | None] | None = None,
     request_id: str | None = None,
 ) -> ApiResponse:
-    """200 if every record was written; 404 if none could be because the stream does not exist; 503
-    (+ Retry-After) if none was written because the stream throttled, was unavailable or did not
-    answer; 500 if Kinesis refused the function itself; else 207. `ids[i]` is record i's id (or
-    None); `route` names the stream in the 404, `request_id` the request in the 500."""
+    """200 if every record was written; 404 if none was because the stream does not exist; 503
+    (+ Retry-After) if none was because the stream throttled, was unavailable or unreachable; 500
+    if Kinesis refused the function itself; else 207 — also when every record failed but one's
+    reply was lost (it may be in the stream, so "nothing was written" would not be true).
+    `ids[i]` is record i's id (or None); `route` names the stream in the 404, `request_id` the
+    request in the 500."""
     failed = sum(1 for result in results if not result.success)
-    if results and failed == len(results) and all(is_stream_missing(result) for result in results):
+    # "Nothing was written" (404, 503, 500) only when it is so: a record whose reply was lost may be
+    # in the stream, and a client told to post the whole request again would apply a record without
+    # an id twice. Such a request answers 207, each entry saying what to do with its record.
+    none_written = bool(results) and failed == len(results) and not any(map(is_unconfirmed, results))
+    if none_written and all(is_stream_missing(result) for result in results):
         return stream_missing_response(route)
     record_ids = list(ids) if ids is not None else [None] * len(results)
     entries = [result_entry(result, record_id) for result, record_id in zip(results, record_ids, strict=True)]
     body: dict[str, Any] = {"failedRecordCount": failed, "records": entries}
     if failed == 0:
         return ApiResponse(200, body)
-    if failed == len(results) and all(is_unconfirmed(result) or is_unavailable(result) for result in results):
-        message = (
-            "nothing was written: the stream is throttled, unavailable or did not answer; post the "
-            f"request again as it was (same Idempotency-Key and ids) after {retry_after} s"
-        )
-        return ApiResponse(503, {"message": message, **body}, {"Retry-After": str(retry_after)})
-    if failed == len(results) and all(is_refused_deployment(result) for result in results):
+    if none_written and all(is_unavailable(result) for result in results):
+        return unavailable_response(body, retry_after)
+    if none_written and all(is_refused_deployment(result) for result in results):
         code = next(result.error_code for result in results)
         message = (
             f"nothing was written: Kinesis refused the producer function ({code}), a deployment fault"
@@ -140,6 +153,60 @@ def results_response(
         named = {"requestId": request_id} if request_id else {}
         return ApiResponse(500, {"message": message, **named, **body})
     return ApiResponse(207, body)
+
+
+def reused_id_response(conflicts: Sequence[IdConflict], idempotency_key: str | None) -> ApiResponse:
+    """422: records re-use ids written before with other payloads; nothing of the request was
+    written. Each error names the record's index, its id and (for a derived id) the key."""
+    errors: list[dict[str, Any]] = []
+    for conflict in conflicts:
+        error: dict[str, Any] = {"index": conflict.record_index, "field": "id", "id": conflict.record_id}
+        if conflict.derived:
+            error["idempotencyKey"] = idempotency_key
+            source = f"the {IDEMPOTENCY_KEY_HEADER} {idempotency_key!r} (record {conflict.record_index})"
+        else:
+            source = "the record's id"
+        error["message"] = (
+            f"id {conflict.record_id!r}, from {source}, was written before with another body: "
+            "give the record a new id"
+        )
+        errors.append(error)
+    count = len(conflicts)
+    message = (
+        f"{count} record{'s' if count != 1 else ''} re-use{'' if count != 1 else 's'} an id written "
+        "with another body; nothing was written"
+    )
+    body: dict[str, Any] = {"message": message, "errors": errors}
+    if idempotency_key is not None:
+        body[IDEMPOTENCY_KEY_FIELD] = idempotency_key
+    return ApiResponse(422, body)
+
+
+def id_check_unavailable_response(code: str, ids: Sequence[str | None]) -> ApiResponse:
+    """503: the idempotency table could not be read, so nothing was sent: every entry
+    `written: false`."""
+    entries = [
+        ({} if record_id is None else {"id": record_id})
+        | {
+            "errorCode": code,
+            "errorMessage": "the record's id could not be checked; it was not sent",
+            "attempts": 0,
+            "written": False,
+            "retry": RESEND,
+        }
+        for record_id in ids
+    ]
+    return unavailable_response({"failedRecordCount": len(entries), "records": entries})
+
+
+def unavailable_response(body: dict[str, Any], retry_after: int = RETRY_AFTER_SECONDS) -> ApiResponse:
+    """503 + `Retry-After`: nothing was written and a later try may succeed; `body` holds the
+    entries (every one `written: false`)."""
+    message = (
+        "nothing was written: the stream is throttled, unavailable or did not answer; post the "
+        f"request again as it was (same Idempotency-Key and ids) after {retry_after} s"
+    )
+    return ApiResponse(503, {"message": message, **body}, {"Retry-After": str(retry_after)})
 
 
 def stream_missing_response(route: StreamRoute | None = None) -> ApiResponse:

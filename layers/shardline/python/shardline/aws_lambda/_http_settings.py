@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardline.aws_lambda._environment import (
+    DEFAULT_IDEMPOTENCY_TTL_SECONDS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_RECORDS_PER_REQUEST,
     DEFAULT_THROTTLED_GIVE_UP_SECONDS,
@@ -59,6 +60,8 @@ class ApiSettings:
     max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
+    idempotency_table: str = ""  # the table of ids' payload hashes; "": not checked
+    idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -69,6 +72,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
         max_records_per_request=env.max_records_per_request,
         max_body_bytes=env.max_body_bytes,
         throttled_give_up_seconds=env.throttled_give_up_seconds,
+        idempotency_table=env.idempotency_table,
+        idempotency_ttl_seconds=env.idempotency_ttl_seconds,
     )
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardline.aws_lambda._emf import publish_metrics
 from shardline.aws_lambda._http_caller import caller_of
+from shardline.aws_lambda._http_idempotency import IdempotencyClient, IdempotencyStore
 from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER, handle
 from shardline.aws_lambda._http_response import (
     ApiResponse,
@@ -36,6 +37,7 @@ from shardline.aws_lambda._http_response import (
 from shardline.aws_lambda._http_settings import (
     DEADLINE_MARGIN_SECONDS,
     MAX_FLUSH_SECONDS,
+    ApiSettings,
     StreamRoute,
     producer_config,
     settings_from_env,
@@ -85,6 +87,8 @@ class ProducerFunction:
         self.producers: dict[tuple[str, int], Producer] = {}
         self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
         self._kinesis: KinesisClient | None = None
+        self._dynamodb: IdempotencyClient | None = None
+        self._id_store: IdempotencyStore | None = None
         self._put = self.tracer.capture_method(capture_response=False)(self._put)  # type: ignore[method-assign]
 
         @self.app.post(_ROUTE)
@@ -95,17 +99,20 @@ class ProducerFunction:
             event = self.app.current_event
             caller = caller_of(event.raw_event)  # API Gateway's word, never the body's or a header's
             self.tracer.put_annotation(key="stream", value=stream)
+            settings = settings_from_env()
             answer = handle(
                 stream,
                 event.body,
                 content_type=event.headers.get("content-type"),
                 is_base64_encoded=bool(event.is_base64_encoded),
-                settings=settings_from_env(),
+                settings=settings,
                 put=self._put,
                 idempotency_key=header_values(event.raw_event, IDEMPOTENCY_KEY_HEADER),
                 envelope_bytes=envelope_bytes(event.raw_event),
                 request_id=request_id(event.raw_event),
                 caller=caller,
+                known_ids=self._known_ids(settings),
+                unrecorded=self._unrecorded,
             )
             return respond(answer, stream=stream, **caller_fields(event.raw_event))
 
@@ -154,6 +161,39 @@ class ProducerFunction:
             return self.app.resolve(event, context)
 
         self.handler = handler
+
+    def _known_ids(self, settings: ApiSettings) -> IdempotencyStore | None:
+        """The idempotency table's store (None without one), kept across warm invocations."""
+        if not settings.idempotency_table:
+            return None
+        store = self._id_store
+        if store is None or store.table != settings.idempotency_table:
+            store = IdempotencyStore(
+                self._dynamodb_client,
+                settings.idempotency_table,
+                ttl_seconds=settings.idempotency_ttl_seconds,
+            )
+            self._id_store = store
+        store.ttl_seconds = settings.idempotency_ttl_seconds
+        return store
+
+    def _dynamodb_client(self) -> IdempotencyClient:
+        if self._dynamodb is None:
+            import boto3  # in the Lambda runtime; imported on first use, not at cold start
+
+            # A short read timeout: the table is read before the send, within the API's 29 s
+            # (at most 5 rounds), and the send's deadline is taken from what time is left.
+            config = client_config().merge(type(client_config())(read_timeout=2))
+            self._dynamodb = boto3.client("dynamodb", config=config)
+        return self._dynamodb
+
+    def _unrecorded(self, count: int) -> None:
+        """Records written whose payload hash could not be kept: a later post of their id with another
+        body reaches the consumers, which catch it as a conflict. Logged and counted (alarmable)."""
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        self.logger.warning("payload hashes not recorded", extra={"unrecorded": count})
+        self.metrics.add_metric(name="IdempotencyHashesNotRecorded", unit=MetricUnit.Count, value=count)
 
     def set_kinesis_client(self, client: KinesisClient | None) -> None:
         """Use `client` for Kinesis from now on (None: a default boto3 client, made on first use)."""

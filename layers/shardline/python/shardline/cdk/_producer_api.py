@@ -9,12 +9,14 @@ from typing import Any
 
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from shardline.aws_lambda import ProducerEnvironment
+from shardline.aws_lambda._http_idempotency import EXPIRES_AT_ATTRIBUTE, KEY_ATTRIBUTE
 from shardline.cdk._config_api import (
     DEFAULT_MAX_BODY_BYTES,
     ApiClient,
@@ -25,10 +27,12 @@ from shardline.cdk._config_api import (
 from shardline.cdk._config_reader import logical_id
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention, python_function
-from shardline.cdk._keys import logs_key
+from shardline.cdk._keys import logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
 from shardline.cdk._stream import Stream
+from shardline.cdk._tables import attribute, table
+from shardline.consumer._once import SQS_MAX_RETENTION_SECONDS, guard_ttl_seconds
 
 RECORDS_MODEL: dict[str, Any] = {
     "type": apigw.JsonSchemaType.OBJECT,
@@ -88,6 +92,9 @@ TLS_POLICY = "TLS_1_2"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
 #: ... and on a stream's customer-managed key, only what writing needs (never kms:Decrypt).
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
+#: On its idempotency table, what `_http_idempotency` calls: read a request's ids, record the
+#: payload hashes of what it wrote. Nothing else (no Scan, no delete: the table's TTL deletes).
+PRODUCER_IDEMPOTENCY_ACTIONS = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]
 #: API Gateway's integration limit: the producer answers within it.
 API_INTEGRATION_SECONDS = 29
 
@@ -105,7 +112,15 @@ class ProducerApi(Construct):
     Secure by default: IAM (SigV4) auth with a resource policy admitting this account (or
     `allowed_principals`, `allowed_organization`), or `auth="api-key"` with a key and usage plan per
     client; TLS 1.2+, throttling, request validation, access and execution logs encrypted with
-    `log_key` (created if not given), X-Ray. The function writes its streams and never reads them."""
+    `log_key` (created if not given), X-Ray. The function writes its streams and never reads them.
+
+    Its idempotency table keeps the payload hash of every id it wrote, so an id re-used with another
+    body answers 422 (`shardline.aws_lambda._http_idempotency`): `idempotency_table` (the team's own:
+    partition key `scopedId` S, TTL attribute `expiresAt`), or one created here (on demand,
+    point-in-time recovery, encrypted with a key of its own). A hash is kept as long as a consumer's
+    guard of its id (`guard_ttl_seconds`: the longest retention of the API's streams + SQS's 14
+    days + a day).
+    `key_alias` names the key made for a created table."""
 
     def __init__(
         self,
@@ -133,6 +148,8 @@ class ProducerApi(Construct):
         metrics_namespace: str = "shardline",
         tags: Mapping[str, str] | None = None,
         function_props: Mapping[str, Any] | None = None,
+        idempotency_table: dynamodb.ITable | None = None,
+        key_alias: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         pin_feature_flags(self)
@@ -174,6 +191,24 @@ class ProducerApi(Construct):
         if log_key is None:
             log_key = logs_key(self, "LogsKey", description="shardline producer API: logs", alias=None)
         self.log_key = log_key  # given, or made here: pass it to the app's other constructs to share it
+        if idempotency_table is None:
+            idempotency_key = retained_key(
+                self, "IdsKey", description="shardline producer API: idempotency table", alias=key_alias
+            )
+            idempotency_table = table(
+                self,
+                "Ids",
+                attribute((KEY_ATTRIBUTE, "S")),
+                removal_policy=removal_policy,
+                key=idempotency_key,
+                ttl=EXPIRES_AT_ATTRIBUTE,
+            )
+        self.idempotency_table = idempotency_table
+        # As long as the consumers' guards of an id: a copy can be read (the stream's retention) or
+        # redriven (a DLQ: SQS's longest, as the API knows no group's queue), + a day.
+        self.idempotency_ttl_seconds = max(
+            guard_ttl_seconds(s.retention_seconds, SQS_MAX_RETENTION_SECONDS) for s in routes.values()
+        )
         self.function = python_function(
             self,
             "Function",
@@ -204,6 +239,8 @@ class ProducerApi(Construct):
                     max_records_per_request=config.max_records_per_request,
                     max_body_bytes=config.max_body_bytes,
                     throttled_give_up_seconds=config.throttled_give_up_seconds,
+                    idempotency_table=idempotency_table.table_name,
+                    idempotency_ttl_seconds=self.idempotency_ttl_seconds,
                 ).to_environ(),
             },
             contract=(
@@ -221,6 +258,16 @@ class ProducerApi(Construct):
         for stream in unique:
             if stream.key is not None:
                 stream.key.grant(self.function, *PRODUCER_KMS_ACTIONS)
+        # Its idempotency table: the two batch calls, and its key through DynamoDB only.
+        idempotency_table.grant(self.function, *PRODUCER_IDEMPOTENCY_ACTIONS)
+        if idempotency_table.encryption_key is not None:
+            self.function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["kms:Decrypt"],
+                    resources=[idempotency_table.encryption_key.key_arn],
+                    conditions={"StringEquals": {"kms:ViaService": f"dynamodb.{Aws.REGION}.amazonaws.com"}},
+                )
+            )
 
         policy = resource_policy(config)
         access_logs = logs.LogGroup(

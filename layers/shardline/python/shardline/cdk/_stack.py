@@ -74,6 +74,7 @@ class PipelineStack(Stack):
             removal_policy=removal,
             api_name=f"{config.prefix}-producer",
             metrics_namespace=config.metrics_namespace,
+            key_alias=f"alias/{config.prefix}/api/ids",
         )
         self.groups: list[ConsumerGroup | WorkerGroup] = [
             self._group(group, removal) if group.workers is None else self._workers(group, removal)

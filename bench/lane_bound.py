@@ -81,13 +81,14 @@ def rows(bounds: list[LaneBound]) -> list[Row]:
     by = {(bound.profile, bound.size): bound for bound in bounds}
     out = []
     for size in SIZES:
-        young, lived, gap = (by[(profile, size)] for profile in PROFILES)
+        young, lived, gap, caller = (by[(profile, size)] for profile in PROFILES)
         bound = " (the bound, MAX_STATE_BYTES)" if size == MAX_STATE_BYTES else ""
         out.append(
             Row(
                 f"producer lanes per shard in a {size:,}-byte dedup state{bound}: long-lived "
                 f"({lived.bytes_per_lane:.1f} B a lane); young: {young.lanes:,} "
-                f"({young.bytes_per_lane:.1f} B), one gap: {gap.lanes:,} ({gap.bytes_per_lane:.1f} B)",
+                f"({young.bytes_per_lane:.1f} B), one gap: {gap.lanes:,} ({gap.bytes_per_lane:.1f} B), "
+                f"young of an API caller: {caller.lanes:,} ({caller.bytes_per_lane:.1f} B)",
                 "count",
                 lived.lanes,
             )

@@ -578,11 +578,6 @@ outage_ops = st.lists(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MODEL_FAILS,
-    reason="issue 39 property 4: a redrive and the main run apply a copy each",
-)
 @settings(SLOW, max_examples=300)
 # Copy 1 of a resent aggregate given up by the mapping, copy 2 applied by the main run, copy 1 redriven.
 @example(ops=[("send", 1, 0), ("consume", 0, 1)], faults=["lost_after"], batch_size=1, retries=0)

@@ -818,12 +818,6 @@ def test_property_8_lane_eviction_is_counted_and_retires_dead_producers_first(
     assert evicted >= lanes - kept, f"{lanes - kept} lanes evicted from the stored state, {evicted} counted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MODEL_FAILS,
-    reason="issue 39 property 4 with reshards: a parent whose last batch the mapping gave up never reaches "
-    "SHARD_END, so its children wait for it forever, and their redrives too",
-)
 @settings(SLOW, max_examples=150)
 @example(
     ops=[("send", 1, 0), ("send", 1, 0), ("split", 1, 0), ("send", 1, 0), ("consume", 1, 1)],

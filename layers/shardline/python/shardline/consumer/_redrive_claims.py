@@ -16,13 +16,14 @@ Two redrives of one shard meet in the earlier batch's row: the later one consult
 group's run does (its `groupClaims` are the claims of every run but the row's own redrive).
 
 `Arbiters` is one run's view: the redrive's of its own row and of its earlier peers', the group's
-of the redrive rows of the batches its row noted (`skippedByMapping`) whose copies may still arrive: a note carries the
-arrival time of the first record the group saw past the batch (no record of the batch arrived
-later), and a producer sends no copy of an aggregate more than `RESEND_HORIZON_S` (120 s) after
-its first send, so a record arriving more than `CLAIM_WINDOW_S` (that, and room for the clocks of
-Kinesis's hosts) after the note's arrival is no copy of the batch's: the group neither consults
-nor claims past it. What the group claims is so bounded by what arrives in those five minutes
-(about 20 bytes an aggregate; `MAX_CLAIMS_BYTES` stops the shard, loudly, rather than exceed it).
+of the redrive rows of the batches its row noted (`skippedByMapping`) whose copies may still
+arrive: a note carries the arrival time of the first record the group saw past the batch (no record
+of the batch arrived later), and a producer sends no copy of an aggregate more than
+`RESEND_HORIZON_S` (120 s) after its first send, so a record arriving more than `CLAIM_WINDOW_S`
+(that, and room for the clocks of Kinesis's hosts) after the note's arrival is no copy of the
+batch's: the group neither consults nor claims past it. What the group claims is so bounded by what
+arrives in those five minutes (about 20 bytes an aggregate; `MAX_CLAIMS_BYTES` stops the shard,
+loudly, rather than exceed it).
 
 Claims hold aggregate ids only, never a producer's floor: the group's applied-aggregate state
 (`appliedAggregates`) settles counters below a floor, and a floor seen past the discarded batch

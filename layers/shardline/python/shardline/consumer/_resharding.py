@@ -4,7 +4,13 @@ Nothing in Lambda guarantees that a child shard's batches wait for its parents. 
 learns each shard's parents and hash range from ListShards, and decides whether a child may run:
 every parent must be finished. A parent with a lease row is finished at SHARD_END; it is marked
 SHARD_END here once it is closed and nothing is left after its checkpoint (probed with GetRecords
-from the checkpoint). A parent no longer listed (trimmed past retention) with no row is finished.
+from the checkpoint). A parent whose last batch the mapping gave up (the group stalled on it, or
+waited for the parent's own parents) never gets there by itself — nothing more comes on it — so
+it is also finished once the redrive of that batch (`_redrive`: its row, `<key>#redrive#<first
+sequence number>`, from the first record past the checkpoint, the stalled sequence or the failed
+record) has applied it to the closed shard's end; its final state is its row's and the redrive
+row's. Until then its children wait, as they would for the mapping. A parent no longer listed
+(trimmed past retention) with no row is finished.
 
 A shard that received nothing has no row under the Lambda driver (the mapping never invokes for
 it) and, under the worker, a row marked SHARD_END that never checkpointed. Either way it passes
@@ -27,13 +33,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
 from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
-from shardline.consumer._lease_store import LeaseStore
+from shardline.consumer._lease_store import Lease, LeaseStore
+from shardline.consumer._redrive_claims import REDRIVE_SUFFIX
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.kinesis._shard_map import HashRange
 
@@ -51,6 +58,12 @@ _MAX_DEPTH = 64
 def _shard_id(key: str) -> str:
     """The shard id of a lease key (`<shard id>` or `<stream>:<shard id>`)."""
     return key.rsplit(":", 1)[-1]
+
+
+def _merged(row: Lease | None, tail: Lease) -> str | None:
+    """The final state of a shard whose tail a redrive applied: its row's and the redrive row's."""
+    states = (row.applied_aggregates if row is not None else None, tail.applied_aggregates)
+    return AppliedAggregates.merge(AppliedAggregates.parse(s) for s in states if s).serialize() or None
 
 
 class ShardLineage:
@@ -113,15 +126,14 @@ class ShardLineage:
             return True
         shard_id = _shard_id(key)
         row = self._table.get(key)
-        if (
-            row is not None
-            and row.checkpoint.sequence != SHARD_END
-            and not (self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row))
-        ):
+        tail = self._row_end(stream, shard_id, row)
+        if tail is False:
             return False
         parents = tuple(row.parent_shard_ids) if row is not None and row.parent_shard_ids else ()
-        if row is not None and row.applied_aggregates:
-            state: str | None = row.applied_aggregates  # it started from its parents' and kept them
+        if tail is not None:  # its row's state, and what the redrive of its tail applied
+            state: str | None = _merged(row, tail)
+        elif row is not None and row.applied_aggregates:
+            state = row.applied_aggregates  # it started from its parents' and kept them
         elif row is None and self._shard(stream, shard_id) is None:
             state = None  # no row, and no longer listed (trimmed past retention): nothing known
         else:
@@ -145,6 +157,34 @@ class ShardLineage:
             self._final_states[key] = state
         return True
 
+    def _row_end(self, stream: str, shard_id: str, row: Lease | None) -> Lease | Literal[False] | None:
+        """Is the shard's row finished? None: yes, at SHARD_END (or it has no row); a redrive row:
+        yes, its tail was given up and that redrive applied it (`_redriven_tail`); False: no."""
+        if row is None or row.checkpoint.sequence == SHARD_END:
+            return None
+        if self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row):
+            return None
+        return self._redriven_tail(stream, shard_id, row) or False
+
+    def _redriven_tail(self, stream: str, shard_id: str, row: Lease) -> Lease | None:
+        """The redrive row of the batch from the first record past `row`'s checkpoint (or from its
+        `stalledSequence`, or the record that failed) when that redrive has applied everything to
+        the closed shard's end: the mapping gave the shard's last batch up (the group stalled on
+        it, or waited for this shard's own parents), and nothing will come to move the row."""
+        closed, first = self._after(stream, shard_id, row.checkpoint)
+        failed = (
+            row.failed_at.sequence if row.failed_at is not None and row.checkpoint < row.failed_at else None
+        )
+        for start in dict.fromkeys(s for s in (first, row.stalled_sequence, failed) if s and closed):
+            tail = self._table.get(row.key + REDRIVE_SUFFIX + start)
+            if (
+                tail is not None
+                and not tail.checkpoint.is_sentinel
+                and self._exhausted(stream, shard_id, tail.checkpoint)
+            ):
+                return tail
+        return None
+
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:
         shards = self._shards.get(stream)
         if shards is None or shard_id not in shards:
@@ -167,12 +207,17 @@ class ShardLineage:
 
     def _exhausted(self, stream: str, shard_id: str, checkpoint: Position) -> bool:
         """Is the shard closed with nothing after `checkpoint`?"""
+        return self._after(stream, shard_id, checkpoint) == (True, None)
+
+    def _after(self, stream: str, shard_id: str, checkpoint: Position) -> tuple[bool, str | None]:
+        """(Is the shard closed?, the sequence number of its first record past `checkpoint`: None
+        if it has none, or the probe did not reach one). No longer listed: (True, None)."""
         self._shards.pop(stream, None)  # a parent may have closed since the listing was cached
         shard = self._shard(stream, shard_id)
         if shard is None:
-            return True  # no longer listed: trimmed past retention
+            return True, None  # no longer listed: trimmed past retention
         if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is None:
-            return False
+            return False, None
         request: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
         if checkpoint.is_sentinel:
             request["ShardIteratorType"] = "TRIM_HORIZON"
@@ -181,15 +226,16 @@ class ShardLineage:
         try:
             iterator = self._kinesis.get_shard_iterator(**request)["ShardIterator"]
         except ClientError as exc:
-            return bool(exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException")
+            return bool(exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"), None
         for _ in range(_PROBE_PAGES):
             response = self._kinesis.get_records(ShardIterator=iterator, Limit=100)
             for record in response.get("Records", ()):
-                if checkpoint.is_sentinel or int(record["SequenceNumber"]) > int(checkpoint.sequence):
-                    return False
+                sequence = str(record["SequenceNumber"])
+                if checkpoint.is_sentinel or int(sequence) > int(checkpoint.sequence):
+                    return True, sequence
                 if sub_record_count(record["Data"]) > checkpoint.sub_sequence + 1:
-                    return False  # the checkpoint stopped inside this aggregate
+                    return True, sequence  # the checkpoint stopped inside this aggregate
             iterator = response.get("NextShardIterator")
             if not iterator:
-                return True
-        return False
+                return True, None
+        return False, None

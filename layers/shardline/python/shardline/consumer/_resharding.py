@@ -6,11 +6,12 @@ every parent must be finished. A parent with a lease row is finished at SHARD_EN
 SHARD_END here once it is closed and nothing is left after its checkpoint (probed with GetRecords
 from the checkpoint). A parent whose last batch the mapping gave up (the group stalled on it, or
 waited for the parent's own parents) never gets there by itself — nothing more comes on it — so
-it is also finished once the redrive of that batch (`_redrive`: its row, `<key>#redrive#<first
-sequence number>`, from the first record past the checkpoint, the stalled sequence or the failed
-record) has applied it to the closed shard's end; its final state is its row's and the redrive
-row's. Until then its children wait, as they would for the mapping. A parent no longer listed
-(trimmed past retention) with no row is finished.
+it is also finished once the redrives of those batches (`_redrive`: rows `<key>#redrive#<first
+sequence number>`, each from the first record past the row's checkpoint or the redrive row before
+it; the first also keyed by the stalled sequence or the failed record) have applied them to the
+closed shard's end; its final state is its row's and the redrive rows'. Until then its children
+wait, as they would for the mapping. A parent no longer listed (trimmed past retention) with no
+row is finished.
 
 A shard that received nothing has no row under the Lambda driver (the mapping never invokes for
 it) and, under the worker, a row marked SHARD_END that never checkpointed. Either way it passes
@@ -53,6 +54,8 @@ _PROBE_PAGES = 20
 #: Reshards followed up from a child through shards that received nothing (a bound, not a limit
 #: any stream reaches: each level is a reshard of the stream within its retention).
 _MAX_DEPTH = 64
+#: Given-up batches followed from a row's checkpoint to its shard's end (`_redriven_tail`).
+_MAX_TAIL_BATCHES = 50
 
 
 def _shard_id(key: str) -> str:
@@ -60,9 +63,9 @@ def _shard_id(key: str) -> str:
     return key.rsplit(":", 1)[-1]
 
 
-def _merged(row: Lease | None, tail: Lease) -> str | None:
-    """The final state of a shard whose tail a redrive applied: its row's and the redrive row's."""
-    states = (row.applied_aggregates if row is not None else None, tail.applied_aggregates)
+def _merged(row: Lease | None, tail: list[Lease]) -> str | None:
+    """The final state of a shard whose tail redrives applied: its row's and the redrive rows'."""
+    states = (row.applied_aggregates if row is not None else None, *(r.applied_aggregates for r in tail))
     return AppliedAggregates.merge(AppliedAggregates.parse(s) for s in states if s).serialize() or None
 
 
@@ -157,32 +160,41 @@ class ShardLineage:
             self._final_states[key] = state
         return True
 
-    def _row_end(self, stream: str, shard_id: str, row: Lease | None) -> Lease | Literal[False] | None:
-        """Is the shard's row finished? None: yes, at SHARD_END (or it has no row); a redrive row:
-        yes, its tail was given up and that redrive applied it (`_redriven_tail`); False: no."""
+    def _row_end(self, stream: str, shard_id: str, row: Lease | None) -> list[Lease] | Literal[False] | None:
+        """Is the shard's row finished? None: yes, at SHARD_END (or it has no row); redrive rows:
+        yes, its tail was given up and redrives applied it (`_redriven_tail`); False: no."""
         if row is None or row.checkpoint.sequence == SHARD_END:
             return None
         if self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row):
             return None
         return self._redriven_tail(stream, shard_id, row) or False
 
-    def _redriven_tail(self, stream: str, shard_id: str, row: Lease) -> Lease | None:
-        """The redrive row of the batch from the first record past `row`'s checkpoint (or from its
-        `stalledSequence`, or the record that failed) when that redrive has applied everything to
-        the closed shard's end: the mapping gave the shard's last batch up (the group stalled on
-        it, or waited for this shard's own parents), and nothing will come to move the row."""
-        closed, first = self._after(stream, shard_id, row.checkpoint)
+    def _redriven_tail(self, stream: str, shard_id: str, row: Lease) -> list[Lease] | None:
+        """The redrive rows of the batches from the first record past `row`'s checkpoint (the first
+        one also keyed by its `stalledSequence`, or the record that failed) to the closed shard's
+        end, each begun where the one before it stopped, when they applied everything there: the
+        mapping gave the shard's last batches up (the group stalled on them, or waited for this
+        shard's own parents), and nothing will come to move the row. None otherwise."""
         failed = (
             row.failed_at.sequence if row.failed_at is not None and row.checkpoint < row.failed_at else None
         )
-        for start in dict.fromkeys(s for s in (first, row.stalled_sequence, failed) if s and closed):
-            tail = self._table.get(row.key + REDRIVE_SUFFIX + start)
-            if (
-                tail is not None
-                and not tail.checkpoint.is_sentinel
-                and self._exhausted(stream, shard_id, tail.checkpoint)
-            ):
-                return tail
+        tail: list[Lease] = []
+        position = row.checkpoint
+        for _ in range(_MAX_TAIL_BATCHES):
+            closed, first = self._after(stream, shard_id, position)
+            if not closed or (first is None and not tail):
+                return None
+            if first is None:
+                return tail  # the last redrive reached the shard's end
+            starts = (first,) if tail else (first, row.stalled_sequence, failed)
+            found = [
+                self._table.get(row.key + REDRIVE_SUFFIX + start) for start in dict.fromkeys(starts) if start
+            ]
+            redriven = next((r for r in found if r is not None and position < r.checkpoint), None)
+            if redriven is None or redriven.checkpoint.is_sentinel:
+                return None
+            tail.append(redriven)
+            position = redriven.checkpoint
         return None
 
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:

@@ -44,19 +44,25 @@ applied twice, under any interleaving and crash:
    incremented, and C2 fails. Its run then re-reads the claims (`Arbiters.refresh`): A is claimed,
    so it stops before A (`RetryFrom`, the mapping or the redrive's next delivery skips A); an
    unrelated claim only retries the commit under the new version.
-3. The group's run can only apply copies the redrive row hears of: it notes the discarded batch —
+3. Two redrives of one shard meet in the earlier batch's row: the later redrive consults the rows
+   of the earlier noted batches as the group's run does (their `groupClaims`, in the same
+   window), so a pair of redrives that can hold copies of one aggregate writes one common row
+   with every commit of either, and 2 holds for them as for the group. (Each later redrive is
+   noted — the group notes a batch before it moves past it — and reads the notes when it begins
+   a delivery, so the earlier redrive's row is known to it.) A redrive whose own batch was not
+   noted (`allow_unnoted`) consults every noted row, since no other redrive knows of it.
+4. The group's run can only apply copies the redrive row hears of: it notes the discarded batch —
    creating the redrive row first — before it applies anything of the delivery past the batch, and
    consults every noted row while its records may be copies of the batch's (`CLAIM_WINDOW_S`).
    The redrive starts from the group's applied-aggregate state as of the batch (its floors only
    settle aggregates before the batch), so it also skips copies the group applied before it.
-4. The redrive's other writes (its lease, failures, careful spans) do not touch `applyVersion`, and
+5. The redrive's other writes (its lease, failures, careful spans) do not touch `applyVersion`, and
    the group's claim item does not touch the redrive row's lease: neither run's fencing is
    disturbed by the other, and a run that dies between batches holds no claim it did not commit.
 
 What it does not cover: records without a shardline aggregate id (no copy can be told; a sink
-keyed or guarded by the client's id is, `once`), copies straddling two discarded batches that are
-both redriven (each redrive arbitrates with the group's run, not with the other redrive), a
-group's row that moved past the batch without
+keyed or guarded by the client's id is, `once`), two redrives neither of whose batches was
+noted, a group's row that moved past the batch without
 noting it (refused: `RedriveRefused`, unless `allow_unnoted=True`), and records whose client-id
 guards may have expired (refused: `GuardsExpired`, unless `allow_expired_guards=True`).
 """

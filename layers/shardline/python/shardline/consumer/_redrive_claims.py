@@ -12,14 +12,18 @@ apply), one after it (the group's) — so each must skip what the other applied.
   write — the redrive's on its own row's item, the group's as one more item of its checkpoint
   transaction — so an aggregate is claimed exactly when its first applied member is committed.
 
-`Arbiters` is one run's view: the redrive's of its own row, the group's of the redrive rows of the
-batches its row noted (`skippedByMapping`) whose copies may still arrive: a note carries the
-arrival time of the first record the group saw past the batch (no record of the batch arrived
-later), and a producer sends no copy of an aggregate more than `RESEND_HORIZON_S` (120 s) after
-its first send, so a record arriving more than `CLAIM_WINDOW_S` (that, and room for the clocks of
-Kinesis's hosts) after the note's arrival is no copy of the batch's: the group neither consults
-nor claims past it. What the group claims is so bounded by what arrives in those five minutes
-(about 20 bytes an aggregate; `MAX_CLAIMS_BYTES` stops the shard, loudly, rather than exceed it).
+Two redrives of one shard meet in the earlier batch's row: the later one consults it as the
+group's run does (its `groupClaims` are the claims of every run but the row's own redrive).
+
+`Arbiters` is one run's view: the redrive's of its own row and of its earlier peers', the group's
+of the redrive rows of the batches its row noted (`skippedByMapping`) whose copies may still
+arrive: a note carries the arrival time of the first record the group saw past the batch (no record
+of the batch arrived later), and a producer sends no copy of an aggregate more than
+`RESEND_HORIZON_S` (120 s) after its first send, so a record arriving more than `CLAIM_WINDOW_S`
+(that, and room for the clocks of Kinesis's hosts) after the note's arrival is no copy of the
+batch's: the group neither consults nor claims past it. What the group claims is so bounded by what
+arrives in those five minutes (about 20 bytes an aggregate; `MAX_CLAIMS_BYTES` stops the shard,
+loudly, rather than exceed it).
 
 Claims hold aggregate ids only, never a producer's floor: the group's applied-aggregate state
 (`appliedAggregates`) settles counters below a floor, and a floor seen past the discarded batch
@@ -123,6 +127,7 @@ class _Arbiter:
     mine: Claims
     theirs: Claims
     until: float | None = None  # the group's: the last arrival that may be a copy of the batch's
+    redrive: bool = False  # is this run the row's own redrive (else: the group's run, or a peer's)
 
     @classmethod
     def of(cls, row: Lease, redrive: bool, until: float | None = None) -> _Arbiter:
@@ -137,6 +142,7 @@ class _Arbiter:
             Claims.parse(mine, row.key),
             Claims.parse(theirs, row.key),
             until,
+            redrive,
         )
 
 
@@ -157,30 +163,30 @@ class Arbiters:
         return len(self._arbiters)
 
     @classmethod
-    def for_redrive(cls, row: Lease) -> Arbiters:
-        """A redrive's own row (as its lease was taken)."""
-        return cls([_Arbiter.of(row, True)], True)
+    def for_redrive(cls, table: LeaseStore, row: Lease, arrival: float) -> Arbiters:
+        """A redrive's own row (as its lease was taken), and the rows of the earlier batches its
+        shard's row noted whose copies may still arrive in a delivery whose first record arrived
+        at `arrival` — as the group's run consults them (`for_group`), claiming in their
+        `groupClaims`: two redrives meet in the earlier one's row. A redrive whose own batch was
+        not noted (`allow_unnoted`) consults every noted row, as no later redrive knows of it."""
+        main_key, _, start = row.key.partition(REDRIVE_SUFFIX)
+        main = table.get(main_key)
+        notes = notes_of(main)
+        noted = any(str(note["start"]) == start for note in notes)
+        peers = _noted_arbiters(
+            table,
+            main_key,
+            [n for n in notes if str(n["start"]) != start and (not noted or _before(n, start))],
+            arrival,
+        )
+        return cls([_Arbiter.of(row, True), *peers], True)
 
     @classmethod
     def for_group(cls, table: LeaseStore, row: Lease, arrival: float) -> Arbiters:
         """The redrive rows of the batches the group's row noted whose copies may still arrive in
         a delivery whose first record arrived at `arrival`. A noted batch whose row is missing (a
         note written before redrive rows were) gets one, at the noted checkpoint."""
-        arbiters = []
-        for note in notes_of(row):
-            anchor = note.get("arrival", note.get("detectedAt"))
-            if not isinstance(anchor, int | float) or arrival > anchor + CLAIM_WINDOW_S:
-                continue
-            until = anchor + CLAIM_WINDOW_S
-            key = row.key + REDRIVE_SUFFIX + str(note["start"])
-            redrive_row = table.get(key)
-            if redrive_row is None:
-                noted = Position(str(note["checkpoint"]), int(note.get("checkpointSub", 0)))
-                table.start_at(key, noted)
-                redrive_row = table.get(key)
-            if redrive_row is not None:
-                arbiters.append(_Arbiter.of(redrive_row, False, until))
-        return cls(arbiters, False)
+        return cls(_noted_arbiters(table, row.key, notes_of(row), arrival), False)
 
     def applied(self, aggregate: AggregateId) -> bool:
         """Did the other run apply (or begin to apply) `aggregate`?"""
@@ -221,7 +227,7 @@ class Arbiters:
             row = table.get(arbiter.key)
             if row is None:
                 raise ValueError(f"redrive row {arbiter.key} disappeared while this run used it")
-            fresh = _Arbiter.of(row, self._redrive, arbiter.until)
+            fresh = _Arbiter.of(row, arbiter.redrive, arbiter.until)
             arbiter.version, arbiter.mine, arbiter.theirs = fresh.version, fresh.mine, fresh.theirs
             conflict = conflict or any(fresh.theirs.has(aggregate) for aggregate in admitted)
         return conflict
@@ -237,3 +243,30 @@ def notes_of(row: Lease | None) -> list[Mapping[str, Any]]:
         logger.warning("skippedByMapping of %s unreadable (%s)", row.key, exc)
         return []
     return [entry for entry in entries if isinstance(entry, Mapping) and "start" in entry]
+
+
+def _noted_arbiters(
+    table: LeaseStore, main_key: str, notes: list[Mapping[str, Any]], arrival: float
+) -> list[_Arbiter]:
+    """The group's side (`groupClaims`) of the redrive rows of `notes` whose copies may still
+    arrive in a delivery whose first record arrived at `arrival`."""
+    arbiters = []
+    for note in notes:
+        anchor = note.get("arrival", note.get("detectedAt"))
+        if not isinstance(anchor, int | float) or arrival > anchor + CLAIM_WINDOW_S:
+            continue
+        key = main_key + REDRIVE_SUFFIX + str(note["start"])
+        redrive_row = table.get(key)
+        if redrive_row is None:
+            noted = Position(str(note["checkpoint"]), int(note.get("checkpointSub", 0)))
+            table.start_at(key, noted)
+            redrive_row = table.get(key)
+        if redrive_row is not None:
+            arbiters.append(_Arbiter.of(redrive_row, False, anchor + CLAIM_WINDOW_S))
+    return arbiters
+
+
+def _before(note: Mapping[str, Any], start: str) -> bool:
+    """Did the noted batch begin before the sequence number `start`?"""
+    noted = str(note["start"])
+    return noted.isdigit() and start.isdigit() and int(noted) < int(start)

@@ -4,7 +4,14 @@ Nothing in Lambda guarantees that a child shard's batches wait for its parents. 
 learns each shard's parents and hash range from ListShards, and decides whether a child may run:
 every parent must be finished. A parent with a lease row is finished at SHARD_END; it is marked
 SHARD_END here once it is closed and nothing is left after its checkpoint (probed with GetRecords
-from the checkpoint). A parent no longer listed (trimmed past retention) with no row is finished.
+from the checkpoint). A parent whose last batch the mapping gave up (the group stalled on it, or
+waited for the parent's own parents) never gets there by itself — nothing more comes on it — so
+it is also finished once the redrives of those batches (`_redrive`: rows `<key>#redrive#<first
+sequence number>`, each from the first record past the row's checkpoint or the redrive row before
+it; the first also keyed by the stalled sequence or the failed record) have applied them to the
+closed shard's end; its final state is its row's and the redrive rows'. Until then its children
+wait, as they would for the mapping. A parent no longer listed (trimmed past retention) with no
+row is finished.
 
 A shard that received nothing has no row under the Lambda driver (the mapping never invokes for
 it) and, under the worker, a row marked SHARD_END that never checkpointed. Either way it passes
@@ -58,13 +65,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
 from shardline.consumer._deaggregation import sub_record_count
 from shardline.consumer._dedup import AppliedAggregates
-from shardline.consumer._lease_store import LeaseStore
+from shardline.consumer._lease_store import Lease, LeaseStore
+from shardline.consumer._redrive_claims import REDRIVE_SUFFIX
 from shardline.errors import ConfigurationError
 from shardline.kinesis._positions import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Position
 from shardline.kinesis._shard_map import HashRange
@@ -83,6 +91,8 @@ _PROBE_PAGES = 20
 #: Reshards followed up from a child through shards that received nothing (a bound, not a limit
 #: any stream reaches: each level is a reshard of the stream within its retention).
 _MAX_DEPTH = 64
+#: Given-up batches followed from a row's checkpoint to its shard's end (`_redriven_tail`).
+_MAX_TAIL_BATCHES = 50
 
 
 def _shard_id(key: str) -> str:
@@ -118,6 +128,12 @@ class GroupStart:
         ):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+
+
+def _merged(row: Lease | None, tail: list[Lease]) -> str | None:
+    """The final state of a shard whose tail redrives applied: its row's and the redrive rows'."""
+    states = (row.applied_aggregates if row is not None else None, *(r.applied_aggregates for r in tail))
+    return AppliedAggregates.merge(AppliedAggregates.parse(s) for s in states if s).serialize() or None
 
 
 class ShardLineage:
@@ -189,15 +205,14 @@ class ShardLineage:
             return True
         shard_id = _shard_id(key)
         row = self._table.get(key)
-        if (
-            row is not None
-            and row.checkpoint.sequence != SHARD_END
-            and not (self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row))
-        ):
+        tail = self._row_end(stream, shard_id, row)
+        if tail is False:
             return False
         parents = tuple(row.parent_shard_ids) if row is not None and row.parent_shard_ids else ()
-        if row is not None and row.applied_aggregates:
-            state: str | None = row.applied_aggregates  # it started from its parents' and kept them
+        if tail is not None:  # its row's state, and what the redrive of its tail applied
+            state: str | None = _merged(row, tail)
+        elif row is not None and row.applied_aggregates:
+            state = row.applied_aggregates  # it started from its parents' and kept them
         elif row is None and self._shard(stream, shard_id) is None:
             state = None  # no row, and no longer listed (trimmed past retention): nothing known
         else:
@@ -220,6 +235,43 @@ class ShardLineage:
         if state:
             self._final_states[key] = state
         return True
+
+    def _row_end(self, stream: str, shard_id: str, row: Lease | None) -> list[Lease] | Literal[False] | None:
+        """Is the shard's row finished? None: yes, at SHARD_END (or it has no row); redrive rows:
+        yes, its tail was given up and redrives applied it (`_redriven_tail`); False: no."""
+        if row is None or row.checkpoint.sequence == SHARD_END:
+            return None
+        if self._exhausted(stream, shard_id, row.checkpoint) and self._table.mark_shard_end(row):
+            return None
+        return self._redriven_tail(stream, shard_id, row) or False
+
+    def _redriven_tail(self, stream: str, shard_id: str, row: Lease) -> list[Lease] | None:
+        """The redrive rows of the batches from the first record past `row`'s checkpoint (the first
+        one also keyed by its `stalledSequence`, or the record that failed) to the closed shard's
+        end, each begun where the one before it stopped, when they applied everything there: the
+        mapping gave the shard's last batches up (the group stalled on them, or waited for this
+        shard's own parents), and nothing will come to move the row. None otherwise."""
+        failed = (
+            row.failed_at.sequence if row.failed_at is not None and row.checkpoint < row.failed_at else None
+        )
+        tail: list[Lease] = []
+        position = row.checkpoint
+        for _ in range(_MAX_TAIL_BATCHES):
+            closed, first = self._after(stream, shard_id, position)
+            if not closed or (first is None and not tail):
+                return None
+            if first is None:
+                return tail  # the last redrive reached the shard's end
+            starts = (first,) if tail else (first, row.stalled_sequence, failed)
+            found = [
+                self._table.get(row.key + REDRIVE_SUFFIX + start) for start in dict.fromkeys(starts) if start
+            ]
+            redriven = next((r for r in found if r is not None and position < r.checkpoint), None)
+            if redriven is None or redriven.checkpoint.is_sentinel:
+                return None
+            tail.append(redriven)
+            position = redriven.checkpoint
+        return None
 
     def _shard(self, stream: str, shard_id: str) -> Mapping[str, Any] | None:
         shards = self._shards.get(stream)
@@ -260,12 +312,19 @@ class ShardLineage:
     ) -> bool:
         """Is the shard closed with nothing after `checkpoint` (a sequence number, TRIM_HORIZON,
         or AT_TIMESTAMP with `since`, epoch seconds: nothing that arrived at or after it)?"""
+        return self._after(stream, shard_id, checkpoint, since=since) == (True, None)
+
+    def _after(
+        self, stream: str, shard_id: str, checkpoint: Position, *, since: float | None = None
+    ) -> tuple[bool, str | None]:
+        """(Is the shard closed?, the sequence number of its first record past `checkpoint`: None
+        if it has none, or the probe did not reach one). No longer listed: (True, None)."""
         self._shards.pop(stream, None)  # a parent may have closed since the listing was cached
         shard = self._shard(stream, shard_id)
         if shard is None:
-            return True  # no longer listed: trimmed past retention
+            return True, None  # no longer listed: trimmed past retention
         if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is None:
-            return False
+            return False, None
         request: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
         if checkpoint.sequence == AT_TIMESTAMP:
             request.update(ShardIteratorType=AT_TIMESTAMP, Timestamp=since)
@@ -276,15 +335,16 @@ class ShardLineage:
         try:
             iterator = self._kinesis.get_shard_iterator(**request)["ShardIterator"]
         except ClientError as exc:
-            return bool(exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException")
+            return bool(exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"), None
         for _ in range(_PROBE_PAGES):
             response = self._kinesis.get_records(ShardIterator=iterator, Limit=100)
             for record in response.get("Records", ()):
-                if checkpoint.is_sentinel or int(record["SequenceNumber"]) > int(checkpoint.sequence):
-                    return False
+                sequence = str(record["SequenceNumber"])
+                if checkpoint.is_sentinel or int(sequence) > int(checkpoint.sequence):
+                    return True, sequence
                 if sub_record_count(record["Data"]) > checkpoint.sub_sequence + 1:
-                    return False  # the checkpoint stopped inside this aggregate
+                    return True, sequence  # the checkpoint stopped inside this aggregate
             iterator = response.get("NextShardIterator")
             if not iterator:
-                return True
-        return False
+                return True, None
+        return False, None

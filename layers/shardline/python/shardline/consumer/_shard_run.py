@@ -213,7 +213,7 @@ class ShardRun:
         batches it noted whose copies may still be in this delivery (`_redrive_claims`)."""
         checkpoint = self.checkpoint
         if self.redrive is not None:
-            arbiters = Arbiters.for_redrive(lease)
+            arbiters = Arbiters.for_redrive(self.group.table, lease, self.records[0].approximate_arrival)
         elif lease.skipped_by_mapping:
             arbiters = Arbiters.for_group(self.group.table, lease, self.records[0].approximate_arrival)
         else:

@@ -19,15 +19,21 @@ items on the replay; nothing is applied twice because there is nothing to add tw
 An item keyed by a client id is the same item only for the same payload: a client id belongs to
 its caller (key it by `ConsumedRecord.scoped_id`, never `id`), and the same id re-used with
 another payload must not overwrite the first one's item. Such a put passes
-`payload_hash=record.payload_hash`: the item keeps it (`shardlinePayload`) and is written with a
-conditional PutItem of its own — `attribute_not_exists(shardlinePayload) OR shardlinePayload =
-:hash`, so a copy of the same payload rewrites it and another payload never does, even when two
-shards race with the same id. A refused one is a conflict (`ClientIdConflict`, from the item
-DynamoDB returns with the refusal: `ReturnValuesOnConditionCheckFailure=ALL_OLD`): its record is
-counted (`ClientIdConflicts`) and dead-lettered whole, both hashes in the dead letter. Cost: the
-same write units as BatchWriteItem (one per KB; a refused condition bills one too), but one
-PutItem call per record with a client id instead of one BatchWriteItem call per 25 items. Puts
-without a hash (records without a client id, keyed by their position) stay on BatchWriteItem.
+`payload_hash=record.payload_hash`: the item keeps it (`shardlinePayload`) and is written on
+condition `attribute_not_exists(shardlinePayload) OR shardlinePayload = :hash`, so a copy of the same
+payload rewrites it and another payload never does, even when two shards race with the same id. A
+refused one is a conflict (`ClientIdConflict`, from the item DynamoDB returns with the refusal:
+`ReturnValuesOnConditionCheckFailure=ALL_OLD`): its record is counted (`ClientIdConflicts`) and
+dead-lettered whole, both hashes in the dead letter. BatchWriteItem takes no condition, so these
+puts go in TransactWriteItems calls of their own (up to 100 items and `MAX_TRANSACTION_BYTES`
+each; an item named twice starts a new call): one call per 100 records, not one per record — a
+call per record multiplied every transient fault of DynamoDB by the batch's size (a batch of 100
+then met one in 95 % of deliveries under the local runtime's heavy chaos, and its event sink no
+longer drained). Cost: a transaction bills two write units per KB of each item, so a record with
+a client id costs 2 in the event sink where one without costs 1. A call refused for a condition
+writes nothing of it: the refused put's record is blamed, the others are written again with the
+next checkpoint. Puts without a hash (records without a client id, keyed by their position) stay
+on BatchWriteItem.
 
 Keep transactions (plain TransactWriteItems entries, `once` guards) for effects that are not
 idempotent: an `ADD`, a counter, a write whose content depends on what is already there. An
@@ -61,6 +67,13 @@ if TYPE_CHECKING:
 IDEMPOTENT_PUT = "IdempotentPut"
 #: BatchWriteItem's limit on items per call.
 BATCH_ITEMS = 25
+#: A transaction of id-keyed puts: DynamoDB's 100 items, and bytes well under its 4 MB.
+TRANSACTION_ITEMS = 100
+TRANSACTION_BYTES = 3_500_000
+#: Cancellation reasons that refuse no put for itself: the transaction is tried again.
+_TRANSIENT_REASONS = frozenset(
+    {"None", None, "ThrottlingError", "ProvisionedThroughputExceeded", "TransactionConflict"}
+)
 #: Calls for one chunk before its unprocessed items stall the shard.
 ATTEMPTS = 6
 BACKOFF_S = 0.05
@@ -131,17 +144,118 @@ def land(
     calls = 0
     for start in range(0, len(chosen), BATCH_ITEMS):
         calls += _write_chunk(client, chosen[start : start + BATCH_ITEMS], sleep)
-    for index, table, item in conditional:
-        _write_conditional(client, index, table, item, sleep)
-        calls += 1
+    for chunk in _transaction_chunks(conditional, item_key, puts):
+        calls += _write_conditional(client, chunk, sleep)
     return calls
 
 
+def _transaction_chunks(
+    conditional: list[tuple[int, str, Mapping[str, Any]]],
+    item_key: Callable[[Mapping[str, Any]], str],
+    puts: Sequence[Mapping[str, Any]],
+) -> list[list[tuple[int, str, Mapping[str, Any]]]]:
+    """The id-keyed puts in order, cut into transactions: at most `TRANSACTION_ITEMS` items and
+    `TRANSACTION_BYTES` (estimated high), never one item twice (DynamoDB refuses that)."""
+    chunks: list[list[tuple[int, str, Mapping[str, Any]]]] = []
+    chunk: list[tuple[int, str, Mapping[str, Any]]] = []
+    keys: set[str] = set()
+    size = 0
+    for entry in conditional:
+        key, bytes_ = item_key(puts[entry[0]]), _rough_bytes(entry[2])
+        if chunk and (len(chunk) == TRANSACTION_ITEMS or key in keys or size + bytes_ > TRANSACTION_BYTES):
+            chunks.append(chunk)
+            chunk, keys, size = [], set(), 0
+        chunk.append(entry)
+        keys.add(key)
+        size += bytes_
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def _rough_bytes(item: Mapping[str, Any]) -> int:
+    """An item's size, never below DynamoDB's count of it (names, and each value's text or bytes)."""
+    total = 0
+    for name, value in item.items():
+        total += len(name.encode()) + 8
+        for kind, content in value.items():
+            if kind == "B" and isinstance(content, bytes | bytearray):
+                total += len(content)
+            elif kind in ("S", "N") and isinstance(content, str):
+                total += len(content.encode())
+            else:
+                total += len(repr(content).encode())
+    return total
+
+
 def _write_conditional(
-    client: DynamoDBClient, index: int, table: str, item: Mapping[str, Any], sleep: Callable[[float], None]
-) -> None:
-    """One id-keyed put, on condition that no other payload holds its id (`SAME_PAYLOAD`)."""
+    client: DynamoDBClient, chunk: list[tuple[int, str, Mapping[str, Any]]], sleep: Callable[[float], None]
+) -> int:
+    """One transaction of id-keyed puts, each on condition that no other payload holds its id
+    (`SAME_PAYLOAD`); returns the calls made."""
+    request = [
+        {
+            "Put": {
+                "TableName": table,
+                "Item": item,
+                "ConditionExpression": SAME_PAYLOAD,
+                "ExpressionAttributeValues": {":payloadHash": item[PAYLOAD_ATTRIBUTE]},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        for _, table, item in chunk
+    ]
     for attempt in range(1, ATTEMPTS + 1):
+        try:
+            client.transact_write_items(TransactItems=request)
+            return attempt
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code")
+            if code == "ValidationException":
+                return attempt + _write_conditional_one_by_one(client, chunk)
+            if code == "TransactionCanceledException":
+                reasons = list(exc.response.get("CancellationReasons") or ())
+                _raise_refused(chunk, reasons, exc)
+            elif code not in _THROTTLED:
+                raise
+            if attempt < ATTEMPTS:
+                sleep(random.uniform(0, BACKOFF_S * 2**attempt))
+    raise DependencyUnavailable(
+        f"DynamoDB refused a transaction of {len(chunk)} idempotent puts {ATTEMPTS} times in a row "
+        "(throttled, or conflicting transactions)"
+    )
+
+
+def _raise_refused(
+    chunk: list[tuple[int, str, Mapping[str, Any]]], reasons: list[Mapping[str, Any]], exc: ClientError
+) -> None:
+    """A cancelled transaction of id-keyed puts: raise for the first put refused for itself (its
+    condition, or invalid); return when every reason is transient (throttled, a conflicting
+    transaction: try again)."""
+    for (index, table, _), reason in zip(chunk, reasons, strict=False):
+        code = reason.get("Code")
+        if code == "ConditionalCheckFailed":
+            raise SinkConflict(
+                f"idempotent put {index} into {table}: its id holds another payload",
+                (index,),
+                (str(reason.get("Message", "The conditional request failed")),),
+                (reason.get("Item"),),
+            ) from exc
+        if code == "ValidationError":
+            raise SinkRejected(
+                f"DynamoDB refused idempotent put {index} into {table}: {reason.get('Message', '')}",
+                (index,),
+            ) from exc
+    if not reasons or any(reason.get("Code") not in _TRANSIENT_REASONS for reason in reasons):
+        raise exc
+
+
+def _write_conditional_one_by_one(
+    client: DynamoDBClient, chunk: list[tuple[int, str, Mapping[str, Any]]]
+) -> int:
+    """A transaction DynamoDB refused as a whole: each put alone, to name the one it refuses."""
+    for index, table, item in chunk:
         try:
             client.put_item(
                 TableName=table,
@@ -150,7 +264,6 @@ def _write_conditional(
                 ExpressionAttributeValues={":payloadHash": item[PAYLOAD_ATTRIBUTE]},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-            return
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code")
@@ -166,13 +279,8 @@ def _write_conditional(
                     f"DynamoDB refused idempotent put {index} into {table}: {error.get('Message', '')}",
                     (index,),
                 ) from exc
-            if code not in _THROTTLED:
-                raise
-            if attempt < ATTEMPTS:
-                sleep(random.uniform(0, BACKOFF_S * 2**attempt))
-    raise DependencyUnavailable(
-        f"DynamoDB throttled idempotent put {index} into {table} {ATTEMPTS} times in a row"
-    )
+            raise
+    return len(chunk)
 
 
 def _write_chunk(

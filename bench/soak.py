@@ -2,6 +2,7 @@
 
     python -m bench.soak [--count 1000000] [--chaos heavy] [--kill-every N] [--poison-rate R]
                          [--lose-replies 0.002] [--no-ids] [--rate 2000] [--out build/soak]   # make soak
+                         [--fleet-processes 3] [--fleet-per-process N] [--callers-count N]
 
 It runs `python -m local up --chaos PROFILE` as a child (as a user would, on free ports), `send`s
 `--count` records through the REST API — each with an id, each request with an `Idempotency-Key`,
@@ -21,7 +22,14 @@ endpoint is the exception by design: it holds every record written and every sin
 data in memory, as the services keep it on disk), so it is reported as its growth per accepted
 record (about 2 KB of stream data and sink items; a leak shows as more, as moto's model tracking
 did: 5.8 KB).
-The exit code is 0 only if the verdict is ok and every other role is flat.
+While `send` runs, two more senders (issue 39, `local.commands.fleet`), on by default and scaled
+with `--count`: a forked producer fleet (a library `Producer` used here, then forked into
+`--fleet-processes` processes that each put `--fleet-per-process` records with ids straight to the
+endpoint's Kinesis, the parent as many) and two callers sharing ids (one run of `--callers-count`
+records, the same ids and Idempotency-Keys, POSTed under two access keys). Their verdict: every
+confirmed record applied once in every sink under its own caller, counts exact. `--no-fleet` and
+`--no-callers` leave them out.
+The exit code is 0 only if both verdicts are ok and every other role is flat.
 """
 
 from __future__ import annotations
@@ -38,9 +46,10 @@ from typing import Any
 from bench.up_process import UpProcess, get_json, rss_bytes
 from local.app.template import load
 from local.chaos.profiles import PROFILE_NAMES
+from local.commands.fleet import CallersReport, FleetReport, forked_fleet, two_callers, wait_applied
 from local.commands.send import send
 from local.commands.status import collect, injected_faults
-from local.commands.verify import wait_and_verify
+from local.commands.verify import physical_stream, wait_and_verify
 from local.commands.verify_render import render
 
 MiB = 1024 * 1024
@@ -198,6 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
     parser.add_argument("--size", type=int, default=100, help="bytes of data per record")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--fleet-processes", type=int, default=3, help="forked copies of the producer")
+    parser.add_argument(
+        "--fleet-per-process",
+        type=int,
+        default=None,
+        help="records each forked copy puts (default: count/50)",
+    )
+    parser.add_argument("--no-fleet", dest="fleet", action="store_false", help="no forked producer fleet")
+    parser.add_argument(
+        "--callers-count",
+        type=int,
+        default=None,
+        help="records each of the two callers posts (default: count/50)",
+    )
+    parser.add_argument(
+        "--no-callers", dest="callers", action="store_false", help="no two callers sharing ids"
+    )
     parser.add_argument("--cdk-out", type=Path, default=Path("cdk.out"))
     parser.add_argument("--out", type=Path, default=Path("build/soak"))
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between memory samples")
@@ -218,16 +244,20 @@ def main(argv: list[str] | None = None) -> int:
         stream = next(iter(json.loads(_producer(app).environment["SHARDLINE_STREAMS"])))
         sampler = Sampler(up, args.out / "samples.jsonl", args.sample_every).start()
         began = time.monotonic()
+        extras = Extras(args, up.endpoint_url, api_url, physical_stream(app, stream), stream)
         try:
             send_began = time.monotonic() - sampler.began
+            extras.start()
             report = send(
                 api_url, stream, count=args.count, size=args.size, rate=args.rate,
                 concurrency=args.concurrency, poison_rate=args.poison_rate, progress=sys.stderr.isatty(),
                 ids=args.ids, lose_replies=args.lose_replies, seed=args.seed,
             )  # fmt: skip
+            extras.join()
             sampler.sample()
             send_window = (send_began, time.monotonic() - sampler.began)
             verdict = wait_and_verify(up.endpoint_url, app, report, timeout=args.timeout)
+            extras.verify(app, timeout=args.timeout)
             status = collect(app, endpoint_url=up.endpoint_url, api_base=f"http://127.0.0.1:{up.api_port}")
         finally:
             sampler.stop()
@@ -243,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "elapsed_s": round(elapsed, 1),
         "summary": summary(verdict),
+        "fleet_and_callers": extras.summary(),
         "verdict": verdict.as_dict(),
         "faults": injected_faults(status),
         "ingest": ingest(sampler.samples, report, send_window),
@@ -253,13 +284,87 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
     print(render(verdict))
     print(f"summary: {json.dumps(result['summary'])}")
+    print(f"fleet and callers: {json.dumps(result['fleet_and_callers'])}")
     for key in ("faults", "ingest", "consumer_lag"):
         print(f"{key}: {json.dumps(result[key])}")
     for role, entry in memory.items():
         print(f"memory {role:<22} {json.dumps(entry)}")
     print(f"{elapsed:,.0f} s in all; samples in {sampler.path}, result in {args.out / 'soak.json'}")
     flat = all(entry.get("flat", True) for entry in memory.values())
-    return 0 if verdict.ok and flat else 1
+    return 0 if verdict.ok and extras.ok and flat else 1
+
+
+class Extras:
+    """The forked producer fleet and the two callers sharing ids, beside `send`, and their verdict."""
+
+    def __init__(
+        self, args: argparse.Namespace, endpoint_url: str, api_url: str, stream_name: str, route: str
+    ):
+        self.args, self.endpoint_url, self.api_url = args, endpoint_url, api_url
+        self.stream_name, self.route = stream_name, route
+        self.fleet: FleetReport | None = None
+        self.callers: CallersReport | None = None
+        self.applied: Any = None
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        args = self.args
+        if args.fleet and args.fleet_processes > 0:
+            self._threads.append(threading.Thread(target=self._fleet, name="soak-fleet", daemon=True))
+        if args.callers:
+            self._threads.append(threading.Thread(target=self._callers, name="soak-callers", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def _fleet(self) -> None:
+        per_process = self.args.fleet_per_process or max(1, self.args.count // 50)
+        self.fleet = forked_fleet(
+            self.endpoint_url, self.stream_name, processes=self.args.fleet_processes, per_process=per_process
+        )
+
+    def _callers(self) -> None:
+        count = self.args.callers_count or max(1, self.args.count // 50)
+        rate = self.args.rate / 50 if self.args.rate else None
+        self.callers = two_callers(
+            self.api_url, self.route, count=count, rate=rate, size=self.args.size,
+            lose_replies=self.args.lose_replies, seed=self.args.seed + 1,
+        )  # fmt: skip
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    def verify(self, app: Any, timeout: float) -> None:
+        expected = (self.fleet.confirmed if self.fleet else []) + (
+            self.callers.confirmed if self.callers else []
+        )
+        if self._threads:
+            self.applied = wait_applied(self.endpoint_url, app, self.stream_name, expected, timeout=timeout)
+
+    @property
+    def ok(self) -> bool:
+        refused = (self.fleet.refused if self.fleet else 0) + sum(
+            len(report.failed) for report in (self.callers.reports.values() if self.callers else ())
+        )
+        started = all(
+            done is not None
+            for done, wanted in ((self.fleet, self.args.fleet and self.args.fleet_processes > 0),
+                                 (self.callers, self.args.callers))
+            if wanted
+        )  # fmt: skip
+        return started and refused == 0 and (self.applied is None or self.applied.ok)
+
+    def summary(self) -> dict[str, Any]:
+        fleet, callers, applied = self.fleet, self.callers, self.applied
+        return {
+            "ok": self.ok,
+            "fleet_processes": fleet.processes if fleet else 0,
+            "fleet_confirmed": len(fleet.confirmed) if fleet else 0,
+            "fleet_refused": fleet.refused if fleet else 0,
+            "callers_confirmed": {c: len(r.accepted) for c, r in callers.reports.items()} if callers else {},
+            "callers_refused": {c: len(r.failed) for c, r in callers.reports.items()} if callers else {},
+            "applied": applied.describe() if applied is not None else None,
+        }
 
 
 def summary(verdict: Any) -> dict[str, Any]:

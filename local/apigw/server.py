@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .._http import HttpRequest, HttpResponse, RouteHandler
-from ..app.model import ACCESS_KEY, ACCOUNT, REGION, SECRET_KEY, Invoker, RestApi
+from ..app.model import ACCOUNT, LOCAL_CREDENTIALS, REGION, Invoker, RestApi
 from ..cloudwatch.metrics import Publish, no_metrics
 from ..cloudwatch.usage import Usage
 from . import sigv4
@@ -101,7 +101,7 @@ class ApiServer:
     ) -> None:
         self.api, self.invoker, self.host, self.port = api, invoker, host, port
         self.integration_timeout = integration_timeout
-        self._credentials = dict(credentials or {ACCESS_KEY: SECRET_KEY})
+        self._credentials = dict(credentials or LOCAL_CREDENTIALS)
         self._clock = clock
         self._key_plans = KeyPlans(api.keys)
         # Only a key in a usage plan on this stage opens a keyed method, as in API Gateway: with

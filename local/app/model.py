@@ -18,6 +18,13 @@ ACCOUNT = "000000000000"
 REGION = "us-east-1"
 ACCESS_KEY = "test"
 SECRET_KEY = "test"
+#: A second local principal (the IAM user `peer`): a caller of its own, whose ids are not the
+#: account root's — the e2e chaos run and the soak post the same ids as both to show it.
+PEER_ACCESS_KEY = "peer"
+PEER_SECRET_KEY = "peer"
+#: Access key -> secret key the local API accepts: `test` stands for the account's root, any
+#: other key for the IAM user of its name.
+LOCAL_CREDENTIALS = {ACCESS_KEY: SECRET_KEY, PEER_ACCESS_KEY: PEER_SECRET_KEY}
 
 
 def stream_arn(name: str) -> str:

@@ -57,6 +57,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from ..app import model
 from .send_http import Client, Pacer, backoff, retry_after
 from .send_shapes import LoadShape, ShapeError
 
@@ -229,9 +230,10 @@ class _Sender:
         rng: random.Random | None = None,
         losses: random.Random | None = None,
         api_key: str | None = None,
+        credentials: tuple[str, str] = (model.ACCESS_KEY, model.SECRET_KEY),
     ) -> None:
         self.report = report
-        self.api_key = api_key
+        self.api_key, self.credentials = api_key, credentials
         self.path = urllib.parse.urlsplit(f"{api_url.rstrip('/')}/{report.stream}/records").path
         self.api_url = api_url
         self.sign = sign
@@ -245,7 +247,7 @@ class _Sender:
         self.pending_reposts = 0  # records waiting to be posted again after a whole failure
 
     def run(self, batches: queue.Queue[tuple[int, list[int]]]) -> None:
-        client = Client(self.api_url, self.sign, self.api_key)
+        client = Client(self.api_url, self.sign, self.api_key, self.credentials)
         try:
             while True:
                 try:
@@ -440,6 +442,7 @@ def send(
     ids: bool = True,
     lose_replies: float = 0.0,
     api_key: str | None = None,
+    credentials: tuple[str, str] = (model.ACCESS_KEY, model.SECRET_KEY),
 ) -> SendReport:
     """POST `count` records to `{api_url}/{stream}/records` and return what became of each.
 
@@ -447,7 +450,9 @@ def send(
     `ids`: each record carries an id and each request an Idempotency-Key (see the module).
     `lose_replies`: the share of answers dropped after they were read (a reply lost after the write);
     with a `seed`, the n-th answer is lost or not run after run. `api_key`: a client's key, sent as
-    `x-api-key` (an API with clients requires one).
+    `x-api-key` (an API with clients requires one). `credentials`: the (access key, secret key) requests
+    are signed with — the caller the API stamps on the records (two callers may send the same
+    `run_id`: the same ids and Idempotency-Keys, two callers' records).
     `monitor()` adds a line to the live display (e.g. the consumer groups' progress)."""
     if batch < 1 or concurrency < 1:
         raise ValueError("batch and concurrency must be >= 1")
@@ -472,7 +477,7 @@ def send(
     losses = random.Random(None if seed is None else f"{seed}:lose")
     sender = _Sender(
         report, api_url, sign=sign, pacer=Pacer(rate), ndjson=ndjson, lose_replies=lose_replies, rng=rng,
-        losses=losses, api_key=api_key,
+        losses=losses, api_key=api_key, credentials=credentials,
     )  # fmt: skip
     report.started = report.finished = time.time()
     threads = [

@@ -42,14 +42,21 @@ class Pacer:
 
 
 class Client:
-    """One keep-alive connection to the API, signing each request as the AWS SDKs do (and with a
-    client's API key when given)."""
+    """One keep-alive connection to the API, signing each request as the AWS SDKs do — with the
+    local credentials, or `credentials` (access key, secret key) — and with a client's API key when
+    given."""
 
-    def __init__(self, api_url: str, sign: bool, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        sign: bool,
+        api_key: str | None = None,
+        credentials: tuple[str, str] = (model.ACCESS_KEY, model.SECRET_KEY),
+    ) -> None:
         self._parts = urllib.parse.urlsplit(api_url)
         self._sign = sign
         self._api_key = api_key  # sent as x-api-key (a client's key of a usage plan)
-        self._signer = SigV4Auth(Credentials(model.ACCESS_KEY, model.SECRET_KEY), SERVICE, model.REGION)
+        self._signer = SigV4Auth(Credentials(*credentials), SERVICE, model.REGION)
         self._connection: http.client.HTTPConnection | None = None
 
     def post(

@@ -10,12 +10,20 @@ the API's answers after the write, and posts every request that failed as a whol
 The verdict: 0 lost, 0 duplicate effects, counts exact, every accepted record at the sequence number
 the API answered, and Kinesis-level duplicates above zero (copies of aggregates the producer resent,
 records re-posted into the stream again) — the consumers' dedup, not luck, kept the sinks exact.
+
+Meanwhile, two more senders (issue 39, `local.commands.fleet`): a forked producer fleet — one
+library `Producer` created and used here, then forked into three processes that each put their own
+records with ids straight to the endpoint's Kinesis while this process keeps putting — and two
+callers sharing ids — the same run (ids, Idempotency-Keys) POSTed under two access keys. Their
+verdict: every confirmed record applied exactly once in both example sinks, under its own caller
+(two callers' equal ids are two records), nothing dropped behind a 2xx.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,9 +32,10 @@ from pathlib import Path
 import pytest
 
 from local.chaos.profiles import KILL_POINTS, load_profile
+from local.commands.fleet import CallersReport, FleetReport, forked_fleet, two_callers, wait_applied
 from local.commands.send import send
 from local.commands.status import collect, injected_faults
-from local.commands.verify import wait_and_verify
+from local.commands.verify import physical_stream, wait_and_verify
 from local.commands.verify_render import render
 from local.runtime import Runtime
 from tests.support.runtime import start_runtime
@@ -40,6 +49,8 @@ BATCH = 100  # records per request: ~200 requests
 #: 202nd, if there is one), so two or three requests (~200-300 records) are posted again and reach the
 #: stream twice.
 LOSE_REPLIES = 0.01
+FLEET_PROCESSES, FLEET_PER_PROCESS = 3, 1_000  # forked copies, and records each (the parent puts as many)
+CALLERS_COUNT, CALLERS_RATE = 1_000, 40  # records each caller posts, per second: ~25 s, inside the send
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +82,59 @@ def _get_json(url: str) -> dict:
 
 def test_a_heavy_chaos_run_of_20000_records_loses_nothing_and_applies_nothing_twice(chaotic_runtime):
     runtime = chaotic_runtime
+    stream_name = physical_stream(runtime.app, "events")
+    extras: dict[str, FleetReport | CallersReport] = {}
+
+    def fleet() -> None:
+        extras["fleet"] = forked_fleet(
+            runtime.endpoint_url, stream_name, processes=FLEET_PROCESSES, per_process=FLEET_PER_PROCESS
+        )
+
+    def callers() -> None:
+        extras["callers"] = two_callers(
+            f"{runtime.api_url}/streams", "events", count=CALLERS_COUNT, rate=CALLERS_RATE, batch=100,
+            keys=50, seed=13, lose_replies=0.02,
+        )  # fmt: skip
+
+    others = [threading.Thread(target=fleet, name="fleet"), threading.Thread(target=callers, name="callers")]
     began = time.monotonic()
+    for thread in others:
+        thread.start()
     report = send(
         f"{runtime.api_url}/streams", "events", count=RECORDS, size=100, max_size=4_000, keys=500,
         skew="zipf", rate=RATE, batch=BATCH, poison_rate=0.0005, seed=12, progress=False,
         lose_replies=LOSE_REPLIES,
     )  # fmt: skip
+    for thread in others:
+        thread.join(timeout=600)
     sent = time.monotonic()
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=600, progress=False)
     print(render(verdict))
     print(json.dumps({k: v for k, v in verdict.as_dict().items() if k != "groups"}, indent=2, default=str))
-    print(f"send {sent - began:.1f} s, verdict {time.monotonic() - sent:.1f} s")
+    fleet_report, pair = extras["fleet"], extras["callers"]
+    assert isinstance(fleet_report, FleetReport) and isinstance(pair, CallersReport), extras
+    applied = wait_applied(
+        runtime.endpoint_url, runtime.app, stream_name, fleet_report.confirmed + pair.confirmed, timeout=300
+    )
+    print(applied.describe())
+    timing = f"send {sent - began:.1f} s (fleet {fleet_report.elapsed:.1f} s)"
+    print(f"{timing}, verdict {time.monotonic() - sent:.1f} s")
     assert verdict.ok, render(verdict)
+
+    # The forked fleet: every record of the parent and of each forked copy confirmed; the two
+    # callers: each one's run accepted whole, with the same ids.
+    fleet_records = FLEET_PER_PROCESS * (FLEET_PROCESSES + 1) + FLEET_PER_PROCESS // 10
+    assert fleet_report.refused == 0 and len(fleet_report.confirmed) == fleet_records, fleet_report.refused
+    assert len({e.id for e in fleet_report.confirmed}) == fleet_records
+    assert len(pair.reports) == 2, pair.reports
+    for caller_report in pair.reports.values():
+        assert len(caller_report.accepted) == CALLERS_COUNT and not caller_report.failed, (
+            caller_report.as_dict()
+        )
+    assert len({e.id for e in pair.confirmed}) == CALLERS_COUNT  # the same ids, twice: 2,000 records
+    # Every confirmed record of both, once in each example sink under its own caller's scope, with
+    # its own data, and counted exactly: nothing dropped behind a 2xx, nothing applied twice.
+    assert applied.ok and set(applied.groups) == {g.group.name for g in verdict.groups}, applied.describe()
 
     # Every record accepted, with Kinesis's word for it; requests that failed as a whole re-posted.
     assert len(report.accepted) == RECORDS and not report.failed, report.as_dict()

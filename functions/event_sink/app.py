@@ -21,12 +21,12 @@ Identity, and what applies a record once:
   record without a client id is keyed by its position in the shard: a client re-POST of it is
   a new record and gets an item of its own.
 - The same scoped id re-used with another payload (partition key, hash key, data) is a conflict,
-  not a copy: the item keeps its payload hash (`shardlinePayload`) and is written with a
-  conditional PutItem (`idempotent_put(..., payload_hash=)`), so the second payload never
-  overwrites the first — even from another shard at the same moment. The conflicting record is
-  dead-lettered whole (both hashes in the dead letter; metric `ClientIdConflicts`). Cost: one
-  PutItem call per record with a client id (1 write unit per KB, as BatchWriteItem bills it);
-  records without one stay on BatchWriteItem (25 a call).
+  not a copy: the item keeps its payload hash (`shardlinePayload`) and is written on that
+  condition (`idempotent_put(..., payload_hash=)`), so the second payload never overwrites the
+  first — even from another shard at the same moment. The conflicting record is dead-lettered
+  whole (both hashes in the dead letter; metric `ClientIdConflicts`). Cost: such puts go in
+  TransactWriteItems calls of up to 100 (2 write units per KB of each item); records without a
+  client id stay on BatchWriteItem (25 a call, 1 write unit per KB).
 
 That is the rule for a sink of your own whose effect is an item: key it by `record.scoped_id`
 when it is set (else by the record's position) and return `idempotent_put(table, item,

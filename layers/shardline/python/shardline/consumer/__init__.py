@@ -24,7 +24,8 @@ dead-lettered), never dropped. A record without a client id that a client posts 
 record. A sink item keyed by the record's identity and built from the record alone is the same on
 every replay: return it as `idempotent_put(table, item)` and it is written with BatchWriteItem
 before the checkpoint, with no transaction and no guard (half the write units); keyed by a client
-id, with `payload_hash=`, it is a conditional PutItem that another payload cannot overwrite.
+id, with `payload_hash=`, it is written on a condition another payload cannot pass (in a
+TransactWriteItems call of up to 100 such puts).
 
 Private modules, one concern each: `_consumer` (the group and its settings), `_shard_run` (one
 invocation's work on one shard, composed of `_handler_loop` (running the handler over the

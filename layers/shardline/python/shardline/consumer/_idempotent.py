@@ -92,8 +92,8 @@ def idempotent_put(
     transaction (one write unit per KB instead of two). No condition: the item is overwritten.
 
     `payload_hash` (the record's `payload_hash`, for an item keyed by its client id): the item
-    keeps it, and is written only if no item is there or the one there keeps the same hash (a
-    conditional PutItem; module docstring) — another payload under the same id is a conflict."""
+    keeps it, and is written only if no item is there or the one there keeps the same hash (in a
+    transaction of such puts; module docstring) — another payload under the same id is a conflict."""
     if not isinstance(table_name, str) or not table_name:
         raise ValueError("idempotent_put: table_name must be a non-empty string")
     if not isinstance(item, Mapping) or not item:
@@ -126,8 +126,9 @@ def land(
     sleep: Callable[[float], None],
 ) -> int:
     """Write `puts` (entries of `idempotent_put`) with BatchWriteItem, those with a payload hash
-    each with a conditional PutItem, in order; returns the calls made. `item_key` names the item
-    a put writes (two plain puts of one item: the last is written). Raises `SinkRejected` naming
+    on their condition in transactions of up to 100 (`transaction_chunks`), in order; returns the
+    calls made. `item_key` names the item a put writes (two plain puts of one item: the last is
+    written). Raises `SinkRejected` naming
     the index of a put DynamoDB refuses, `SinkConflict` naming the index of a conditional put
     refused (with the item that refused it), `DependencyUnavailable` when throttling outlasts
     the retries, and any other refusal as botocore raised it."""
@@ -144,12 +145,12 @@ def land(
     calls = 0
     for start in range(0, len(chosen), BATCH_ITEMS):
         calls += _write_chunk(client, chosen[start : start + BATCH_ITEMS], sleep)
-    for chunk in _transaction_chunks(conditional, item_key, puts):
+    for chunk in transaction_chunks(conditional, item_key, puts):
         calls += _write_conditional(client, chunk, sleep)
     return calls
 
 
-def _transaction_chunks(
+def transaction_chunks(
     conditional: list[tuple[int, str, Mapping[str, Any]]],
     item_key: Callable[[Mapping[str, Any]], str],
     puts: Sequence[Mapping[str, Any]],

@@ -21,7 +21,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shardline.consumer._idempotent import BATCH_ITEMS, IDEMPOTENT_PUT, SAME_PAYLOAD, is_conditional
+from shardline.consumer._idempotent import (
+    BATCH_ITEMS,
+    IDEMPOTENT_PUT,
+    SAME_PAYLOAD,
+    is_conditional,
+    transaction_chunks,
+)
 from shardline.consumer._lease_store import (
     MAX_DETAILS_CHARS,
     MAX_ERROR_CHARS,
@@ -37,6 +43,7 @@ from shardline.consumer._lease_store import (
     with_claim,
 )
 from shardline.consumer._once import PAYLOAD_ATTRIBUTE
+from shardline.consumer._transaction import item_of
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
 from shardline.testing._lease_requests import LeaseRequests, LeaseWrite
@@ -238,18 +245,9 @@ class LeaseRows(LeaseRequests):
     def put_idempotent(self, puts: Sequence[Mapping[str, Any]]) -> int:
         def write() -> int:
             plain = [(index, put) for index, put in enumerate(puts) if not is_conditional(put)]
-            conditional = [(index, put) for index, put in enumerate(puts) if is_conditional(put)]
-            for index, put in plain + conditional:  # as `_idempotent.land` orders them
+            for index, put in plain:  # as BatchWriteItem, then one by one to name the refused put
                 operation = put[IDEMPOTENT_PUT]
-                if is_conditional(put):  # a PutItem of its own, billed as one
-                    self.writes[LeaseWrite.IDEMPOTENT] += 1
-                    operation = {
-                        **operation,
-                        "ConditionExpression": SAME_PAYLOAD,
-                        "ExpressionAttributeValues": {":payloadHash": operation["Item"][PAYLOAD_ATTRIBUTE]},
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                try:  # as BatchWriteItem, then one by one to name the refused put
+                try:
                     self._sinks.apply([{"Put": operation}])
                 except ClientError as refused:
                     message = refused.response["Error"]["Message"]
@@ -257,16 +255,48 @@ class LeaseRows(LeaseRequests):
                         f"DynamoDB refused idempotent put {index} into {operation['TableName']}: {message}",
                         (index,),
                     ) from refused
-                except SinkConflict as refused:
-                    raise SinkConflict(
-                        f"idempotent put {index} into {operation['TableName']}: its id holds another payload",
-                        (index,),
-                        refused.reasons,
-                        refused.items,
-                    ) from refused
             calls = -(-len(plain) // BATCH_ITEMS)
             self.writes[LeaseWrite.IDEMPOTENT] += calls
-            return calls + len(conditional)
+            conditional = [
+                (index, put[IDEMPOTENT_PUT]["TableName"], put[IDEMPOTENT_PUT]["Item"])
+                for index, put in enumerate(puts)
+                if is_conditional(put)
+            ]
+            # as `_idempotent.land` writes them: transactions of id-keyed puts, each all or nothing
+            for chunk in transaction_chunks(conditional, lambda put: item_of(put, self.sink_key), puts):
+                self.writes[LeaseWrite.IDEMPOTENT] += 1
+                calls += 1
+                operations = [
+                    {
+                        "Put": {
+                            "TableName": table,
+                            "Item": item,
+                            "ConditionExpression": SAME_PAYLOAD,
+                            "ExpressionAttributeValues": {":payloadHash": item[PAYLOAD_ATTRIBUTE]},
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    }
+                    for _, table, item in chunk
+                ]
+                for (index, table, _), operation in zip(chunk, operations, strict=True):
+                    try:  # a transaction refused as invalid is written one by one, to name the put
+                        self._sinks.validate([operation])
+                    except ClientError as refused:
+                        message = refused.response["Error"]["Message"]
+                        raise SinkRejected(
+                            f"DynamoDB refused idempotent put {index} into {table}: {message}", (index,)
+                        ) from refused
+                try:
+                    self._sinks.apply(operations)
+                except SinkConflict as refused:
+                    index, table, _ = chunk[refused.indexes[0]]
+                    raise SinkConflict(
+                        f"idempotent put {index} into {table}: its id holds another payload",
+                        (index,),
+                        refused.reasons[:1],
+                        refused.items[:1],
+                    ) from refused
+            return calls
 
         return self._faulted("put_idempotent", write)
 

@@ -7,9 +7,7 @@ what was applied.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from local.apigw.server import ApiServer
 from local.app.model import RestApi
 from tests.support.apigw import RECORDS, FunctionInvoker, request
 from tests.support.integration import create_stream, kinesis_client, unique_stream_name
+from tests.support.producer_handler import function_module as load_function
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 PRODUCER_HANDLER = Path(shardline.cdk.__file__).resolve().parent / "_producer_handler"
@@ -50,17 +49,8 @@ class FakeContext:
 
 
 def function_module(name: str) -> ModuleType:
-    """functions/<name>/app.py (the producer: shardline's own), imported once, as Lambda would."""
-    module_name = f"shardline_api_test_{name}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        folder = PRODUCER_HANDLER if name == "producer" else FUNCTIONS / name
-        spec = importlib.util.spec_from_file_location(module_name, folder / "app.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return module
+    """functions/<name>/app.py, imported once for these tests (their own warm functions)."""
+    return load_function(name, prefix="shardline_api_test")
 
 
 @dataclass

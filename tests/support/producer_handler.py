@@ -119,10 +119,10 @@ def rest_event(
     }
 
 
-def function_module(name: str) -> ModuleType:
-    """functions/<name>/app.py (the producer: shardline's own), imported once (it is not a package), as
-    Lambda would."""
-    module_name = f"shardline_producer_test_{name}"
+def function_module(name: str, prefix: str = "shardline_producer_test") -> ModuleType:
+    """functions/<name>/app.py (the producer: shardline's own), imported once per `prefix` (it is not
+    a package), as Lambda would: each prefix is a warm function of its own."""
+    module_name = f"{prefix}_{name}"
     module = sys.modules.get(module_name)
     if module is None:
         folder = PRODUCER_HANDLER if name == "producer" else FUNCTIONS / name

@@ -150,6 +150,18 @@ def land(
     return calls
 
 
+def conditional_put(table: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """The Put of an id-keyed item on its payload's condition (`SAME_PAYLOAD`), returning the item
+    that refuses it: a PutItem's arguments, or a TransactWriteItems entry's `Put`."""
+    return {
+        "TableName": table,
+        "Item": item,
+        "ConditionExpression": SAME_PAYLOAD,
+        "ExpressionAttributeValues": {":payloadHash": item[PAYLOAD_ATTRIBUTE]},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
 def transaction_chunks(
     conditional: list[tuple[int, str, Mapping[str, Any]]],
     item_key: Callable[[Mapping[str, Any]], str],
@@ -194,18 +206,7 @@ def _write_conditional(
 ) -> int:
     """One transaction of id-keyed puts, each on condition that no other payload holds its id
     (`SAME_PAYLOAD`); returns the calls made."""
-    request = [
-        {
-            "Put": {
-                "TableName": table,
-                "Item": item,
-                "ConditionExpression": SAME_PAYLOAD,
-                "ExpressionAttributeValues": {":payloadHash": item[PAYLOAD_ATTRIBUTE]},
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-        for _, table, item in chunk
-    ]
+    request = [{"Put": conditional_put(table, item)} for _, table, item in chunk]
     for attempt in range(1, ATTEMPTS + 1):
         try:
             client.transact_write_items(TransactItems=request)
@@ -258,13 +259,7 @@ def _write_conditional_one_by_one(
     """A transaction DynamoDB refused as a whole: each put alone, to name the one it refuses."""
     for index, table, item in chunk:
         try:
-            client.put_item(
-                TableName=table,
-                Item=item,
-                ConditionExpression=SAME_PAYLOAD,
-                ExpressionAttributeValues={":payloadHash": item[PAYLOAD_ATTRIBUTE]},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            client.put_item(**conditional_put(table, item))
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code")

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from shardline.consumer._idempotent import (
     BATCH_ITEMS,
     IDEMPOTENT_PUT,
-    SAME_PAYLOAD,
+    conditional_put,
     is_conditional,
     transaction_chunks,
 )
@@ -42,7 +42,6 @@ from shardline.consumer._lease_store import (
     claimed,
     with_claim,
 )
-from shardline.consumer._once import PAYLOAD_ATTRIBUTE
 from shardline.consumer._transaction import item_of
 from shardline.errors import LeaseLost, SinkConflict, SinkRejected
 from shardline.kinesis._positions import SHARD_END, TRIM_HORIZON, Position
@@ -266,18 +265,7 @@ class LeaseRows(LeaseRequests):
             for chunk in transaction_chunks(conditional, lambda put: item_of(put, self.sink_key), puts):
                 self.writes[LeaseWrite.IDEMPOTENT] += 1
                 calls += 1
-                operations = [
-                    {
-                        "Put": {
-                            "TableName": table,
-                            "Item": item,
-                            "ConditionExpression": SAME_PAYLOAD,
-                            "ExpressionAttributeValues": {":payloadHash": item[PAYLOAD_ATTRIBUTE]},
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        }
-                    }
-                    for _, table, item in chunk
-                ]
+                operations = [{"Put": conditional_put(table, item)} for _, table, item in chunk]
                 for (index, table, _), operation in zip(chunk, operations, strict=True):
                     try:  # a transaction refused as invalid is written one by one, to name the put
                         self._sinks.validate([operation])

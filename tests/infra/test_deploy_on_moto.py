@@ -123,7 +123,7 @@ def test_tables_have_their_keys_billing_and_recovery(deployed, moto_server):
     template, created = deployed
     dynamodb = aws_client("dynamodb", moto_server)
     tables = _of_type(template, "AWS::DynamoDB::Table")
-    assert len(tables) == 4
+    assert len(tables) == 5  # two lease tables, two sinks, the producer API's ids
     for lid, resource in tables.items():
         table = dynamodb.describe_table(TableName=created[lid]["PhysicalResourceId"])["Table"]
         assert table["KeySchema"] == resource["Properties"]["KeySchema"]

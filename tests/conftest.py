@@ -151,6 +151,9 @@ def kinesis_mock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "SPLIT_SHARD_DURATION": "200ms",
         "MERGE_SHARDS_DURATION": "200ms",
         "UPDATE_SHARD_COUNT_DURATION": "200ms",
+        # One kinesis-mock serves the whole session and its streams stay: the account's default 50
+        # open shards ran out once the resharding tests (lineage, redrive tails) joined the suite.
+        "SHARD_LIMIT": "10000",
         "ROOT_LOG_LEVEL": "ERROR",
         "LOG_LEVEL": "ERROR",
         "AWS_REGION": "us-east-1",

@@ -19,7 +19,6 @@ after one of the redrive's DynamoDB writes lands.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import threading
 import time
@@ -29,11 +28,10 @@ from typing import Any
 
 import pytest
 
-from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable, Worker, redrive
-from shardline.errors import DependencyUnavailable
+from shardline.consumer import KinesisConsumer, LeaseTable, Worker, redrive
 from shardline.kinesis import UserRecord
 from shardline.testing import read_shard
-from tests.support.consumer_identity import aggregate_id, entry, members, seq
+from tests.support.consumer_identity import Died, aggregate_id, counting_group, members, put_layout
 from tests.support.integration import aws_client, create_sink_table, create_stream, unique_stream_name
 
 A = members("A", 8)
@@ -50,10 +48,6 @@ LAYOUT: list[tuple[list[UserRecord], str]] = [
 ]
 EXPECTED = {user.data.decode(): 1 for users, _ in LAYOUT for user in users}
 WRITES = ("put_item", "update_item", "transact_write_items")
-
-
-class Died(BaseException):
-    """The process dies: nothing after it runs."""
 
 
 class CrashingDynamoDB:
@@ -88,13 +82,7 @@ class Straddle:
         self.stream = unique_stream_name("straddle")
         self.stream_arn = create_stream(self.kinesis, self.stream, shard_count=1)["StreamARN"]
         self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]
-        for index, (users, aggregate) in enumerate(LAYOUT):
-            record = entry(users, aggregate, seq(index))["kinesis"]
-            self.kinesis.put_record(
-                StreamName=self.stream,
-                PartitionKey=record["partitionKey"],
-                Data=base64.b64decode(record["data"]),
-            )
+        put_layout(self.kinesis, self.stream, LAYOUT)
         self.records = read_shard(self.kinesis, self.stream, self.shard_id)
         assert len(self.records) == len(LAYOUT)
         self.sequences = [record["kinesis"]["sequenceNumber"] for record in self.records]
@@ -107,26 +95,9 @@ class Straddle:
         return LeaseTable(client or self.dynamodb, self.leases, sleep=lambda _: None)
 
     def consumer(self, client: Any = None, **options: Any) -> KinesisConsumer:
-        consumer = KinesisConsumer(
-            "straddle-group", self.table(client), kinesis=self.kinesis, checkpoint_every=1, **options
+        return counting_group(
+            "straddle-group", self.table(client), self.kinesis, self.sink, lambda: self.stalled, **options
         )
-
-        @consumer.handler
-        def count(record: ConsumedRecord) -> list[dict[str, Any]]:
-            if self.stalled:
-                raise DependencyUnavailable("the sink's region is down")
-            return [
-                {
-                    "Update": {
-                        "TableName": self.sink,
-                        "Key": {"id": {"S": record.data.decode()}},
-                        "UpdateExpression": "ADD n :one",
-                        "ExpressionAttributeValues": {":one": {"N": "1"}},
-                    }
-                }
-            ]
-
-        return consumer
 
     def deliver(self, first: int, last: int, consumer: KinesisConsumer | None = None) -> list[str]:
         """The mapping's delivery of Kinesis records `first`..`last` to the group's function."""

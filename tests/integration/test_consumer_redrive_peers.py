@@ -16,17 +16,15 @@ both begun before either applies): A's members are applied once, not once by eac
 
 from __future__ import annotations
 
-import base64
 import uuid
 from typing import Any
 
 import pytest
 
-from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable, redrive
-from shardline.errors import DependencyUnavailable
+from shardline.consumer import KinesisConsumer, LeaseTable, redrive
 from shardline.kinesis import UserRecord
 from shardline.testing import read_shard
-from tests.support.consumer_identity import aggregate_id, entry, members, seq
+from tests.support.consumer_identity import aggregate_id, counting_group, members, put_layout
 from tests.support.integration import aws_client, create_sink_table, create_stream, unique_stream_name
 
 A = members("A", 4)
@@ -51,13 +49,7 @@ class TwoDiscards:
         self.stream = unique_stream_name("peers")
         self.stream_arn = create_stream(self.kinesis, self.stream, shard_count=1)["StreamARN"]
         self.shard_id = self.kinesis.list_shards(StreamName=self.stream)["Shards"][0]["ShardId"]
-        for index, (users, aggregate) in enumerate(LAYOUT):
-            record = entry(users, aggregate, seq(index))["kinesis"]
-            self.kinesis.put_record(
-                StreamName=self.stream,
-                PartitionKey=record["partitionKey"],
-                Data=base64.b64decode(record["data"]),
-            )
+        put_layout(self.kinesis, self.stream, LAYOUT)
         self.records = read_shard(self.kinesis, self.stream, self.shard_id)
         assert len(self.records) == len(LAYOUT)
         self.sequences = [record["kinesis"]["sequenceNumber"] for record in self.records]
@@ -68,24 +60,7 @@ class TwoDiscards:
 
     def consumer(self) -> KinesisConsumer:
         table = LeaseTable(self.dynamodb, self.leases, sleep=lambda _: None)
-        consumer = KinesisConsumer("peers-group", table, kinesis=self.kinesis, checkpoint_every=1)
-
-        @consumer.handler
-        def count(record: ConsumedRecord) -> list[dict[str, Any]]:
-            if self.stalled:
-                raise DependencyUnavailable("the sink's region is down")
-            return [
-                {
-                    "Update": {
-                        "TableName": self.sink,
-                        "Key": {"id": {"S": record.data.decode()}},
-                        "UpdateExpression": "ADD n :one",
-                        "ExpressionAttributeValues": {":one": {"N": "1"}},
-                    }
-                }
-            ]
-
-        return consumer
+        return counting_group("peers-group", table, self.kinesis, self.sink, lambda: self.stalled)
 
     def deliver(self, first: int, last: int, *, down: bool = False) -> list[str]:
         """The mapping's delivery of Kinesis records `first`..`last` (the sink down or not)."""

@@ -15,17 +15,15 @@ the sink on moto server. The parent (split after 1):
 
 from __future__ import annotations
 
-import base64
 import uuid
 from typing import Any
 
 import pytest
 
-from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable, redrive
-from shardline.errors import DependencyUnavailable
+from shardline.consumer import KinesisConsumer, LeaseTable, redrive
 from shardline.kinesis import UserRecord
 from shardline.testing import read_shard
-from tests.support.consumer_identity import aggregate_id, entry, members, seq
+from tests.support.consumer_identity import aggregate_id, counting_group, members, put_layout
 from tests.support.integration import (
     aws_client,
     create_sink_table,
@@ -77,35 +75,11 @@ class GivenUpTail:
         self.stalled = False
 
     def _put(self, layout: list[tuple[list[UserRecord], str]]) -> None:
-        for index, (users, aggregate) in enumerate(layout):
-            record = entry(users, aggregate, seq(index))["kinesis"]
-            self.kinesis.put_record(
-                StreamName=self.stream,
-                PartitionKey=record["partitionKey"],
-                Data=base64.b64decode(record["data"]),
-                ExplicitHashKey="1",
-            )
+        put_layout(self.kinesis, self.stream, layout, explicit_hash_key="1")
 
     def consumer(self) -> KinesisConsumer:
         table = LeaseTable(self.dynamodb, self.leases, sleep=lambda _: None)
-        consumer = KinesisConsumer("tail-group", table, kinesis=self.kinesis, checkpoint_every=1)
-
-        @consumer.handler
-        def count(record: ConsumedRecord) -> list[dict[str, Any]]:
-            if self.stalled:
-                raise DependencyUnavailable("the sink's region is down")
-            return [
-                {
-                    "Update": {
-                        "TableName": self.sink,
-                        "Key": {"id": {"S": record.data.decode()}},
-                        "UpdateExpression": "ADD n :one",
-                        "ExpressionAttributeValues": {":one": {"N": "1"}},
-                    }
-                }
-            ]
-
-        return consumer
+        return counting_group("tail-group", table, self.kinesis, self.sink, lambda: self.stalled)
 
     def deliver(self, records: list[dict[str, Any]], *, down: bool = False) -> list[str]:
         self.stalled = down

@@ -31,11 +31,11 @@ from tests.support.integration import (
     shard_ranges,
     unique_stream_name,
 )
+from tests.support.producer_api import COUNTS, EVENTS, Sinks
 from tests.support.producer_handler import (
     NAMESPACE,
     ROUTE,
     FakeContext,
-    function_module,
     load_app,
     rest_event,
 )
@@ -523,47 +523,6 @@ def test_kinesis_mock_and_validation_agree_on_the_partition_key_limit_in_utf16_u
 
 
 # -- identity: a client's re-POST is applied once by the example consumers ------------------------
-
-EVENTS, COUNTS = "events", "counts"
-
-
-class Sinks:
-    """Both example consumer groups run over the whole stream (the testing kit's ESM replay and
-    in-memory lease table, whose sink tables apply the handlers' transactions as DynamoDB does)."""
-
-    def __init__(self, client: Any, name: str) -> None:
-        from functools import partial
-
-        from shardline.consumer import KinesisConsumer
-        from shardline.testing import InMemoryLeaseTable, MappingReplay, read_shard
-
-        self.events = function_module("event_sink")
-        self.counter = function_module("key_counter")
-        self.tables: dict[str, Any] = {}
-        self.metrics: dict[str, dict[str, Any]] = {}
-        groups = ((EVENTS, ["pk", "sk"], self.events.to_sink), (COUNTS, ["partitionKey"], self.counter.count))
-        for table, key, handler in groups:
-            leases = InMemoryLeaseTable(key_schema={table: key})
-            consumer = KinesisConsumer(f"group-{table}", leases, kinesis=client)
-            if table == COUNTS:  # as the function registers it
-                consumer.batch_handler(partial(handler, table))
-            else:
-                consumer.handler(partial(handler, table))
-            for shard in client.list_shards(StreamName=name)["Shards"]:
-                replay = MappingReplay(read_shard(client, name, shard["ShardId"]), batch_size=7)
-                replay.drain(consumer.process)
-            self.tables[table] = leases
-            self.metrics[table] = consumer.metrics.snapshot()
-
-    def event_items(self) -> list[dict[str, Any]]:
-        return self.tables[EVENTS].items(EVENTS)
-
-    def counts(self) -> dict[str, int]:
-        items = self.tables[COUNTS].items(COUNTS)
-        return {i["partitionKey"]["S"]: int(i["count"]["N"]) for i in items if not self.counter.is_guard(i)}
-
-    def counter_guards(self) -> list[dict[str, Any]]:
-        return [item for item in self.tables[COUNTS].items(COUNTS) if self.counter.is_guard(item)]
 
 
 def post(invoke: Invoker, records: list[dict[str, Any]], key: str | None = None, **kwargs: Any) -> tuple:

@@ -3,12 +3,12 @@ aggregates and their members, ids and sequence numbers, and a Kinesis that lists
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Any
 
-from shardline.consumer import (
-    ConsumedRecord,
-)
+from shardline.consumer import ConsumedRecord, KinesisConsumer, LeaseTable
+from shardline.errors import DependencyUnavailable
 from shardline.kinesis import UserRecord
 from shardline.kpl._identity import AggregateId
 from shardline.testing import (
@@ -72,6 +72,41 @@ def counting_sink(table_name: str = "applied") -> Callable[[ConsumedRecord], lis
         ]
 
     return handle
+
+
+def put_layout(
+    kinesis: Any,
+    stream: str,
+    layout: list[tuple[list[UserRecord], str]],
+    explicit_hash_key: str | None = None,
+) -> None:
+    """Put each aggregate of `layout` (its members, its id) on `stream` in order, as the producer's bytes."""
+    for index, (users, aggregate) in enumerate(layout):
+        record = entry(users, aggregate, seq(index))["kinesis"]
+        hash_key = {} if explicit_hash_key is None else {"ExplicitHashKey": explicit_hash_key}
+        kinesis.put_record(
+            StreamName=stream,
+            PartitionKey=record["partitionKey"],
+            Data=base64.b64decode(record["data"]),
+            **hash_key,
+        )
+
+
+def counting_group(
+    group: str, table: LeaseTable, kinesis: Any, sink: str, down: Callable[[], bool], **options: Any
+) -> KinesisConsumer:
+    """A group whose handler counts each user record in the table `sink` (`counting_sink`) and
+    fails as a dependency outage while `down()`."""
+    consumer = KinesisConsumer(group, table, kinesis=kinesis, checkpoint_every=1, **options)
+    count = counting_sink(sink)
+
+    @consumer.handler
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        if down():
+            raise DependencyUnavailable("the sink's region is down")
+        return count(record)
+
+    return consumer
 
 
 def applied(table: InMemoryLeaseTable, name: str = "applied") -> dict[str, int]:

@@ -215,3 +215,6 @@ class Sinks:
     def counts(self) -> dict[str, int]:
         items = self.tables[COUNTS].items(COUNTS)
         return {i["partitionKey"]["S"]: int(i["count"]["N"]) for i in items if not self.counter.is_guard(i)}
+
+    def counter_guards(self) -> list[dict[str, Any]]:
+        return [item for item in self.tables[COUNTS].items(COUNTS) if self.counter.is_guard(item)]

@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
 
     up = commands.add_parser("up", help="run the app on loopback until Ctrl-C")
     up.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    up.add_argument(
+        "--no-iam", action="store_true",
+        help="do not authorize requests (every local call is allowed, as before; deployed, they are not)",
+    )  # fmt: skip
     up.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
     up.add_argument("--max-workers", type=int, default=4, help="warm workers per function, at most")
     up.add_argument(
@@ -147,6 +151,7 @@ def _up(args: argparse.Namespace) -> int:
         endpoint_port=args.endpoint_port,
         api_port=args.api_port,
         limits=not args.no_limits,
+        iam=not args.no_iam,
         log_dir=args.log_dir,
         max_workers=args.max_workers,
         chaos=chaos,
@@ -161,14 +166,17 @@ def _up(args: argparse.Namespace) -> int:
         labels = {
             "endpoint": "AWS endpoint",
             "resources": "resources",
+            "iam": "IAM",
             "functions": "functions",
             "api": "REST API",
             "mappings": "event-source mappings",
+            "workers": "worker groups",
             "dashboard": "dashboard and alarms",
         }
         following = {
             "endpoint": "creating the template's resources",
-            "resources": "warming the functions",
+            "resources": "authorizing every principal",
+            "iam": "warming the functions",
             "functions": "serving the REST API",
             "api": "starting the event-source mappings",
             "mappings": "reading the dashboard and the alarms",

@@ -36,6 +36,7 @@ from .cloudwatch.monitor import DASHBOARD_ROUTE, Monitor
 from .cloudwatch.usage import Usage, merge
 from .ecs.services import WorkerServices
 from .endpoint.handle import Endpoint
+from .iam.principals import endpoint_config, sessions_of
 from .lambda_.esm.runner import MappingRunner
 from .lambda_.workers import Functions
 
@@ -54,6 +55,8 @@ class Settings:
     endpoint_port: int = DEFAULT_ENDPOINT_PORT
     api_port: int = DEFAULT_API_PORT
     limits: bool = True
+    #: Authorize every request at the endpoint with the template's roles and policies (`local.iam`).
+    iam: bool = True
     log_dir: Path = Path(".local/logs")
     max_workers: int = 4
     extra_functions: tuple[model.Function, ...] = field(default_factory=tuple)
@@ -104,6 +107,8 @@ class Runtime:
             )
             provision(self.app, self.endpoint_url)
             self._on_step("resources", _count_resources(self.app))
+            if settings.iam:
+                self._on_step("iam", self._enforce_iam())
             settings.log_dir.mkdir(parents=True, exist_ok=True)
             self.monitor = Monitor(
                 self.app, endpoint_url=self.endpoint_url, log_dir=settings.log_dir, usage=self.ledger
@@ -173,6 +178,25 @@ class Runtime:
             raise
         self.started_in = time.monotonic() - began
         return self
+
+    def _enforce_iam(self) -> str:
+        """Give the endpoint every principal the app runs code as; what it says it cannot evaluate."""
+        assert self.app is not None
+        sessions = sessions_of(self.app, self.settings.extra_functions)
+        config = json.dumps(endpoint_config(self.app, sessions)).encode()
+        request = urllib.request.Request(f"{self.endpoint_url}/_shardline/iam", data=config, method="PUT")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            report = json.load(response)
+        line = f"{len(sessions)} principal(s), each under its own role; every request authorized"
+        for item in report["not_evaluated"]:
+            line += f"\n  not evaluated: {item}"
+        return line
+
+    def iam_report(self) -> dict[str, Any]:
+        """The endpoint's IAM report (`GET /_shardline/iam`): denials, calls, what it cannot evaluate."""
+        with urllib.request.urlopen(f"{self.endpoint_url}/_shardline/iam", timeout=30) as response:
+            report: dict[str, Any] = json.load(response)
+        return report
 
     def stop(self) -> None:
         """Stops everything it started; safe to call twice.

@@ -2,7 +2,7 @@
 
 Each request goes through API Gateway's steps in its order — size limit, resource and method
 (403 `Missing Authentication Token` for anything else), stage throttling (token bucket), IAM
-authorization (SigV4, `local.apigw.sigv4`), the request validator — then becomes a full v1 proxy event
+authorization (SigV4, `local.iam.sigv4`), the request validator — then becomes a full v1 proxy event
 for `Invoker.invoke`; the function's answer becomes the HTTP response, or 502/504 as API Gateway
 answers. Refusals carry API Gateway's status, JSON message and `x-amzn-ErrorType`.
 
@@ -37,7 +37,7 @@ from .._http import HttpRequest, HttpResponse, RouteHandler
 from ..app.model import ACCOUNT, LOCAL_CREDENTIALS, REGION, Invoker, RestApi
 from ..cloudwatch.metrics import Publish, no_metrics
 from ..cloudwatch.usage import Usage
-from . import sigv4
+from ..iam import sigv4
 from .access import KeyPlans, PolicyCaller, QuotaExceeded, invoke_allowed
 from .steps import (
     DEFAULT_BURST,

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 from .._http import HttpRequest
 from ..app.model import ACCOUNT, Method, RestApi
-from . import sigv4
+from ..iam import sigv4
 from .schema import Check, compile_model
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's payload quota

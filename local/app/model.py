@@ -126,6 +126,7 @@ class WorkerService:
     stop_timeout_seconds: int = 30  # the container's StopTimeout: SIGTERM, then SIGKILL after it
     log_group: str = ""
     service_name: str = ""  # ECS's names, the dimensions of its metrics (RunningTaskCount)
+    task_role_arn: str = ""  # the task definition's TaskRoleArn: what the worker's calls run as
     cluster_name: str = ""
 
     @property
@@ -209,6 +210,36 @@ class RestApi:
 
 
 @dataclass(frozen=True)
+class Role:
+    """An `AWS::IAM::Role` with every identity policy attached to it in the template, resolved."""
+
+    logical_id: str
+    name: str
+    arn: str
+    policies: tuple[tuple[str, Mapping[str, Any]], ...] = ()  # (where it comes from, its document)
+    trust: Mapping[str, Any] | None = None  # AssumeRolePolicyDocument
+    #: AWS-managed (or other accounts') policies attached by ARN: documents the runtime ships, else
+    #: listed as not evaluated (their Allows grant nothing locally).
+    managed_arns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Iam:
+    """The template's IAM, for the endpoint to authorize every request as AWS would (`local.iam`)."""
+
+    roles: tuple[Role, ...] = ()
+    #: Resource ARN -> (where it comes from, its resource policy): queue, bucket, key policies.
+    resource_policies: Mapping[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
+    #: Resource ARN -> the ARN of the customer-managed KMS key that encrypts it.
+    keys: Mapping[str, str] = field(default_factory=dict)
+    #: Policies it could not read, by name, and why (their Allows grant nothing locally).
+    unreadable: tuple[tuple[str, str], ...] = ()
+
+    def role(self, arn: str) -> Role | None:
+        return next((role for role in self.roles if role.arn == arn), None)
+
+
+@dataclass(frozen=True)
 class NotEmulated:
     """A property of the template the local runtime does not act on, and what differs because of it."""
 
@@ -233,6 +264,7 @@ class LocalApp:
     unsupported: tuple[tuple[str, str], ...] = ()  # (logical id, type), listed at start-up
     not_emulated: tuple[NotEmulated, ...] = ()  # properties of what runs, listed at start-up and in status
     workers: tuple[WorkerService, ...] = ()  # worker consumer groups (`local.ecs`)
+    iam: Iam = field(default_factory=Iam)  # roles and resource policies (`local.iam`)
 
     def function(self, name: str) -> Function:
         for function in self.functions:

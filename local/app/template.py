@@ -24,6 +24,7 @@ from typing import Any
 from . import environments, model
 from .properties import not_emulated
 from .template_api import ApiReader, TemplateError
+from .template_iam import IamReader
 from .template_streams import StreamReader, parse_source, undefined_streams
 from .template_workers import WORKER_NOT_RUN, WorkerReader
 
@@ -43,13 +44,11 @@ RESERVED_VARIABLES = frozenset(
 )  # fmt: skip
 
 NOT_RUN = {
-    "AWS::IAM::Role": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::IAM::Policy": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::Lambda::Permission": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::SQS::QueuePolicy": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::S3::BucketPolicy": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::SNS::TopicPolicy": "IAM is not enforced locally (every local call is allowed)",
-    "AWS::KMS::Key": "encryption at rest is not emulated (data is in memory)",
+    "AWS::Lambda::Permission": "who may invoke a function is not checked locally (API Gateway and the "
+    "event-source mappings invoke it as the template wires them)",
+    "AWS::SNS::TopicPolicy": "alarm notifications are not sent locally",
+    "AWS::KMS::Key": "encryption at rest is not emulated (data is in memory); its key policy is enforced "
+    "on the services' use of the key",
     "AWS::KMS::Alias": "encryption at rest is not emulated (data is in memory)",
     "AWS::ApiGateway::Account": "the account's logging role: logs are files locally",
     "AWS::Logs::LogGroup": "function output goes to files under the run's log folder",
@@ -71,6 +70,11 @@ PARTS = {
     "AWS::Lambda::LayerVersion",
     "AWS::ECS::TaskDefinition",  # read with its service (local.app.template_workers)
 }
+#: Read into `LocalApp.iam`: the endpoint authorizes every request with them (`local.iam`).
+IAM_RESOURCES = {
+    "AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::SQS::QueuePolicy",
+    "AWS::S3::BucketPolicy",
+}  # fmt: skip
 ENDPOINT_RESOURCES = ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::S3::Bucket")
 MONITORING_RESOURCES = ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard")  # local.cloudwatch
 NAME_PROPERTY = {
@@ -114,7 +118,7 @@ def load(
     ).app(shards or {})
 
 
-class _Reader(ApiReader, StreamReader, WorkerReader):
+class _Reader(ApiReader, StreamReader, WorkerReader, IamReader):
     def __init__(self, template: dict[str, Any], stack: str, cdk_out: Path, endpoint_url: str) -> None:
         self.resources: dict[str, dict[str, Any]] = template.get("Resources", {})
         self.parameters: dict[str, Any] = template.get("Parameters", {})
@@ -278,6 +282,7 @@ class _Reader(ApiReader, StreamReader, WorkerReader):
         known = {"AWS::Kinesis::Stream", "AWS::Lambda::Function", "AWS::Lambda::EventSourceMapping"}
         known |= {"AWS::Kinesis::StreamConsumer", "AWS::ECS::Service"}
         known |= {"AWS::ApiGateway::RestApi", *ENDPOINT_RESOURCES, *MONITORING_RESOURCES, *PARTS}
+        known |= IAM_RESOURCES
         providers = self.providers_not_run()
         unsupported = tuple(
             (logical_id, resource["Type"])
@@ -317,6 +322,7 @@ class _Reader(ApiReader, StreamReader, WorkerReader):
             ),
             unsupported=unsupported,
             workers=workers,
+            iam=self.iam(),
             not_emulated=tuple(
                 entry
                 for logical_id, resource in self.resources.items()

@@ -86,6 +86,9 @@ class WorkerReader:
             log_group=str(log_options.get("awslogs-group", "")),
             service_name=self.name(logical_id),
             cluster_name=str(self.resolve_part(logical_id, service.get("Cluster", "default"))),
+            task_role_arn=str(
+                self.resolve_part(task_id, self.resources[task_id]["Properties"].get("TaskRoleArn", ""))
+            ),
         )
 
     def providers_not_run(self) -> dict[str, str]:

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from ..app import environments, model
 from ..app.provision import client
+from .status_iam import render_iam
 
 
 def _get_json(url: str) -> Any:
@@ -100,6 +101,7 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
     return {
         "kinesis": _get_json(f"{endpoint_url}/_shardline/kinesis"),
         "chaos": _get_json(f"{endpoint_url}/_shardline/chaos"),
+        "iam": _get_json(f"{endpoint_url}/_shardline/iam"),
         "groups": groups,
         "runtime": _get_json(f"{api_base}/_shardline/runtime"),
         "not_emulated": [
@@ -361,6 +363,7 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
         if stats.get("not_as_deployed"):
             console.print(f"[red]not as deployed[/] {name}: {stats['not_as_deployed']}")
     _render_chaos(report, console)
+    render_iam(report, console)
     _render_not_emulated(report, console)
     api = runtime.get("api", {})
     console.print(

@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -385,4 +387,15 @@ def wait_and_verify(
         if stream
         else StreamResult(read=False, error="off")
     )
-    return Verdict(report, results, poll_interval, timed_out, copies)
+    denied = access_denied(endpoint_url, since=report.started - SINCE_SLACK_S)
+    return Verdict(report, results, poll_interval, timed_out, copies, denied)
+
+
+def access_denied(endpoint_url: str, *, since: float) -> list[dict[str, Any]]:
+    """The endpoint's denials since `since` (epoch s), oldest first (`local.iam.enforcer`)."""
+    try:
+        with urllib.request.urlopen(f"{endpoint_url}/_shardline/iam", timeout=30) as response:
+            iam = json.load(response)
+    except OSError:
+        return []
+    return [denial for denial in iam.get("denials", {}).get("recent", []) if denial["at"] >= since]

@@ -58,6 +58,8 @@ def render(verdict: Verdict) -> str:
     note = f"latency: POST -> first poll that saw it in the sink (resolution {verdict.poll_interval_s} s)"
     lines = [console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
     lines += [group_note(g) for g in verdict.groups if group_note(g)]
+    for denial in verdict.access_denied[:10]:
+        lines.append(f"  ACCESS DENIED ({denial['who']}): {denial['message']}")
     for g in verdict.groups:
         for seq, items in list(g.duplicated_at.items())[:10]:
             lines.append(f"  record {seq} in {g.group.name} {len(items)} times: {'; '.join(items)}")

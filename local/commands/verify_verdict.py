@@ -147,13 +147,20 @@ class Verdict:
     poll_interval_s: float
     timed_out: bool
     stream: StreamResult = field(default_factory=lambda: StreamResult(read=False, error="not read"))
+    #: Requests the endpoint refused during the run (`local.iam`): each a principal's missing grant.
+    access_denied: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         answers = self.report.echo_mismatches == 0
         groups = self.groups
         return (
-            bool(groups) and all(g.ok for g in groups) and not self.timed_out and self.stream.ok and answers
+            bool(groups)
+            and all(g.ok for g in groups)
+            and not self.timed_out
+            and self.stream.ok
+            and answers
+            and not self.access_denied
         )
 
     @property
@@ -177,4 +184,5 @@ class Verdict:
             "send": self.report.as_dict(),
             "stream": self.stream.as_dict(),
             "groups": [g.as_dict() for g in self.groups],
+            "access_denied": self.access_denied,
         }

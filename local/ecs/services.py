@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..app import model
+from ..iam.principals import session_credentials
 from ..lambda_ import runtimes
 
 __all__ = ["REPLACE_AFTER_S", "WorkerServices"]
@@ -206,12 +207,13 @@ class WorkerServices:
         spec = service.spec
         task_id = f"{spec.name}-{slot}-{uuid.uuid4().hex[:8]}"
         path = [str(spec.code_dir), str(spec.library_dir), *self._packages]
+        access_key, secret = session_credentials(spec.task_role_arn, spec.name)
         env = {
             "PATH": os.environ.get("PATH", ""),
             **spec.environment,
             "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": model.ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": model.SECRET_KEY,
+            "AWS_ACCESS_KEY_ID": access_key,  # the task role's, in the group's session (`local.iam`)
+            "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_DEFAULT_REGION": model.REGION,
             "AWS_REGION": model.REGION,
             "PYTHONPATH": os.pathsep.join(path),

@@ -20,6 +20,9 @@ few routes of its own under `/_shardline/`:
   (`local.endpoint.service_metrics`);
 - `GET /_shardline/usage[?reset=1]`, `POST /_shardline/usage`: the billable operations served
   since the start or the last reset (`local.endpoint.metering`); a reset answers the reading it zeroed;
+- `GET|PUT /_shardline/iam`: the app's principals and policies (PUT, from `local.iam.principals`):
+  from then on every request is SigV4-verified and authorized as AWS would (`local.iam.enforcer`);
+  GET answers what it cannot evaluate, the denials, and every allowed call by principal;
 - `GET /_shardline/chaos`: the chaos profile (`--chaos '<profile JSON>'`, see `local.chaos.profiles`), every
   fault injected so far by type, and the reshards done (`local.endpoint.chaos`, `local.endpoint.resharder`).
 
@@ -38,6 +41,8 @@ from typing import Any, cast
 
 from ..app.model import ACCOUNT, REGION
 from ..chaos.profiles import ChaosProfile, profile_from_dict
+from ..iam.enforcer import Enforcer
+from .browsers import BrowserGuard
 from .handle import READY_LINE
 from .metering import serving
 from .service_metrics import SERVICE_METRICS
@@ -50,7 +55,7 @@ _KNOBS = ("reshard_seconds", "iterator_ttl_seconds", "subscription_seconds", "co
 class ShardlineRoutes:
     """WSGI middleware: `/_shardline/*` here, everything else to moto."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], chaos: Any = None) -> None:
+    def __init__(self, app: Enforcer, chaos: Any = None) -> None:
         self.app = app
         self.chaos = chaos  # the ChaosState of `local.endpoint.chaos`, when a profile is active
 
@@ -76,6 +81,11 @@ class ShardlineRoutes:
 
             reset = method == "POST" or parse_qs(environ.get("QUERY_STRING", "")).get("reset") == ["1"]
             return _json(start_response, reading(reset=reset))
+        if path == "/_shardline/iam":
+            if method == "PUT":
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                self.app.install(json.loads(environ["wsgi.input"].read(length) or b"{}"))
+            return _json(start_response, self.app.report())
         if path == "/_shardline/chaos" and method == "GET":
             none = {"profile": "none", "active": False, "injected": {}, "reshards": []}
             return _json(start_response, self.chaos.report() if self.chaos is not None else none)
@@ -230,7 +240,7 @@ def serve(
         chaos_state = ChaosState(chaos)
         STATE.entry_fault = chaos_state.entry_fault
         app = ChaosMiddleware(app, chaos_state)
-    routes = ShardlineRoutes(app, chaos_state)
+    routes = BrowserGuard(ShardlineRoutes(Enforcer(app), chaos_state))
     server = cast(  # threaded: make_server's ThreadedWSGIServer, declared as its base class
         ThreadedWSGIServer, make_server(host, port, routes, threaded=True, request_handler=QuietHandler)
     )

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..app.model import ACCESS_KEY, REGION, SECRET_KEY, Function, InvokeResult
+from ..app.model import REGION, Function, InvokeResult
 from ..chaos.profiles import WorkerFaults
 from ..cloudwatch.metrics import Publish, no_metrics
 from ..cloudwatch.usage import Usage, billed_ms
+from ..iam.principals import session_credentials
 from .chaos import WorkerChaos
 from .process import (
     FunctionLog,
@@ -302,6 +303,7 @@ class FunctionPool:
 def function_environment(function: Function, endpoint_url: str, log_stream: str) -> dict[str, str]:
     """A worker's environment: the function's variables, then Lambda's reserved ones and the local
     endpoint on top (Lambda refuses reserved names in a function's configuration)."""
+    access_key, secret = session_credentials(function.role_arn, function.name)
     return {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LANG": "en_US.UTF-8",
@@ -321,8 +323,9 @@ def function_environment(function: Function, endpoint_url: str, log_stream: str)
         "LAMBDA_TASK_ROOT": str(function.code_dir.resolve()),
         "TZ": ":UTC",
         "AWS_ENDPOINT_URL": endpoint_url,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        # Its own role's credentials, in a session of its own (`local.iam.principals`).
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret,
         "AWS_CONFIG_FILE": os.devnull,  # as in Lambda: no profile or config file applies
         "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
     }

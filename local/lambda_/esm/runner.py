@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...app import model
 from ...cloudwatch.metrics import Publish, no_metrics
+from ...iam.principals import mapping_session, session_credentials
 from ...limits import CONSUMER_HEADER, SUBSCRIBED_POLL_INTERVAL
 from .filters import FilterError, RecordFilter
 from .shard import (
@@ -104,9 +105,11 @@ class MappingRunner:
             read_timeout=10,
             max_pool_connections=64,
         )
+        # Lambda polls the stream and sends on-failure records with the function's role.
+        access_key, secret = session_credentials(function_role_arn, mapping_session(mapping.function_name))
         session = boto3.session.Session(
-            aws_access_key_id=model.ACCESS_KEY,
-            aws_secret_access_key=model.SECRET_KEY,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret,
             region_name=model.REGION,
         )
         self.kinesis = session.client("kinesis", endpoint_url=endpoint_url, config=config)

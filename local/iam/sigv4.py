@@ -1,4 +1,5 @@
-"""SigV4 checking for the local REST API's `AWS_IAM` methods, answered as API Gateway answers.
+"""SigV4 checking for the local runtime: the REST API's `AWS_IAM` methods (answered as API Gateway
+answers) and every request to the local AWS endpoint once it enforces IAM (`local.iam.enforcer`).
 
 The signature is recomputed with botocore's own signer (`SigV4Auth`) over a request rebuilt from
 the incoming one — method, raw path, raw query, the headers the caller signed, the body — so any
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
-from botocore.auth import SigV4Auth
+from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
@@ -54,6 +55,7 @@ class Caller:
 
     access_key: str
     account_id: str = ACCOUNT
+    service: str = SERVICE  # the service of the signature's credential scope
 
     @property
     def user_arn(self) -> str:
@@ -85,12 +87,16 @@ class _ExactHeadersSigV4(SigV4Auth):  # type: ignore[misc]  # botocore is untype
     taken from the request rather than from botocore's rules.
     """
 
-    def __init__(self, credentials: Credentials, signed: HTTPHeaders) -> None:
-        super().__init__(credentials, SERVICE, REGION)
+    def __init__(self, credentials: Credentials, signed: HTTPHeaders, service: str) -> None:
+        super().__init__(credentials, service, REGION)
         self._signed = signed
 
     def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
         return self._signed
+
+
+class _ExactHeadersS3SigV4(S3SigV4Auth, _ExactHeadersSigV4):  # type: ignore[misc]
+    """The same for S3, whose canonical path is the path as sent (no second encoding, no normalizing)."""
 
 
 def _parse_authorization(value: str) -> dict[str, str]:
@@ -143,7 +149,13 @@ def _sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _check_scope(scope: str, amz_date: str) -> None:
+def _unsigned(declared: str) -> bool:
+    """A payload the signature does not cover: S3's unsigned and chunked (streaming) forms."""
+    return declared == "UNSIGNED-PAYLOAD" or declared.startswith("STREAMING-")
+
+
+def _check_scope(scope: str, amz_date: str, expected: str | None) -> str:
+    """The scope's service, once the scope is right (`expected` None: any service, the endpoint's case)."""
     date, region, service, terminator = ([*scope.split("/"), "", "", ""])[:4]
     if date != amz_date[:8]:
         message = (
@@ -152,12 +164,14 @@ def _check_scope(scope: str, amz_date: str) -> None:
         )
     elif region != REGION:
         message = f"Credential should be scoped to a valid region, not '{region}'. "
-    elif service != SERVICE:
-        message = f"Credential should be scoped to correct service: '{SERVICE}'. "
+    elif expected is not None and service != expected:
+        message = f"Credential should be scoped to correct service: '{expected}'. "
+    elif not service:
+        message = "Credential should be scoped to correct service. "
     elif terminator != "aws4_request":
         message = f"Credential should be scoped with a valid terminator: 'aws4_request', not '{terminator}'. "
     else:
-        return
+        return service
     raise SignatureRejected("InvalidSignatureException", message)
 
 
@@ -190,8 +204,12 @@ def _signature_parts(request: SignedRequest, lookup: Mapping[str, str]) -> tuple
     raise SignatureRejected("MissingAuthenticationTokenException", "Missing Authentication Token")
 
 
-def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) -> Caller:
-    """The caller whose signature this is, or `SignatureRejected` with API Gateway's answer."""
+def verify(
+    request: SignedRequest, secrets: Mapping[str, str], now: datetime, service: str | None = SERVICE
+) -> Caller:
+    """The caller whose signature this is, or `SignatureRejected` with API Gateway's answer;
+    `service` None accepts a scope of any service (the local AWS endpoint serves them all on one
+    port) and reports it in `Caller.service`."""
     header_lines = [(name.lower(), value) for name, value in request.headers]
     lookup = dict(header_lines)
     credential, signature, signed_names, amz_date, canonical_query = _signature_parts(request, lookup)
@@ -205,7 +223,7 @@ def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) ->
             "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.",
         )
     _check_clock(amz_date, now)
-    _check_scope(scope, amz_date)
+    scoped = _check_scope(scope, amz_date, service)
     if "host" not in signed_names.lower().split(";"):
         raise SignatureRejected("InvalidSignatureException", HOST_NOT_SIGNED)
 
@@ -215,7 +233,7 @@ def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) ->
             if line_name == name:
                 signed[name] = value
     declared_hash = lookup.get("x-amz-content-sha256")
-    if declared_hash not in (None, "UNSIGNED-PAYLOAD") and declared_hash != _sha256(request.body):
+    if declared_hash is not None and not _unsigned(declared_hash) and declared_hash != _sha256(request.body):
         raise SignatureRejected("InvalidSignatureException", MISMATCH)
     url = f"http://{lookup.get('host', 'localhost')}{request.raw_path}"
     if canonical_query:
@@ -224,9 +242,10 @@ def verify(request: SignedRequest, secrets: Mapping[str, str], now: datetime) ->
     if declared_hash and "x-amz-content-sha256" in signed:
         rebuilt.headers["X-Amz-Content-SHA256"] = declared_hash
     rebuilt.context["timestamp"] = amz_date
-    signer = _ExactHeadersSigV4(Credentials(access_key, secrets[access_key]), signed)
+    signer_class = _ExactHeadersS3SigV4 if scoped == "s3" else _ExactHeadersSigV4
+    signer = signer_class(Credentials(access_key, secrets[access_key]), signed, scoped)
     canonical = signer.canonical_request(rebuilt)
     expected = signer.signature(signer.string_to_sign(rebuilt, canonical), rebuilt)
     if not hmac.compare_digest(expected, signature):
         raise SignatureRejected("InvalidSignatureException", MISMATCH)
-    return Caller(access_key=access_key)
+    return Caller(access_key=access_key, service=scoped)

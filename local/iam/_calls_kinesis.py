@@ -1,0 +1,86 @@
+"""Kinesis Data Streams operations -> the actions and ARNs IAM authorizes them on.
+
+Source: the Service Authorization Reference for Kinesis
+(https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonkinesis.html): the
+`stream` resource type (`arn:aws:kinesis:<region>:<account>:stream/<name>`) for the data and control
+operations, the `consumer` resource type
+(`arn:aws:kinesis:<region>:<account>:stream/<name>/consumer/<consumer>:<creation epoch>`) for
+SubscribeToShard, DescribeStreamConsumer and DeregisterStreamConsumer; RegisterStreamConsumer and
+ListStreamConsumers on the stream; ListStreams, DescribeLimits, account settings on "*".
+
+GetRecords names its stream only inside the shard iterator: the local endpoint issues moto's
+iterator, `base64("<stream>:<shard>:<sequence>[:<issued ms>]")`
+(`local.endpoint.kinesis.fixes._compose_shard_iterator`), decoded here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from .calls import Need, UnknownResource, Where
+
+__all__ = ["needs", "stream_of_iterator"]
+
+_STAR = frozenset({"ListStreams", "DescribeLimits", "DescribeAccountSettings", "UpdateAccountSettings"})
+_CONSUMER_OPS = frozenset({"SubscribeToShard", "DescribeStreamConsumer", "DeregisterStreamConsumer"})
+_WRITES = frozenset({"PutRecord", "PutRecords"})
+_READS = frozenset({"GetRecords", "SubscribeToShard"})
+
+
+def stream_of_iterator(iterator: str) -> str:
+    """The stream name inside a local shard iterator (`UnknownResource` if it is not one)."""
+    try:
+        text = base64.b64decode(iterator.encode("ascii"), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raise UnknownResource("GetRecords: the ShardIterator is not one the local endpoint issued") from None
+    parts = text.split(":")
+    if len(parts) < 3 or not parts[0] or parts[0] == "None":
+        raise UnknownResource("GetRecords: the ShardIterator names no stream")
+    return parts[0]
+
+
+def _stream(params: dict[str, Any], where: Where) -> str | None:
+    if params.get("StreamARN"):
+        return str(params["StreamARN"])
+    if params.get("StreamName"):
+        return where.arn("kinesis", f"stream/{params['StreamName']}")
+    return None
+
+
+def needs(
+    operation: str, params: dict[str, Any], request: Any, where: Where
+) -> tuple[list[Need], list[tuple[str, str]], dict[str, str]]:
+    action = f"kinesis:{operation}"
+    touched: str | None = None
+    if operation in _STAR:
+        resource = "*"
+    elif operation in _CONSUMER_OPS:
+        if params.get("ConsumerARN"):
+            resource = str(params["ConsumerARN"])
+        else:
+            # by StreamARN + ConsumerName: the consumer's ARN ends in its creation time, which the
+            # request does not carry
+            raise UnknownResource(f"{operation} names its consumer without its ARN (creation time unknown)")
+        touched = resource.split("/consumer/", 1)[0]
+    elif operation == "GetRecords":
+        resource = _stream(params, where) or where.arn(
+            "kinesis", f"stream/{stream_of_iterator(str(params.get('ShardIterator', '')))}"
+        )
+        touched = resource
+    elif params.get("ResourceARN"):  # tags, resource policies: on the stream or consumer named
+        resource = str(params["ResourceARN"])
+    else:
+        stream = _stream(params, where)
+        if stream is None:
+            # ListShards continued by NextToken alone (the token holds the stream, opaque here)
+            raise UnknownResource(f"{operation} names no stream (StreamName/StreamARN absent)")
+        resource = stream
+        touched = stream
+    touches: list[tuple[str, str]] = []
+    if touched is not None and operation in _WRITES:
+        touches.append((touched, "write"))
+    elif touched is not None and operation in _READS:
+        touches.append((touched, "read"))
+    return [Need(action, resource)], touches, {}

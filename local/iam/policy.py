@@ -1,0 +1,253 @@
+"""The IAM policy evaluator of the local runtime: is this principal allowed this action on this resource,
+by these identity policies and this resource (or key) policy, as AWS decides it.
+
+AWS's evaluation logic (IAM User Guide, "Policy evaluation logic" and its pages on requests within one
+account and across accounts; the KMS Developer Guide's "Key policies"):
+
+- an explicit Deny in any applicable policy wins;
+- same account: an Allow in the identity policies, or in the resource policy naming the caller (its
+  ARN, its role session's ARN, "*"); a resource policy naming the caller's account (`"AWS": "ACCT"` or
+  `arn:aws:iam::ACCT:root`) only delegates to the identity policies;
+- across accounts: the identity policies and the resource policy must both allow;
+- a KMS key: its key policy must allow, naming the caller, or naming the account (then the identity
+  policies must allow too);
+- the account root: identity-wise allowed everything, a resource policy's Deny still denies.
+
+What it cannot evaluate (an unknown element or operator, a condition key or policy variable the request
+does not carry and this evaluator cannot know) it says, and refuses: such a statement never grants;
+in a Deny it counts as applying. `not_evaluated(policy)` lists these for the runtime's start-up and
+`status`. Each policy is compiled once, when its `Policy` is made (`_policy_compile`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._policy_compile import Caller, CompiledPolicy, Outcome, Reach, Statement, compile_policy
+from ._policy_match import KNOWN_CONDITION_KEYS, REGION, REQUEST_CONDITION_KEYS, Context
+
+IDENTITY = "identity-based"
+RESOURCE = "resource-based"
+KEY = "key"
+SERVICE_CONTEXT_KEY = "shardline:Service"  # the request comes from this AWS service (a service principal)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy document and where it comes from ("EventSinkRoleDefaultPolicyAB12", "queue policy of
+    DeadLetters", "key policy of GroupKey"); compiled once, here."""
+
+    name: str
+    document: Mapping[str, Any]  # the policy JSON, intrinsics already resolved to local ARNs
+    compiled: CompiledPolicy = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", compile_policy(self.name, self.document))
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who makes the request, with its identity-based policies."""
+
+    arn: str  # "arn:aws:iam::000000000000:role/Name", ...:user/x or ...:root
+    account: str
+    policies: tuple[Policy, ...] = ()  # identity-based (inline + attached + customer-managed)
+    session_arn: str | None = None  # a role's: "arn:aws:sts::ACCT:assumed-role/Name/<session>"
+    org_id: str | None = None
+    root: bool = False  # the account root: identity-wise allowed everything
+    not_evaluated_policies: tuple[str, ...] = ()  # e.g. AWS-managed policies we have no documents of
+    caller: Caller = field(init=False, repr=False, compare=False)
+    context_keys: Mapping[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = frozenset(name for name in (self.arn, self.session_arn) if name)
+        object.__setattr__(self, "caller", Caller(self.account, names, self.root))
+        object.__setattr__(self, "context_keys", self._context_keys())
+
+    def _context_keys(self) -> dict[str, str]:
+        """The global condition keys the evaluator adds for this principal (lower-case names)."""
+        kind = "Account" if self.root else "User" if ":user/" in self.arn else "AssumedRole"
+        keys = {
+            "aws:principalarn": self.arn,
+            "aws:principalaccount": self.account,
+            "aws:principaltype": kind,
+            "aws:requestedregion": REGION,
+            "aws:principalisawsservice": "false",
+        }
+        if self.org_id:
+            keys["aws:principalorgid"] = self.org_id
+        if kind == "User":
+            keys["aws:username"] = self.arn.rsplit("/", 1)[-1]
+        return keys
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to authorize: the principal, the action, the resource and its condition keys."""
+
+    principal: Principal
+    action: str  # "dynamodb:BatchWriteItem"
+    resource: str  # an ARN, or "*"
+    # aws:SecureTransport, kms:ViaService, aws:SourceArn, aws:SourceAccount, aws:CurrentTime, ...
+    context: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer, and what decided it."""
+
+    allowed: bool
+    reason: str  # "allowed" | "explicit-deny" | "no-allow" | "not-evaluated"
+    policy_type: str  # "identity-based" | "resource-based" | "key"
+    statement: str | None  # "<policy name>: <Sid or Statement[i]>" that allowed or denied
+    not_evaluated: tuple[str, ...] = ()  # what could not be evaluated in statements bearing on it
+
+
+@dataclass
+class _Side:
+    """What one side's policies (identity, or the resource's) say about the request."""
+
+    deny: str | None = None
+    allow: str | None = None  # a statement that grants (resource side: naming the caller itself)
+    delegate: str | None = None  # resource side: a statement naming the caller's account
+    unknown: list[str] = field(default_factory=list)  # from Allow statements that could not be evaluated
+    denying_unknowns: list[str] = field(default_factory=list)
+
+
+def _scan(
+    statements: tuple[Statement, ...], request: Request, context: Context, side: _Side, caller: Caller | None
+) -> None:
+    service = _service(request) if caller is not None else None
+    for statement in statements:
+        reach = Reach.DIRECT
+        if caller is not None:  # a resource policy: whom does the statement name?
+            reach = statement.reach(caller, service)
+            if reach is Reach.NONE:
+                continue
+        unknowns: list[str] = []
+        outcome = statement.applies(request.resource, context, unknowns)
+        if outcome is Outcome.NO:
+            continue
+        if not statement.allow:  # a Deny that might apply is applied
+            side.deny = side.deny or statement.label
+            side.denying_unknowns.extend(unknowns)
+            return
+        if outcome is Outcome.UNKNOWN:
+            side.unknown.extend(unknowns)
+        elif reach is Reach.DIRECT:
+            side.allow = side.allow or statement.label
+        else:
+            side.delegate = side.delegate or statement.label
+
+
+def _service(request: Request) -> str | None:
+    value = request.context.get(SERVICE_CONTEXT_KEY)
+    return value if isinstance(value, str) else None
+
+
+def _account_of(resource: str, principal: Principal) -> str:
+    """The account owning the resource ("" in an S3 ARN, or "*": the caller's own)."""
+    parts = resource.split(":", 5)
+    return parts[4] if len(parts) == 6 and parts[4] else principal.account
+
+
+def evaluate(
+    request: Request, resource_policy: Policy | None = None, *, key_policy: bool = False
+) -> Decision:
+    """Decide the request as AWS would, by the principal's identity policies and the resource's policy
+    (`key_policy=True`: it is a KMS key policy, which must allow)."""
+    principal = request.principal
+    keys = principal.context_keys
+    action = request.action.lower()
+    service = _service(request)
+    if service is not None or action.startswith("kms:"):
+        keys = {**keys, "kms:calleraccount": principal.account}
+        if service is not None:
+            keys.update({"aws:principalisawsservice": "true", "aws:principalservicename": service})
+    context = Context(request.context, keys)
+    identity, resource = _Side(), _Side()
+    if principal.root:
+        identity.allow = principal.arn
+    else:
+        for policy in principal.policies:
+            _scan(policy.compiled.for_action(action), request, context, identity, None)
+            if identity.deny:
+                break
+        identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+    if resource_policy is not None and not identity.deny:
+        _scan(resource_policy.compiled.for_action(action), request, context, resource, principal.caller)
+    resource_type = KEY if key_policy else RESOURCE
+    if identity.deny:
+        return Decision(False, "explicit-deny", IDENTITY, identity.deny, tuple(identity.denying_unknowns))
+    if resource.deny:
+        return Decision(
+            False, "explicit-deny", resource_type, resource.deny, tuple(resource.denying_unknowns)
+        )
+    same_account = _account_of(request.resource, principal) == principal.account
+    if key_policy or not same_account:
+        return _both(
+            identity, resource, resource_type, resource_policy is not None and key_policy and same_account
+        )
+    if resource.allow:
+        return Decision(True, "allowed", RESOURCE, resource.allow)
+    if identity.allow:
+        return Decision(True, "allowed", IDENTITY, identity.allow)
+    return _missing(IDENTITY, identity.unknown + resource.unknown)
+
+
+def _both(identity: _Side, resource: _Side, resource_type: str, direct_grants: bool) -> Decision:
+    """The resource's policy must allow (a KMS key's naming the caller itself grants on its own, in
+    the key's account); naming the account, or across accounts, the identity policies must allow too."""
+    if resource.allow and direct_grants:
+        return Decision(True, "allowed", resource_type, resource.allow)
+    granted = resource.allow or resource.delegate
+    if not granted:
+        return _missing(resource_type, resource.unknown)
+    if identity.allow:
+        return Decision(True, "allowed", resource_type, granted)
+    return _missing(IDENTITY, identity.unknown)
+
+
+def _missing(policy_type: str, unknown: list[str]) -> Decision:
+    if unknown:
+        return Decision(False, "not-evaluated", policy_type, unknown[0].rsplit(" in ", 1)[-1], tuple(unknown))
+    return Decision(False, "no-allow", policy_type, None)
+
+
+def denial_message(request: Request, decision: Decision) -> str:
+    """AWS's AccessDenied text for the decision (IAM User Guide, "Troubleshoot access denied error
+    messages"); a KMS key policy's denial reads "resource-based", as KMS writes it."""
+    if decision.allowed:
+        raise ValueError(f"{request.action} on {request.resource} is allowed: there is no denial to tell")
+    principal = request.principal
+    who = principal.session_arn or principal.arn
+    kind = RESOURCE if decision.policy_type == KEY else decision.policy_type
+    head = f"User: {who} is not authorized to perform: {request.action} on resource: {request.resource}"
+    if decision.reason == "explicit-deny":
+        return f"{head} with an explicit deny in a {kind} policy"
+    return f"{head} because no {kind} policy allows the {request.action} action"
+
+
+def not_evaluated(policy: Policy) -> list[str]:
+    """What in the policy this evaluator cannot evaluate, by name and place ("Condition key
+    aws:PrincipalTag/team in <policy name>: <Sid>"): an Allow depending on it never grants."""
+    return list(policy.compiled.static_unknowns)
+
+
+__all__ = [
+    "IDENTITY",
+    "KEY",
+    "KNOWN_CONDITION_KEYS",
+    "REQUEST_CONDITION_KEYS",
+    "RESOURCE",
+    "SERVICE_CONTEXT_KEY",
+    "Decision",
+    "Policy",
+    "Principal",
+    "Request",
+    "denial_message",
+    "evaluate",
+    "not_evaluated",
+]

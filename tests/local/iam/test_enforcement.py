@@ -173,10 +173,53 @@ def test_property_2_identity_policies_resource_policies_and_per_item_actions_are
 # -- 3. what it cannot evaluate, it says, and refuses ------------------------------------------------
 
 
-def test_property_3_what_is_not_evaluated_is_listed_and_grants_nothing(enforced: App) -> None:
+def test_property_3_what_is_not_evaluated_is_listed_by_name_and_place(enforced: App) -> None:
     listed = enforced.report()["not_evaluated"]
-    # The API's CloudWatch role carries an AWS-managed policy the runtime does not ship.
-    assert any("AmazonAPIGatewayPushToCloudWatchLogs" in item for item in listed), listed
+    # The logs key's policy conditions its use by CloudWatch Logs on the encryption context.
+    assert any(
+        item.startswith("Condition key kms:EncryptionContext:aws:logs:arn in key policy of LogsKey")
+        for item in listed
+    ), listed
+
+
+def test_property_3_an_allow_that_depends_on_what_is_not_evaluated_grants_nothing(tmp_path: Path) -> None:
+    role = "arn:aws:iam::000000000000:role/tagged"
+    session = Session(role, "s", "function tagged")
+    by_tag = {"StringEquals": {"aws:PrincipalTag/team": "orders"}}
+    by_other_tag = {"StringEquals": {"aws:PrincipalTag/x": "y"}}
+
+    def policy(effect: str, action: str, **condition: Any) -> dict[str, Any]:
+        return {"Statement": [{"Effect": effect, "Action": action, "Resource": "*", **condition}]}
+
+    policies = [
+        ["ByTag", policy("Allow", "dynamodb:ListTables", Condition=by_tag)],
+        ["Plain", policy("Allow", "sqs:ListQueues")],
+        ["DenyByTag", policy("Deny", "sqs:ListQueues", Condition=by_other_tag)],
+    ]
+    access_key, secret = session.credentials
+    config = {
+        "account": model.ACCOUNT,
+        "region": model.REGION,
+        "root_keys": {},
+        "principals": {access_key: {"secret": secret, "arn": role, "session_arn": session.session_arn,
+                                    "who": session.who, "policies": policies}},
+    }  # fmt: skip
+    with Endpoint(port=0, log_path=tmp_path / "endpoint.log") as endpoint:
+        request = urllib.request.Request(
+            f"{endpoint.url}/_shardline/iam", data=json.dumps(config).encode(), method="PUT"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            listed = json.load(response)["not_evaluated"]
+        assert "Condition key aws:PrincipalTag/team in ByTag: Statement[0]" in listed, listed
+        tagged = App(endpoint.url, model.LocalApp("none"))
+        code, message = error_of(tagged.client("dynamodb", session).list_tables)
+        assert code == "AccessDeniedException" and "dynamodb:ListTables" in message  # the Allow did not grant
+        # ... and a Deny that depends on it applies: refused although "Plain" allows.
+        code, _ = error_of(tagged.client("sqs", session).list_queues)
+        assert code in ("AccessDenied", "AccessDeniedException")
+        with urllib.request.urlopen(f"{endpoint.url}/_shardline/iam", timeout=10) as response:
+            reasons = {d["action"]: d["reason"] for d in json.load(response)["denials"]["recent"]}
+        assert reasons == {"dynamodb:ListTables": "not-evaluated", "sqs:ListQueues": "explicit-deny"}
 
 
 # -- 4. the failure is told where a developer looks ------------------------------------------------

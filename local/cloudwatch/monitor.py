@@ -18,6 +18,7 @@ import logging
 import mimetypes
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ class Monitor:
         usage: Usage | None = None,
     ) -> None:
         self.clock, self.evaluate_every = clock, evaluate_every
+        self.endpoint_url = endpoint_url
         self.store = MetricStore(clock=clock)
         self.collector = Collector(self.store, app, endpoint_url=endpoint_url, log_dir=log_dir, usage=usage)
         self.alarms: list[Alarm] = []
@@ -143,6 +145,15 @@ class Monitor:
             return _json({"alarms": alarms, "not_evaluated": self.not_evaluated})
         return _text(404, f"no such page: {request.path}")
 
+    def access_denied(self) -> list[dict[str, Any]]:
+        """The endpoint's denials, one entry per (principal, action, resource) (`local.iam.enforcer`)."""
+        try:
+            with urllib.request.urlopen(f"{self.endpoint_url}/_shardline/iam", timeout=5) as response:
+                grouped: list[dict[str, Any]] = json.load(response).get("denials", {}).get("grouped", [])
+        except (OSError, ValueError):
+            return []  # the endpoint is gone (stopping): the page keeps what it drew
+        return grouped
+
     def board(self, query: Mapping[str, str]) -> dict[str, Any]:
         """The page's data: the first dashboard (or `name`) rendered over `range` seconds."""
         range_s = int(query.get("range", "900")) if query.get("range", "").isdigit() else 900
@@ -163,6 +174,7 @@ class Monitor:
             dashboards=[d.name for d in self.dashboards],
             alarms=[alarm.as_dict() for alarm in self.alarms],
             not_evaluated=self.not_evaluated,
+            access_denied=self.access_denied(),
             server_ms=round((time.perf_counter() - began) * 1000, 1),
         )
         return rendered

@@ -10,19 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["denials_by_principal", "render_iam"]
-
-
-def denials_by_principal(iam: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The recent denials grouped by what ran (`function x`, `mapping of x`, `worker group g`), one
-    entry per (action, resource) with its count, newest message kept."""
-    grouped: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
-    for denial in iam.get("denials", {}).get("recent", []):
-        entries = grouped.setdefault(denial["who"], {})
-        key = (denial["action"], denial["resource"])
-        entry = entries.setdefault(key, {**denial, "count": 0})
-        entry.update({**denial, "count": entry["count"] + 1})
-    return {who: list(entries.values()) for who, entries in grouped.items()}
+__all__ = ["render_iam"]
 
 
 def render_iam(report: dict[str, Any], console: Console) -> None:
@@ -32,20 +20,15 @@ def render_iam(report: dict[str, Any], console: Console) -> None:
             "[yellow]IAM is not enforced[/] (`up --no-iam`): every local call is allowed; deployed, it is not"
         )
         return
-    total = iam.get("denials", {}).get("total", 0)
-    if total:
-        table = Table(title=f"access denied: {total:,} request(s)", title_justify="left")
+    denials = iam.get("denials", {})
+    if denials.get("total"):
+        table = Table(title=f"access denied: {denials['total']:,} request(s)", title_justify="left")
         for column in ("principal", "action", "resource", "n", "would allow it"):
             table.add_column(column, overflow="fold")
-        for who, entries in denials_by_principal(iam).items():
-            for entry in entries:
-                table.add_row(
-                    who,
-                    entry["action"],
-                    entry["resource"],
-                    f"{entry['count']:,}",
-                    json.dumps(entry["would_allow"]),
-                )
+        # One row per (principal, action, resource), as the endpoint counts them.
+        for entry in denials.get("grouped", []):
+            row = (entry["who"], entry["action"], entry["resource"], f"{entry['count']:,}")
+            table.add_row(*row, json.dumps(entry["would_allow"]))
         console.print(table)
     else:
         console.print("[green]IAM[/]: every request authorized as its own principal; none denied")

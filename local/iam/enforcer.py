@@ -82,6 +82,8 @@ class Enforcer:
         self._lock = threading.Lock()
         self._denials: deque[dict[str, Any]] = deque(maxlen=RECENT_DENIALS)
         self._denied = 0
+        #: (who, action, resource) -> the last denial of it, with its count
+        self._denied_by: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._calls: Counter[tuple[str, str, str]] = Counter()
         self._unmodelled: Counter[str] = Counter()  # operations authorized by a guess: prefix:Operation on *
 
@@ -133,6 +135,7 @@ class Enforcer:
             self._installed = installed
             self._secrets = installed.secrets
             self._denials.clear()
+            self._denied_by.clear()
             self._denied = 0
             self._calls.clear()
             self._unmodelled.clear()
@@ -146,7 +149,8 @@ class Enforcer:
                 {"who": who, "action": action, "resource": resource, "count": count}
                 for (who, action, resource), count in sorted(self._calls.items())
             ]
-            denials = {"total": self._denied, "recent": list(self._denials)}
+            grouped = [dict(entry) for entry in self._denied_by.values()]
+            denials = {"total": self._denied, "recent": list(self._denials), "grouped": grouped}
             unmodelled = dict(self._unmodelled)
         if installed is None:
             return {
@@ -260,6 +264,9 @@ class Enforcer:
         with self._lock:
             self._denied += 1
             self._denials.append(denial)
+            key = (identity.who, need.action, need.resource)
+            count = self._denied_by.get(key, {}).get("count", 0)
+            self._denied_by[key] = {**denial, "count": count + 1}
         return self._reject(start_response, service, "AccessDenied", message, call.protocol)
 
     @staticmethod

@@ -19,7 +19,7 @@ async function refresh() {
   const began = performance.now();
   state.lastFetchMs = began - fetched;
   $("board-name").textContent = board.name;
-  drawAlarms(board.alarms, board.not_evaluated);
+  drawAlarms(board.alarms, board.not_evaluated, board.access_denied || []);
   drawWidgets(board);
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));  // until drawn
   state.lastServerMs = board.server_ms;
@@ -30,9 +30,18 @@ async function refresh() {
     (board.period === "widget" ? "" : " s");
 }
 
-function drawAlarms(alarms, notEvaluated) {
+function drawAlarms(alarms, notEvaluated, denied) {
   const strip = $("alarms");
   strip.replaceChildren();
+  for (const denial of denied) {  // a missing grant: the principal stalls on it until it is granted
+    const badge = document.createElement("span");
+    badge.className = "alarm";
+    badge.dataset.alarmState = "ALARM";
+    badge.dataset.accessDenied = denial.action;
+    badge.title = `${denial.message}\nwould allow it: ${JSON.stringify(denial.would_allow)}`;
+    badge.textContent = `● access denied ×${denial.count}: ${denial.who}: ${denial.action} on ${denial.resource}`;
+    strip.append(badge);
+  }
   for (const alarm of alarms) {
     const badge = document.createElement("button");
     badge.className = "alarm";

@@ -24,6 +24,7 @@ from rich.console import Console
 from local.app import model
 from local.app.provision import client, provision
 from local.app.template import load
+from local.cloudwatch.monitor import Monitor
 from local.commands.status_iam import render_iam
 from local.endpoint.handle import Endpoint
 from local.iam.principals import Session, endpoint_config, sessions_of
@@ -225,8 +226,8 @@ def test_property_3_an_allow_that_depends_on_what_is_not_evaluated_grants_nothin
 # -- 4. the failure is told where a developer looks ------------------------------------------------
 
 
-def test_property_4_a_denial_is_in_status_with_the_action_resource_and_what_would_allow_it(
-    enforced: App,
+def test_property_4_a_denial_is_in_status_and_on_the_dashboard_with_what_would_allow_it(
+    enforced: App, tmp_path: Path
 ) -> None:
     counter = enforced.session("Groupkeycounter")
     sink = enforced.table("GroupeventsinkSink")
@@ -243,3 +244,9 @@ def test_property_4_a_denial_is_in_status_with_the_action_resource_and_what_woul
     render_iam({"iam": report}, console)
     shown = console.export_text()
     assert counter.who in shown and "dynamodb:PutItem" in shown and table_arn in shown
+    board = Monitor(enforced.app, endpoint_url=enforced.url, log_dir=tmp_path).board({})
+    assert any(
+        (d["who"], d["action"], d["resource"]) == (counter.who, "dynamodb:PutItem", table_arn)
+        and d["count"] >= 1
+        for d in board["access_denied"]
+    ), board["access_denied"]

@@ -176,12 +176,15 @@ def _await_checkpoints(up: UpProcess, written: int, timeout: float) -> dict[str,
     return done
 
 
-def ingest_and_drain(cdk_out: Path, workdir: Path, count: int, concurrency: int) -> dict[str, Any]:
-    """The long run on a fresh runtime: send, the Kinesis counters, every group's drain, the verdict."""
+def ingest_and_drain(
+    cdk_out: Path, workdir: Path, count: int, concurrency: int, extra_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The long run on a fresh runtime (`up` with `extra_args`): send, the Kinesis counters, every
+    group's drain, the verdict."""
     from local.app.template import load
     from local.commands.verify import wait_and_verify
 
-    with UpProcess(cdk_out, workdir) as up:
+    with UpProcess(cdk_out, workdir, extra_args=extra_args) as up:
         up.start()
         app = load(cdk_out, endpoint_url=up.endpoint_url)
         cpu_start, began, client_cpu = cpu_seconds(up.processes()), time.monotonic(), time.process_time()

@@ -146,9 +146,9 @@ def test_property_5_an_unneeded_grant_is_named(enforced_run) -> None:
     wider = model.LocalApp(
         **{**app.__dict__, "iam": model.Iam(roles, app.iam.resource_policies, app.iam.keys)}
     )
-    assert unused_grants(wider, runtime.iam_report()["calls"]) == [
-        f"{role.name} (Extra): dynamodb:DeleteTable on arn:aws:dynamodb:*:*:table/*"
-    ]
+    calls = runtime.iam_report()["calls"]
+    named = set(unused_grants(wider, calls)) - set(unused_grants(app, calls))
+    assert named == {f"{role.name} (Extra): dynamodb:DeleteTable on arn:aws:dynamodb:*:*:table/*"}
 
 
 def without_grant(cdk_out: Path, into: Path, role_prefix: str, action: str) -> Path:

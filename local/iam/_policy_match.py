@@ -49,6 +49,22 @@ REQUEST_CONDITION_KEYS: Final = frozenset(
     key.lower() for key in ("aws:SecureTransport", "aws:CurrentTime", "aws:EpochTime", "aws:SourceIp")
 )
 
+# The keys the evaluator fills from the principal and the action: never taken from the request.
+EVALUATOR_KEYS: Final = frozenset(
+    key.lower()
+    for key in (
+        "aws:PrincipalArn",
+        "aws:PrincipalAccount",
+        "aws:PrincipalOrgID",
+        "aws:PrincipalType",
+        "aws:PrincipalIsAWSService",
+        "aws:PrincipalServiceName",
+        "aws:username",
+        "aws:RequestedRegion",
+        "kms:CallerAccount",
+    )
+)
+
 REGION: Final = "us-east-1"  # the local runtime's one region (aws:RequestedRegion)
 
 ABSENT: Final = None
@@ -95,6 +111,8 @@ class Context:
         found = self._principal_keys.get(key_lower)
         if found is not None:
             return (found,)
+        if key_lower in EVALUATOR_KEYS:
+            return ABSENT
         if self._lowered is None:
             self._lowered = {name.lower(): value for name, value in self._request.items()}
         value = self._lowered.get(key_lower)

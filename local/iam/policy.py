@@ -226,7 +226,8 @@ def denial_message(request: Request, decision: Decision) -> str:
     kind = RESOURCE if decision.policy_type == KEY else decision.policy_type
     head = f"User: {who} is not authorized to perform: {request.action} on resource: {request.resource}"
     if decision.reason == "explicit-deny":
-        return f"{head} with an explicit deny in a {kind} policy"
+        article = "an" if kind[0] in "aeiou" else "a"  # "an identity-based", "a resource-based"
+        return f"{head} with an explicit deny in {article} {kind} policy"
     return f"{head} because no {kind} policy allows the {request.action} action"
 
 

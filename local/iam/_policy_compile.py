@@ -138,14 +138,18 @@ class Statement:
         return Reach.NONE if left_out else Reach.DIRECT
 
     def applies(self, resource: str, context: Context, unknowns: list[str]) -> Outcome:
-        """Whether the statement applies to the resource under the conditions (its action already
-        matched); what it could not evaluate is appended to `unknowns`."""
-        named = self.resources.match(resource, context)
-        if named is None:
-            unknowns.extend(f"{item} in {self.label}" for item in self._resource_variables())
-            return Outcome.UNKNOWN
-        if named == self.not_resource:
-            return Outcome.NO
+        """Whether the statement applies under its conditions; its action, and its resource unless
+        it holds variables, already matched (`CompiledPolicy.applicable`). What it could not
+        evaluate is appended to `unknowns`."""
+        if self.resources.templates:
+            named = self.resources.match(resource, context)
+            if named is None:
+                unknowns.extend(f"{item} in {self.label}" for item in self._resource_variables())
+                return Outcome.UNKNOWN
+            if named == self.not_resource:
+                return Outcome.NO
+        if not self.conditions and not self.problems:
+            return Outcome.YES
         outcome = Outcome.YES
         for clause in self.conditions:
             holds = clause.holds(context)
@@ -169,6 +173,9 @@ def _clause_unknown(clause: Clause, context: Context) -> str:
     return f"Policy variable in {clause.operator} on {clause.key}"
 
 
+_MEMO_ENTRIES = 8192  # (action, resource) pairs remembered per policy; an app has few, S3 keys many
+
+
 @dataclass
 class CompiledPolicy:
     """A policy document, compiled: its statements and what in it cannot be evaluated."""
@@ -177,6 +184,7 @@ class CompiledPolicy:
     statements: list[Statement]
     static_unknowns: list[str]  # for `not_evaluated`: by name and place
     _by_action: dict[str, tuple[Statement, ...]] = field(default_factory=dict)
+    _by_request: dict[tuple[str, str], tuple[Statement, ...]] = field(default_factory=dict)
 
     def for_action(self, action_lower: str) -> tuple[Statement, ...]:
         """The statements whose Action (or NotAction) takes in the action (memoized per action)."""
@@ -184,6 +192,21 @@ class CompiledPolicy:
         if found is None:
             found = tuple(s for s in self.statements if s.names_action(action_lower))
             self._by_action[action_lower] = found
+        return found
+
+    def applicable(self, action_lower: str, resource: str) -> tuple[Statement, ...]:
+        """The statements naming the action and the resource (those whose Resource holds variables
+        are kept, to be matched per request): memoized per (action, resource)."""
+        found = self._by_request.get((action_lower, resource))
+        if found is None:
+            found = tuple(
+                s
+                for s in self.for_action(action_lower)
+                if s.resources.templates or s.resources.match(resource, None) != s.not_resource
+            )
+            if len(self._by_request) >= _MEMO_ENTRIES:
+                self._by_request.clear()
+            self._by_request[(action_lower, resource)] = found
         return found
 
 

@@ -60,11 +60,14 @@ class Principal:
     not_evaluated_policies: tuple[str, ...] = ()  # e.g. AWS-managed policies we have no documents of
     caller: Caller = field(init=False, repr=False, compare=False)
     context_keys: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    kms_context_keys: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = frozenset(name for name in (self.arn, self.session_arn) if name)
         object.__setattr__(self, "caller", Caller(self.account, names, self.root))
         object.__setattr__(self, "context_keys", self._context_keys())
+        kms_keys = {**self.context_keys, "kms:calleraccount": self.account}
+        object.__setattr__(self, "kms_context_keys", kms_keys)
 
     def _context_keys(self) -> dict[str, str]:
         """The global condition keys the evaluator adds for this principal (lower-case names)."""
@@ -105,21 +108,27 @@ class Decision:
     not_evaluated: tuple[str, ...] = ()  # what could not be evaluated in statements bearing on it
 
 
-@dataclass
 class _Side:
     """What one side's policies (identity, or the resource's) say about the request."""
 
-    deny: str | None = None
-    allow: str | None = None  # a statement that grants (resource side: naming the caller itself)
-    delegate: str | None = None  # resource side: a statement naming the caller's account
-    unknown: list[str] = field(default_factory=list)  # from Allow statements that could not be evaluated
-    denying_unknowns: list[str] = field(default_factory=list)
+    __slots__ = ("allow", "delegate", "deny", "denying_unknowns", "unknown")
+
+    def __init__(self) -> None:
+        self.deny: str | None = None
+        self.allow: str | None = None  # a statement that grants (resource side: naming the caller)
+        self.delegate: str | None = None  # resource side: a statement naming the caller's account
+        self.unknown: list[str] = []  # from Allow statements that could not be evaluated
+        self.denying_unknowns: list[str] = []
 
 
 def _scan(
-    statements: tuple[Statement, ...], request: Request, context: Context, side: _Side, caller: Caller | None
+    statements: tuple[Statement, ...],
+    resource: str,
+    context: Context,
+    side: _Side,
+    caller: Caller | None,
+    service: str | None,
 ) -> None:
-    service = _service(request) if caller is not None else None
     for statement in statements:
         reach = Reach.DIRECT
         if caller is not None:  # a resource policy: whom does the statement name?
@@ -127,7 +136,7 @@ def _scan(
             if reach is Reach.NONE:
                 continue
         unknowns: list[str] = []
-        outcome = statement.applies(request.resource, context, unknowns)
+        outcome = statement.applies(resource, context, unknowns)
         if outcome is Outcome.NO:
             continue
         if not statement.allow:  # a Deny that might apply is applied
@@ -149,8 +158,31 @@ def _service(request: Request) -> str | None:
 
 def _account_of(resource: str, principal: Principal) -> str:
     """The account owning the resource ("" in an S3 ARN, or "*": the caller's own)."""
-    parts = resource.split(":", 5)
-    return parts[4] if len(parts) == 6 and parts[4] else principal.account
+    account = _ACCOUNTS.get(resource)
+    if account is None:
+        parts = resource.split(":", 5)
+        account = parts[4] if len(parts) == 6 else ""
+        if len(_ACCOUNTS) >= 8192:
+            _ACCOUNTS.clear()
+        _ACCOUNTS[resource] = account
+    return account or principal.account
+
+
+_ACCOUNTS: dict[str, str] = {}  # resource ARN -> its account ("" when it names none)
+
+
+def _identity_side(principal: Principal, action: str, target: str, context: Context) -> _Side:
+    identity = _Side()
+    if principal.root:
+        identity.allow = principal.arn
+        return identity
+    for policy in principal.policies:
+        _scan(policy.compiled.applicable(action, target), target, context, identity, None, None)
+        if identity.deny:
+            return identity
+    if principal.not_evaluated_policies:
+        identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+    return identity
 
 
 def evaluate(
@@ -159,25 +191,17 @@ def evaluate(
     """Decide the request as AWS would, by the principal's identity policies and the resource's policy
     (`key_policy=True`: it is a KMS key policy, which must allow)."""
     principal = request.principal
-    keys = principal.context_keys
     action = request.action.lower()
+    keys = principal.kms_context_keys if action.startswith("kms:") else principal.context_keys
     service = _service(request)
-    if service is not None or action.startswith("kms:"):
-        keys = {**keys, "kms:calleraccount": principal.account}
-        if service is not None:
-            keys.update({"aws:principalisawsservice": "true", "aws:principalservicename": service})
+    if service is not None:
+        keys = {**keys, "aws:principalisawsservice": "true", "aws:principalservicename": service}
     context = Context(request.context, keys)
-    identity, resource = _Side(), _Side()
-    if principal.root:
-        identity.allow = principal.arn
-    else:
-        for policy in principal.policies:
-            _scan(policy.compiled.for_action(action), request, context, identity, None)
-            if identity.deny:
-                break
-        identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+    target = request.resource
+    identity, resource = _identity_side(principal, action, target, context), _Side()
     if resource_policy is not None and not identity.deny:
-        _scan(resource_policy.compiled.for_action(action), request, context, resource, principal.caller)
+        statements = resource_policy.compiled.applicable(action, target)
+        _scan(statements, target, context, resource, principal.caller, service)
     resource_type = KEY if key_policy else RESOURCE
     if identity.deny:
         return Decision(False, "explicit-deny", IDENTITY, identity.deny, tuple(identity.denying_unknowns))

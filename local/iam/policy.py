@@ -21,7 +21,7 @@ in a Deny it counts as applying. `not_evaluated(policy)` lists these for the run
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,13 +111,14 @@ class Decision:
 class _Side:
     """What one side's policies (identity, or the resource's) say about the request."""
 
-    __slots__ = ("allow", "delegate", "deny", "denying_unknowns", "unknown")
+    __slots__ = ("allow", "delegate", "deny", "denying_unknowns", "unknown", "unknown_statement")
 
     def __init__(self) -> None:
         self.deny: str | None = None
         self.allow: str | None = None  # a statement that grants (resource side: naming the caller)
         self.delegate: str | None = None  # resource side: a statement naming the caller's account
         self.unknown: list[str] = []  # from Allow statements that could not be evaluated
+        self.unknown_statement: str | None = None  # the first of them
         self.denying_unknowns: list[str] = []
 
 
@@ -145,6 +146,7 @@ def _scan(
             return
         if outcome is Outcome.UNKNOWN:
             side.unknown.extend(unknowns)
+            side.unknown_statement = side.unknown_statement or statement.label
         elif reach is Reach.DIRECT:
             side.allow = side.allow or statement.label
         else:
@@ -182,6 +184,7 @@ def _identity_side(principal: Principal, action: str, target: str, context: Cont
             return identity
     if principal.not_evaluated_policies:
         identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+        identity.unknown_statement = identity.unknown_statement or principal.not_evaluated_policies[0]
     return identity
 
 
@@ -218,7 +221,7 @@ def evaluate(
         return Decision(True, "allowed", RESOURCE, resource.allow)
     if identity.allow:
         return Decision(True, "allowed", IDENTITY, identity.allow)
-    return _missing(IDENTITY, identity.unknown + resource.unknown)
+    return _missing(IDENTITY, identity, resource)
 
 
 def _both(identity: _Side, resource: _Side, resource_type: str, direct_grants: bool) -> Decision:
@@ -228,15 +231,18 @@ def _both(identity: _Side, resource: _Side, resource_type: str, direct_grants: b
         return Decision(True, "allowed", resource_type, resource.allow)
     granted = resource.allow or resource.delegate
     if not granted:
-        return _missing(resource_type, resource.unknown)
+        return _missing(resource_type, resource)
     if identity.allow:
         return Decision(True, "allowed", resource_type, granted)
-    return _missing(IDENTITY, identity.unknown)
+    return _missing(IDENTITY, identity)
 
 
-def _missing(policy_type: str, unknown: list[str]) -> Decision:
+def _missing(policy_type: str, *sides: _Side) -> Decision:
+    """No allow: "not-evaluated" when an Allow that could have granted was not evaluated."""
+    unknown = tuple(item for side in sides for item in side.unknown)
     if unknown:
-        return Decision(False, "not-evaluated", policy_type, unknown[0].rsplit(" in ", 1)[-1], tuple(unknown))
+        first = next(side.unknown_statement for side in sides if side.unknown_statement)
+        return Decision(False, "not-evaluated", policy_type, first, unknown)
     return Decision(False, "no-allow", policy_type, None)
 
 
@@ -255,10 +261,23 @@ def denial_message(request: Request, decision: Decision) -> str:
     return f"{head} because no {kind} policy allows the {request.action} action"
 
 
-def not_evaluated(policy: Policy) -> list[str]:
+def not_evaluated(policy: Policy, carried: Iterable[str] = ()) -> list[str]:
     """What in the policy this evaluator cannot evaluate, by name and place ("Condition key
-    aws:PrincipalTag/team in <policy name>: <Sid>"): an Allow depending on it never grants."""
-    return list(policy.compiled.static_unknowns)
+    aws:PrincipalTag/team in <policy name>: <Sid>"): an Allow depending on it never grants, a Deny
+    depending on it always applies. `carried`: condition keys the runtime's requests carry beyond
+    `KNOWN_CONDITION_KEYS` and `REQUEST_CONDITION_KEYS` (a service's own keys it fills)."""
+    extra = {key.lower() for key in carried}
+    if not extra:
+        return list(policy.compiled.static_unknowns)
+    return [item for item in policy.compiled.static_unknowns if not _names_carried_key(item, extra)]
+
+
+def _names_carried_key(item: str, carried: set[str]) -> bool:
+    for prefix in ("Condition key ", "Policy variable ${"):
+        if item.startswith(prefix):
+            key = item[len(prefix) :].split(" in ", 1)[0].rstrip("}").split(",", 1)[0].strip()
+            return key.lower() in carried
+    return False
 
 
 __all__ = [

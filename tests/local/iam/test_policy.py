@@ -300,3 +300,58 @@ def test_wildcard_matcher_agrees_with_fnmatch(pattern: str, value: str) -> None:
     `fnmatch.fnmatchcase` with its `[` sets escaped."""
     reference = fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
     assert bool(wildcard_regex(pattern).fullmatch(value)) is reference
+
+
+def test_property_3_not_evaluated_leaves_out_keys_the_runtime_carries() -> None:
+    policy = Policy(
+        "P", {"Statement": [TAGGED, {**TAGGED, "Sid": "Ns", "Condition": {"StringEquals": {"x:Ns": "a"}}}]}
+    )
+    assert not_evaluated(policy, carried=["AWS:PrincipalTag/team"]) == ["Condition key x:Ns in P: Ns"]
+    federated = {
+        "Effect": "Allow",
+        "Principal": {"Federated": "cognito-identity.amazonaws.com"},
+        "Action": "s3:*",
+    }
+    assert not_evaluated(Policy("bucket policy of B", {"Statement": [federated]})) == [
+        "Principal Federated: cognito-identity.amazonaws.com in bucket policy of B: Statement[0]"
+    ]
+
+
+def test_condition_key_names_are_case_insensitive() -> None:
+    """https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition.html
+    ("Condition key names are not case-sensitive")."""
+    statement = {
+        "Effect": "Allow",
+        "Action": "sqs:SendMessage",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"AWS:sourceaccount": OTHER}},
+    }
+    assert evaluate(
+        Request(sink_role(statement), "sqs:SendMessage", QUEUE, {"aws:SourceAccount": OTHER})
+    ).allowed
+
+
+def test_not_principal_deny_leaves_out_only_a_caller_whose_every_name_is_listed() -> None:
+    """https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_notprincipal.html
+    (with Deny, list the account as well as the role and its session, or the account's deny applies)."""
+    caller = sink_role({"Effect": "Allow", "Action": "sqs:*", "Resource": "*"})
+    assert caller.session_arn is not None
+
+    def queue(*names: str) -> Policy:
+        deny = {"Effect": "Deny", "NotPrincipal": {"AWS": list(names)}, "Action": "sqs:*", "Resource": QUEUE}
+        return Policy("queue policy of Orders", {"Statement": [deny]})
+
+    request = Request(caller, "sqs:SendMessage", QUEUE)
+    assert evaluate(request, queue(caller.arn)).reason == "explicit-deny"
+    assert evaluate(request, queue(caller.arn, caller.session_arn)).reason == "explicit-deny"
+    assert evaluate(request, queue(ACCOUNT, caller.arn, caller.session_arn)).allowed
+    allow_all_but = {
+        "Effect": "Allow",
+        "NotPrincipal": {"AWS": f"arn:aws:iam::{ACCOUNT}:role/Admin"},
+        "Action": "sqs:SendMessage",
+        "Resource": QUEUE,
+    }
+    bare = Principal(caller.arn, ACCOUNT, session_arn=caller.session_arn)
+    assert evaluate(
+        Request(bare, "sqs:SendMessage", QUEUE), Policy("q", {"Statement": [allow_all_but]})
+    ).allowed

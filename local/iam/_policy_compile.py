@@ -213,6 +213,8 @@ class CompiledPolicy:
 def compile_policy(name: str, document: object) -> CompiledPolicy:
     """Compile a policy document (intrinsics already resolved); nothing in it raises: what cannot be
     evaluated is recorded, and refused at evaluation."""
+    if isinstance(document, Mapping) and document.get("Version") != "2012-10-17":
+        document = _without_variables(document)
     raw_statements = as_list(document.get("Statement", [])) if isinstance(document, Mapping) else []
     statements: list[Statement] = []
     listed: list[str] = []
@@ -223,6 +225,18 @@ def compile_policy(name: str, document: object) -> CompiledPolicy:
         statements.append(statement)
         listed.extend(f"{item} in {statement.label}" for item in static)
     return CompiledPolicy(name, statements, listed)
+
+
+def _without_variables(value: Any) -> Any:
+    """Before policy language version 2012-10-17 a `${...}` is literal text, not a variable (IAM
+    "Version" element): written as `${$}{...}`, which the templates read as that text."""
+    if isinstance(value, str):
+        return value.replace("${", "${$}{")
+    if isinstance(value, Mapping):
+        return {key: _without_variables(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_variables(item) for item in value]
+    return value
 
 
 def _statement(name: str, index: int, raw: object) -> tuple[Statement, list[str]]:

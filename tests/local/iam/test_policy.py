@@ -24,7 +24,11 @@ def sink_role(*statements: dict[str, Any], account: str = ACCOUNT, **fields: Any
     return Principal(
         arn=f"arn:aws:iam::{account}:role/EventSinkRole",
         account=account,
-        policies=(Policy("EventSinkRoleDefaultPolicyAB12", {"Statement": list(statements)}),),
+        policies=(
+            Policy(
+                "EventSinkRoleDefaultPolicyAB12", {"Version": "2012-10-17", "Statement": list(statements)}
+            ),
+        ),
         session_arn=f"arn:aws:sts::{account}:assumed-role/EventSinkRole/event-sink",
         **fields,
     )
@@ -138,6 +142,7 @@ def test_property_3_not_evaluated_names_an_unknown_operator_key_element_and_vari
     policy = Policy(
         "EventSinkRoleDefaultPolicyAB12",
         {
+            "Version": "2012-10-17",
             "Statement": [
                 TAGGED,
                 {
@@ -154,7 +159,7 @@ def test_property_3_not_evaluated_names_an_unknown_operator_key_element_and_vari
                     "Resource": "arn:aws:s3:::b/${aws:userid}/*",
                 },
                 {"Sid": "Fine", "Effect": "Allow", "Action": "sqs:*", "Resource": "*"},
-            ]
+            ],
         },
     )
     assert not_evaluated(policy) == [
@@ -255,7 +260,9 @@ def test_policy_variables_are_filled_from_the_request() -> None:
     home = {"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::home/${aws:username}/*"}
     literal = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::odd/${*}${?}${$}"}
     user = Principal(
-        f"arn:aws:iam::{ACCOUNT}:user/ana", ACCOUNT, (Policy("Home", {"Statement": [home, literal]}),)
+        f"arn:aws:iam::{ACCOUNT}:user/ana",
+        ACCOUNT,
+        (Policy("Home", {"Version": "2012-10-17", "Statement": [home, literal]}),),
     )
     assert evaluate(Request(user, "s3:PutObject", "arn:aws:s3:::home/ana/notes.txt")).allowed
     assert not evaluate(Request(user, "s3:PutObject", "arn:aws:s3:::home/bob/notes.txt")).allowed
@@ -355,3 +362,15 @@ def test_not_principal_deny_leaves_out_only_a_caller_whose_every_name_is_listed(
     assert evaluate(
         Request(bare, "sqs:SendMessage", QUEUE), Policy("q", {"Statement": [allow_all_but]})
     ).allowed
+
+
+def test_policy_variables_are_literal_text_before_version_2012_10_17() -> None:
+    """https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_version.html
+    (without "Version": "2012-10-17", variables such as ${aws:username} are treated as literal strings)."""
+    home = {"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::home/${aws:username}/*"}
+    for version, literal_allowed, ana_allowed in (("2008-10-17", True, False), ("2012-10-17", False, True)):
+        policy = Policy("Home", {"Version": version, "Statement": [home]})
+        user = Principal(f"arn:aws:iam::{ACCOUNT}:user/ana", ACCOUNT, (policy,))
+        literal = Request(user, "s3:GetObject", "arn:aws:s3:::home/${aws:username}/x")
+        assert evaluate(literal).allowed is literal_allowed
+        assert evaluate(Request(user, "s3:GetObject", "arn:aws:s3:::home/ana/x")).allowed is ana_allowed

@@ -173,6 +173,20 @@ def _account_of(resource: str, principal: Principal) -> str:
 _ACCOUNTS: dict[str, str] = {}  # resource ARN -> its account ("" when it names none)
 
 
+_NO_RESOURCE_POLICY = _Side()  # read only: the resource side when there is no resource policy
+_ALLOWED: dict[tuple[str, str], Decision] = {}
+
+
+def _allowed(policy_type: str, statement: str) -> Decision:
+    """The (immutable) allowed decision of a statement, made once."""
+    decision = _ALLOWED.get((policy_type, statement))
+    if decision is None:
+        decision = Decision(True, "allowed", policy_type, statement)
+        if len(_ALLOWED) < 65536:
+            _ALLOWED[(policy_type, statement)] = decision
+    return decision
+
+
 def _identity_side(principal: Principal, action: str, target: str, context: Context) -> _Side:
     identity = _Side()
     if principal.root:
@@ -201,8 +215,9 @@ def evaluate(
         keys = {**keys, "aws:principalisawsservice": "true", "aws:principalservicename": service}
     context = Context(request.context, keys)
     target = request.resource
-    identity, resource = _identity_side(principal, action, target, context), _Side()
+    identity, resource = _identity_side(principal, action, target, context), _NO_RESOURCE_POLICY
     if resource_policy is not None and not identity.deny:
+        resource = _Side()
         statements = resource_policy.compiled.applicable(action, target)
         _scan(statements, target, context, resource, principal.caller, service)
     resource_type = KEY if key_policy else RESOURCE
@@ -218,9 +233,9 @@ def evaluate(
             identity, resource, resource_type, resource_policy is not None and key_policy and same_account
         )
     if resource.allow:
-        return Decision(True, "allowed", RESOURCE, resource.allow)
+        return _allowed(RESOURCE, resource.allow)
     if identity.allow:
-        return Decision(True, "allowed", IDENTITY, identity.allow)
+        return _allowed(IDENTITY, identity.allow)
     return _missing(IDENTITY, identity, resource)
 
 
@@ -228,12 +243,12 @@ def _both(identity: _Side, resource: _Side, resource_type: str, direct_grants: b
     """The resource's policy must allow (a KMS key's naming the caller itself grants on its own, in
     the key's account); naming the account, or across accounts, the identity policies must allow too."""
     if resource.allow and direct_grants:
-        return Decision(True, "allowed", resource_type, resource.allow)
+        return _allowed(resource_type, resource.allow)
     granted = resource.allow or resource.delegate
     if not granted:
         return _missing(resource_type, resource)
     if identity.allow:
-        return Decision(True, "allowed", resource_type, granted)
+        return _allowed(resource_type, granted)
     return _missing(IDENTITY, identity)
 
 

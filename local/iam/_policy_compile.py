@@ -55,7 +55,11 @@ class _Principals:
     services: set[str] = field(default_factory=set)
 
     def reach(self, caller: Caller, service: str | None) -> Reach:
-        if self.anyone or caller.names & self.arns or (service is not None and service in self.services):
+        if (
+            self.anyone
+            or not caller.names.isdisjoint(self.arns)
+            or (service is not None and service in self.services)
+        ):
             return Reach.DIRECT
         return Reach.ACCOUNT if caller.account in self.accounts else Reach.NONE
 
@@ -67,7 +71,7 @@ class _Principals:
         return caller.account in self.accounts and (caller.root or caller.names <= self.arns)
 
     def lists_any_of(self, caller: Caller) -> bool:
-        return self.anyone or bool(caller.names & self.arns) or caller.account in self.accounts
+        return self.anyone or not caller.names.isdisjoint(self.arns) or caller.account in self.accounts
 
 
 def _principals(element: object, problems: list[str]) -> _Principals:

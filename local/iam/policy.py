@@ -258,7 +258,10 @@ def _missing(policy_type: str, *sides: _Side) -> Decision:
     if unknown:
         first = next(side.unknown_statement for side in sides if side.unknown_statement)
         return Decision(False, "not-evaluated", policy_type, first, unknown)
-    return Decision(False, "no-allow", policy_type, None)
+    return _NO_ALLOW[policy_type]
+
+
+_NO_ALLOW = {kind: Decision(False, "no-allow", kind, None) for kind in (IDENTITY, RESOURCE, KEY)}
 
 
 def denial_message(request: Request, decision: Decision) -> str:

@@ -46,6 +46,10 @@ class Policy:
     def __post_init__(self) -> None:
         object.__setattr__(self, "compiled", compile_policy(self.name, self.document))
 
+    def __reduce__(self) -> tuple[type[Policy], tuple[str, Mapping[str, Any]]]:
+        # the compiled form holds closures: a copy in another process compiles its own
+        return (Policy, (self.name, self.document))
+
 
 @dataclass(frozen=True)
 class Principal:

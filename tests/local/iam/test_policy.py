@@ -4,6 +4,7 @@ property 3), policy variables, and the wildcard matcher against a reference."""
 from __future__ import annotations
 
 import fnmatch
+import pickle
 from typing import Any
 
 import pytest
@@ -374,3 +375,13 @@ def test_policy_variables_are_literal_text_before_version_2012_10_17() -> None:
         literal = Request(user, "s3:GetObject", "arn:aws:s3:::home/${aws:username}/x")
         assert evaluate(literal).allowed is literal_allowed
         assert evaluate(Request(user, "s3:GetObject", "arn:aws:s3:::home/ana/x")).allowed is ana_allowed
+
+
+def test_a_principal_crosses_to_another_process_and_recompiles_its_policies() -> None:
+    """The runtime may build principals in one process and authorize in another (pickle)."""
+    caller = sink_role(TAGGED, GROUP_GRANTS)
+    copy = pickle.loads(pickle.dumps(caller))
+    assert copy == caller
+    assert copy.policies[0].compiled is not caller.policies[0].compiled
+    assert evaluate(Request(copy, "dynamodb:PutItem", TABLE)).allowed
+    assert not_evaluated(copy.policies[0]) == not_evaluated(caller.policies[0])

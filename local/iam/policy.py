@@ -15,8 +15,18 @@ account and across accounts; the KMS Developer Guide's "Key policies"):
 
 What it cannot evaluate (an unknown element or operator, a condition key or policy variable the request
 does not carry and this evaluator cannot know) it says, and refuses: such a statement never grants;
-in a Deny it counts as applying. `not_evaluated(policy)` lists these for the runtime's start-up and
-`status`. Each policy is compiled once, when its `Policy` is made (`_policy_compile`).
+in a Deny it counts as applying (an invalid Effect too: it is read as a Deny). `not_evaluated(policy)`
+lists these for the runtime's start-up and `status`. Each policy is compiled once, when its `Policy` is
+made (`_policy_compile`).
+
+Condition keys: the evaluator fills the principal's (`aws:PrincipalArn`, `aws:PrincipalAccount`,
+`aws:PrincipalOrgID`, `aws:PrincipalType`, `aws:username` of a user, `aws:RequestedRegion`,
+`kms:CallerAccount`; a request cannot set them); the request context carries the rest. A key absent
+from it is absent as AWS would see it only if it is in `KNOWN_CONDITION_KEYS` (a service's keys, set
+only when a service calls on someone's behalf); any other absent key (`aws:SecureTransport`, which AWS
+sets on every request, a tag) is not evaluated. `SERVICE_CONTEXT_KEY` in the context says the caller
+is that AWS service, for `{"Service": ...}` principals. Policy variables are filled in documents of
+Version 2012-10-17 only, as IAM does.
 """
 
 from __future__ import annotations

@@ -55,7 +55,11 @@ class _Principals:
     services: set[str] = field(default_factory=set)
 
     def reach(self, caller: Caller, service: str | None) -> Reach:
-        if self.anyone or caller.names & self.arns or (service is not None and service in self.services):
+        if (
+            self.anyone
+            or not caller.names.isdisjoint(self.arns)
+            or (service is not None and service in self.services)
+        ):
             return Reach.DIRECT
         return Reach.ACCOUNT if caller.account in self.accounts else Reach.NONE
 
@@ -67,7 +71,7 @@ class _Principals:
         return caller.account in self.accounts and (caller.root or caller.names <= self.arns)
 
     def lists_any_of(self, caller: Caller) -> bool:
-        return self.anyone or bool(caller.names & self.arns) or caller.account in self.accounts
+        return self.anyone or not caller.names.isdisjoint(self.arns) or caller.account in self.accounts
 
 
 def _principals(element: object, problems: list[str]) -> _Principals:
@@ -138,14 +142,18 @@ class Statement:
         return Reach.NONE if left_out else Reach.DIRECT
 
     def applies(self, resource: str, context: Context, unknowns: list[str]) -> Outcome:
-        """Whether the statement applies to the resource under the conditions (its action already
-        matched); what it could not evaluate is appended to `unknowns`."""
-        named = self.resources.match(resource, context)
-        if named is None:
-            unknowns.extend(f"{item} in {self.label}" for item in self._resource_variables())
-            return Outcome.UNKNOWN
-        if named == self.not_resource:
-            return Outcome.NO
+        """Whether the statement applies under its conditions; its action, and its resource unless
+        it holds variables, already matched (`CompiledPolicy.applicable`). What it could not
+        evaluate is appended to `unknowns`."""
+        if self.resources.templates:
+            named = self.resources.match(resource, context)
+            if named is None:
+                unknowns.extend(f"{item} in {self.label}" for item in self._resource_variables())
+                return Outcome.UNKNOWN
+            if named == self.not_resource:
+                return Outcome.NO
+        if not self.conditions and not self.problems:
+            return Outcome.YES
         outcome = Outcome.YES
         for clause in self.conditions:
             holds = clause.holds(context)
@@ -169,6 +177,9 @@ def _clause_unknown(clause: Clause, context: Context) -> str:
     return f"Policy variable in {clause.operator} on {clause.key}"
 
 
+_MEMO_ENTRIES = 8192  # (action, resource) pairs remembered per policy; an app has few, S3 keys many
+
+
 @dataclass
 class CompiledPolicy:
     """A policy document, compiled: its statements and what in it cannot be evaluated."""
@@ -177,6 +188,7 @@ class CompiledPolicy:
     statements: list[Statement]
     static_unknowns: list[str]  # for `not_evaluated`: by name and place
     _by_action: dict[str, tuple[Statement, ...]] = field(default_factory=dict)
+    _by_request: dict[tuple[str, str], tuple[Statement, ...]] = field(default_factory=dict)
 
     def for_action(self, action_lower: str) -> tuple[Statement, ...]:
         """The statements whose Action (or NotAction) takes in the action (memoized per action)."""
@@ -186,10 +198,27 @@ class CompiledPolicy:
             self._by_action[action_lower] = found
         return found
 
+    def applicable(self, action_lower: str, resource: str) -> tuple[Statement, ...]:
+        """The statements naming the action and the resource (those whose Resource holds variables
+        are kept, to be matched per request): memoized per (action, resource)."""
+        found = self._by_request.get((action_lower, resource))
+        if found is None:
+            found = tuple(
+                s
+                for s in self.for_action(action_lower)
+                if s.resources.templates or s.resources.match(resource, None) != s.not_resource
+            )
+            if len(self._by_request) >= _MEMO_ENTRIES:
+                self._by_request.clear()
+            self._by_request[(action_lower, resource)] = found
+        return found
+
 
 def compile_policy(name: str, document: object) -> CompiledPolicy:
     """Compile a policy document (intrinsics already resolved); nothing in it raises: what cannot be
     evaluated is recorded, and refused at evaluation."""
+    if isinstance(document, Mapping) and document.get("Version") != "2012-10-17":
+        document = _without_variables(document)
     raw_statements = as_list(document.get("Statement", [])) if isinstance(document, Mapping) else []
     statements: list[Statement] = []
     listed: list[str] = []
@@ -200,6 +229,18 @@ def compile_policy(name: str, document: object) -> CompiledPolicy:
         statements.append(statement)
         listed.extend(f"{item} in {statement.label}" for item in static)
     return CompiledPolicy(name, statements, listed)
+
+
+def _without_variables(value: Any) -> Any:
+    """Before policy language version 2012-10-17 a `${...}` is literal text, not a variable (IAM
+    "Version" element): written as `${$}{...}`, which the templates read as that text."""
+    if isinstance(value, str):
+        return value.replace("${", "${$}{")
+    if isinstance(value, Mapping):
+        return {key: _without_variables(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_variables(item) for item in value]
+    return value
 
 
 def _statement(name: str, index: int, raw: object) -> tuple[Statement, list[str]]:

@@ -190,7 +190,7 @@ class Clause:
 
     def holds(self, context: Context) -> bool | None:
         """Whether the clause holds; None when it depends on something this request does not tell."""
-        values = context.values(self.key_lower)
+        values = context.values(self.key_lower, self.key)
         if isinstance(values, _Unknown):
             return None
         if self.null is not None:
@@ -200,6 +200,9 @@ class Clause:
                 return True
             return False if self.set_operator == "any" else self.negated
         assert self.matcher is not None
+        if self.set_operator is None and len(values) == 1:  # the common case, without lists
+            single = self.matcher(values[0], context)
+            return single if single is None or not self.negated else not single
         results = [self.matcher(value, context) for value in values]
         if self.negated:
             results = [None if r is None else not r for r in results]

@@ -49,6 +49,22 @@ REQUEST_CONDITION_KEYS: Final = frozenset(
     key.lower() for key in ("aws:SecureTransport", "aws:CurrentTime", "aws:EpochTime", "aws:SourceIp")
 )
 
+# The keys the evaluator fills from the principal and the action: never taken from the request.
+EVALUATOR_KEYS: Final = frozenset(
+    key.lower()
+    for key in (
+        "aws:PrincipalArn",
+        "aws:PrincipalAccount",
+        "aws:PrincipalOrgID",
+        "aws:PrincipalType",
+        "aws:PrincipalIsAWSService",
+        "aws:PrincipalServiceName",
+        "aws:username",
+        "aws:RequestedRegion",
+        "kms:CallerAccount",
+    )
+)
+
 REGION: Final = "us-east-1"  # the local runtime's one region (aws:RequestedRegion)
 
 ABSENT: Final = None
@@ -90,14 +106,19 @@ class Context:
         self._principal_keys = principal_keys  # lower-case keys, filled by the evaluator: they win
         self._lowered: dict[str, str | Sequence[str]] | None = None
 
-    def values(self, key_lower: str) -> Values:
-        """The values of a key (lower-case name): a tuple, ABSENT (None) or UNKNOWN."""
+    def values(self, key_lower: str, key: str = "") -> Values:
+        """The values of a key (lower-case name; `key` as the policy writes it, tried first as is):
+        a tuple, ABSENT (None) or UNKNOWN."""
         found = self._principal_keys.get(key_lower)
         if found is not None:
             return (found,)
-        if self._lowered is None:
-            self._lowered = {name.lower(): value for name, value in self._request.items()}
-        value = self._lowered.get(key_lower)
+        if key_lower in EVALUATOR_KEYS:
+            return ABSENT
+        value = self._request.get(key)
+        if value is None:  # condition key names are case-insensitive
+            if self._lowered is None:
+                self._lowered = {name.lower(): value for name, value in self._request.items()}
+            value = self._lowered.get(key_lower)
         if value is None:
             return ABSENT if key_lower in KNOWN_CONDITION_KEYS else UNKNOWN
         if isinstance(value, str):

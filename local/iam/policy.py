@@ -15,13 +15,23 @@ account and across accounts; the KMS Developer Guide's "Key policies"):
 
 What it cannot evaluate (an unknown element or operator, a condition key or policy variable the request
 does not carry and this evaluator cannot know) it says, and refuses: such a statement never grants;
-in a Deny it counts as applying. `not_evaluated(policy)` lists these for the runtime's start-up and
-`status`. Each policy is compiled once, when its `Policy` is made (`_policy_compile`).
+in a Deny it counts as applying (an invalid Effect too: it is read as a Deny). `not_evaluated(policy)`
+lists these for the runtime's start-up and `status`. Each policy is compiled once, when its `Policy` is
+made (`_policy_compile`).
+
+Condition keys: the evaluator fills the principal's (`aws:PrincipalArn`, `aws:PrincipalAccount`,
+`aws:PrincipalOrgID`, `aws:PrincipalType`, `aws:username` of a user, `aws:RequestedRegion`,
+`kms:CallerAccount`; a request cannot set them); the request context carries the rest. A key absent
+from it is absent as AWS would see it only if it is in `KNOWN_CONDITION_KEYS` (a service's keys, set
+only when a service calls on someone's behalf); any other absent key (`aws:SecureTransport`, which AWS
+sets on every request, a tag) is not evaluated. `SERVICE_CONTEXT_KEY` in the context says the caller
+is that AWS service, for `{"Service": ...}` principals. Policy variables are filled in documents of
+Version 2012-10-17 only, as IAM does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +56,10 @@ class Policy:
     def __post_init__(self) -> None:
         object.__setattr__(self, "compiled", compile_policy(self.name, self.document))
 
+    def __reduce__(self) -> tuple[type[Policy], tuple[str, Mapping[str, Any]]]:
+        # the compiled form holds closures: a copy in another process compiles its own
+        return (Policy, (self.name, self.document))
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -60,11 +74,14 @@ class Principal:
     not_evaluated_policies: tuple[str, ...] = ()  # e.g. AWS-managed policies we have no documents of
     caller: Caller = field(init=False, repr=False, compare=False)
     context_keys: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    kms_context_keys: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = frozenset(name for name in (self.arn, self.session_arn) if name)
         object.__setattr__(self, "caller", Caller(self.account, names, self.root))
         object.__setattr__(self, "context_keys", self._context_keys())
+        kms_keys = {**self.context_keys, "kms:calleraccount": self.account}
+        object.__setattr__(self, "kms_context_keys", kms_keys)
 
     def _context_keys(self) -> dict[str, str]:
         """The global condition keys the evaluator adds for this principal (lower-case names)."""
@@ -105,21 +122,28 @@ class Decision:
     not_evaluated: tuple[str, ...] = ()  # what could not be evaluated in statements bearing on it
 
 
-@dataclass
 class _Side:
     """What one side's policies (identity, or the resource's) say about the request."""
 
-    deny: str | None = None
-    allow: str | None = None  # a statement that grants (resource side: naming the caller itself)
-    delegate: str | None = None  # resource side: a statement naming the caller's account
-    unknown: list[str] = field(default_factory=list)  # from Allow statements that could not be evaluated
-    denying_unknowns: list[str] = field(default_factory=list)
+    __slots__ = ("allow", "delegate", "deny", "denying_unknowns", "unknown", "unknown_statement")
+
+    def __init__(self) -> None:
+        self.deny: str | None = None
+        self.allow: str | None = None  # a statement that grants (resource side: naming the caller)
+        self.delegate: str | None = None  # resource side: a statement naming the caller's account
+        self.unknown: list[str] = []  # from Allow statements that could not be evaluated
+        self.unknown_statement: str | None = None  # the first of them
+        self.denying_unknowns: list[str] = []
 
 
 def _scan(
-    statements: tuple[Statement, ...], request: Request, context: Context, side: _Side, caller: Caller | None
+    statements: tuple[Statement, ...],
+    resource: str,
+    context: Context,
+    side: _Side,
+    caller: Caller | None,
+    service: str | None,
 ) -> None:
-    service = _service(request) if caller is not None else None
     for statement in statements:
         reach = Reach.DIRECT
         if caller is not None:  # a resource policy: whom does the statement name?
@@ -127,7 +151,7 @@ def _scan(
             if reach is Reach.NONE:
                 continue
         unknowns: list[str] = []
-        outcome = statement.applies(request.resource, context, unknowns)
+        outcome = statement.applies(resource, context, unknowns)
         if outcome is Outcome.NO:
             continue
         if not statement.allow:  # a Deny that might apply is applied
@@ -136,6 +160,7 @@ def _scan(
             return
         if outcome is Outcome.UNKNOWN:
             side.unknown.extend(unknowns)
+            side.unknown_statement = side.unknown_statement or statement.label
         elif reach is Reach.DIRECT:
             side.allow = side.allow or statement.label
         else:
@@ -149,8 +174,46 @@ def _service(request: Request) -> str | None:
 
 def _account_of(resource: str, principal: Principal) -> str:
     """The account owning the resource ("" in an S3 ARN, or "*": the caller's own)."""
-    parts = resource.split(":", 5)
-    return parts[4] if len(parts) == 6 and parts[4] else principal.account
+    account = _ACCOUNTS.get(resource)
+    if account is None:
+        parts = resource.split(":", 5)
+        account = parts[4] if len(parts) == 6 else ""
+        if len(_ACCOUNTS) >= 8192:
+            _ACCOUNTS.clear()
+        _ACCOUNTS[resource] = account
+    return account or principal.account
+
+
+_ACCOUNTS: dict[str, str] = {}  # resource ARN -> its account ("" when it names none)
+
+
+_NO_RESOURCE_POLICY = _Side()  # read only: the resource side when there is no resource policy
+_ALLOWED: dict[tuple[str, str], Decision] = {}
+
+
+def _allowed(policy_type: str, statement: str) -> Decision:
+    """The (immutable) allowed decision of a statement, made once."""
+    decision = _ALLOWED.get((policy_type, statement))
+    if decision is None:
+        decision = Decision(True, "allowed", policy_type, statement)
+        if len(_ALLOWED) < 65536:
+            _ALLOWED[(policy_type, statement)] = decision
+    return decision
+
+
+def _identity_side(principal: Principal, action: str, target: str, context: Context) -> _Side:
+    identity = _Side()
+    if principal.root:
+        identity.allow = principal.arn
+        return identity
+    for policy in principal.policies:
+        _scan(policy.compiled.applicable(action, target), target, context, identity, None, None)
+        if identity.deny:
+            return identity
+    if principal.not_evaluated_policies:
+        identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+        identity.unknown_statement = identity.unknown_statement or principal.not_evaluated_policies[0]
+    return identity
 
 
 def evaluate(
@@ -159,25 +222,18 @@ def evaluate(
     """Decide the request as AWS would, by the principal's identity policies and the resource's policy
     (`key_policy=True`: it is a KMS key policy, which must allow)."""
     principal = request.principal
-    keys = principal.context_keys
     action = request.action.lower()
+    keys = principal.kms_context_keys if action.startswith("kms:") else principal.context_keys
     service = _service(request)
-    if service is not None or action.startswith("kms:"):
-        keys = {**keys, "kms:calleraccount": principal.account}
-        if service is not None:
-            keys.update({"aws:principalisawsservice": "true", "aws:principalservicename": service})
+    if service is not None:
+        keys = {**keys, "aws:principalisawsservice": "true", "aws:principalservicename": service}
     context = Context(request.context, keys)
-    identity, resource = _Side(), _Side()
-    if principal.root:
-        identity.allow = principal.arn
-    else:
-        for policy in principal.policies:
-            _scan(policy.compiled.for_action(action), request, context, identity, None)
-            if identity.deny:
-                break
-        identity.unknown.extend(f"Policy {name} (not evaluated)" for name in principal.not_evaluated_policies)
+    target = request.resource
+    identity, resource = _identity_side(principal, action, target, context), _NO_RESOURCE_POLICY
     if resource_policy is not None and not identity.deny:
-        _scan(resource_policy.compiled.for_action(action), request, context, resource, principal.caller)
+        resource = _Side()
+        statements = resource_policy.compiled.applicable(action, target)
+        _scan(statements, target, context, resource, principal.caller, service)
     resource_type = KEY if key_policy else RESOURCE
     if identity.deny:
         return Decision(False, "explicit-deny", IDENTITY, identity.deny, tuple(identity.denying_unknowns))
@@ -191,29 +247,35 @@ def evaluate(
             identity, resource, resource_type, resource_policy is not None and key_policy and same_account
         )
     if resource.allow:
-        return Decision(True, "allowed", RESOURCE, resource.allow)
+        return _allowed(RESOURCE, resource.allow)
     if identity.allow:
-        return Decision(True, "allowed", IDENTITY, identity.allow)
-    return _missing(IDENTITY, identity.unknown + resource.unknown)
+        return _allowed(IDENTITY, identity.allow)
+    return _missing(IDENTITY, identity, resource)
 
 
 def _both(identity: _Side, resource: _Side, resource_type: str, direct_grants: bool) -> Decision:
     """The resource's policy must allow (a KMS key's naming the caller itself grants on its own, in
     the key's account); naming the account, or across accounts, the identity policies must allow too."""
     if resource.allow and direct_grants:
-        return Decision(True, "allowed", resource_type, resource.allow)
+        return _allowed(resource_type, resource.allow)
     granted = resource.allow or resource.delegate
     if not granted:
-        return _missing(resource_type, resource.unknown)
+        return _missing(resource_type, resource)
     if identity.allow:
-        return Decision(True, "allowed", resource_type, granted)
-    return _missing(IDENTITY, identity.unknown)
+        return _allowed(resource_type, granted)
+    return _missing(IDENTITY, identity)
 
 
-def _missing(policy_type: str, unknown: list[str]) -> Decision:
+def _missing(policy_type: str, *sides: _Side) -> Decision:
+    """No allow: "not-evaluated" when an Allow that could have granted was not evaluated."""
+    unknown = tuple(item for side in sides for item in side.unknown)
     if unknown:
-        return Decision(False, "not-evaluated", policy_type, unknown[0].rsplit(" in ", 1)[-1], tuple(unknown))
-    return Decision(False, "no-allow", policy_type, None)
+        first = next(side.unknown_statement for side in sides if side.unknown_statement)
+        return Decision(False, "not-evaluated", policy_type, first, unknown)
+    return _NO_ALLOW[policy_type]
+
+
+_NO_ALLOW = {kind: Decision(False, "no-allow", kind, None) for kind in (IDENTITY, RESOURCE, KEY)}
 
 
 def denial_message(request: Request, decision: Decision) -> str:
@@ -226,14 +288,28 @@ def denial_message(request: Request, decision: Decision) -> str:
     kind = RESOURCE if decision.policy_type == KEY else decision.policy_type
     head = f"User: {who} is not authorized to perform: {request.action} on resource: {request.resource}"
     if decision.reason == "explicit-deny":
-        return f"{head} with an explicit deny in a {kind} policy"
+        article = "an" if kind[0] in "aeiou" else "a"  # "an identity-based", "a resource-based"
+        return f"{head} with an explicit deny in {article} {kind} policy"
     return f"{head} because no {kind} policy allows the {request.action} action"
 
 
-def not_evaluated(policy: Policy) -> list[str]:
+def not_evaluated(policy: Policy, carried: Iterable[str] = ()) -> list[str]:
     """What in the policy this evaluator cannot evaluate, by name and place ("Condition key
-    aws:PrincipalTag/team in <policy name>: <Sid>"): an Allow depending on it never grants."""
-    return list(policy.compiled.static_unknowns)
+    aws:PrincipalTag/team in <policy name>: <Sid>"): an Allow depending on it never grants, a Deny
+    depending on it always applies. `carried`: condition keys the runtime's requests carry beyond
+    `KNOWN_CONDITION_KEYS` and `REQUEST_CONDITION_KEYS` (a service's own keys it fills)."""
+    extra = {key.lower() for key in carried}
+    if not extra:
+        return list(policy.compiled.static_unknowns)
+    return [item for item in policy.compiled.static_unknowns if not _names_carried_key(item, extra)]
+
+
+def _names_carried_key(item: str, carried: set[str]) -> bool:
+    for prefix in ("Condition key ", "Policy variable ${"):
+        if item.startswith(prefix):
+            key = item[len(prefix) :].split(" in ", 1)[0].rstrip("}").split(",", 1)[0].strip()
+            return key.lower() in carried
+    return False
 
 
 __all__ = [

@@ -23,6 +23,11 @@ from .calls import Need, UnknownResource, Where
 
 __all__ = ["needs", "stream_of_iterator"]
 
+#: Kinesis operations newer than the Service Authorization Reference this was written from (their
+#: resource type is not documented there): not modelled, the enforcer lists them.
+_UNMODELLED = frozenset(
+    {"CreateChannel", "DeleteChannel", "DescribeChannel", "ListChannels", "UpdateChannel"}
+)
 _STAR = frozenset({"ListStreams", "DescribeLimits", "DescribeAccountSettings", "UpdateAccountSettings"})
 _CONSUMER_OPS = frozenset({"SubscribeToShard", "DescribeStreamConsumer", "DeregisterStreamConsumer"})
 _WRITES = frozenset({"PutRecord", "PutRecords"})
@@ -51,7 +56,9 @@ def _stream(params: dict[str, Any], where: Where) -> str | None:
 
 def needs(
     operation: str, params: dict[str, Any], request: Any, where: Where
-) -> tuple[list[Need], list[tuple[str, str]], dict[str, str]]:
+) -> tuple[list[Need], list[tuple[str, str]], dict[str, str]] | None:
+    if operation in _UNMODELLED:
+        return None
     action = f"kinesis:{operation}"
     touched: str | None = None
     if operation in _STAR:

@@ -18,15 +18,20 @@ Out = tuple[list[Need], list[tuple[str, str]], dict[str, str]]
 # (https://docs.aws.amazon.com/kms/latest/developerguide/alias-authorization.html: "aliases don't
 # grant access to the key"), so an alias names the alias ARN and, when the caller can resolve it,
 # the key ARN too.
+#: No resource type in the reference: key stores, key listing, randomness.
 _KMS_STAR = frozenset(
     {
         "CreateKey",
         "ListKeys",
         "ListAliases",
         "GenerateRandom",
-        "ConnectCustomKeyStore",
-        "DescribeCustomKeyStores",
         "ListRetirableGrants",
+        "CreateCustomKeyStore",
+        "ConnectCustomKeyStore",
+        "DeleteCustomKeyStore",
+        "DescribeCustomKeyStores",
+        "DisconnectCustomKeyStore",
+        "UpdateCustomKeyStore",
     }
 )
 

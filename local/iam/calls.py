@@ -74,8 +74,10 @@ _IAM_PREFIX = {"monitoring": "cloudwatch", "execute-api": "execute-api"}
 
 #: (service model name, per-operation mapper) per IAM prefix with its own module; a mapper takes
 #: (operation, params, request, where) and answers (needs, touches, extra context).
+#: A mapper answers None for an operation it was not written for (an API newer than its sources):
+#: the call is then `modelled=False`.
 Mapper = Callable[
-    [str, dict[str, Any], Request, "Where"], tuple[list[Need], list[tuple[str, str]], dict[str, str]]
+    [str, dict[str, Any], Request, "Where"], tuple[list[Need], list[tuple[str, str]], dict[str, str]] | None
 ]
 
 
@@ -150,7 +152,11 @@ def call_of(
         )
     operation, protocol, params = found
     mapper = _mapper(prefix)
-    if mapper is None:
+    where = Where(account, region)
+    if aliases:
+        params = {**params, "__aliases__": aliases}
+    mapped = mapper(operation, params, request, where) if mapper is not None else None
+    if mapped is None:
         return Call(
             prefix,
             operation,
@@ -160,10 +166,7 @@ def call_of(
             protocol=protocol,
             account=account,
         )
-    where = Where(account, region)
-    if aliases:
-        params = {**params, "__aliases__": aliases}
-    needs, touches, extra = mapper(operation, params, request, where)
+    needs, touches, extra = mapped
     context.update(extra)
     return Call(
         prefix,

@@ -22,6 +22,7 @@ Models and lookup tables are built once per signing service, on its first reques
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -191,9 +192,16 @@ def _request_context(
         "aws:SourceIp": source_ip,
         # the region the request is signed for (its credential scope), the endpoint's when unsigned
         "aws:RequestedRegion": _scope_region(headers) or region,
-        "aws:CurrentTime": datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "aws:CurrentTime": _iso_second(int(moment)),
         "aws:EpochTime": str(int(moment)),
     }
+
+
+@functools.lru_cache(maxsize=4)
+def _iso_second(epoch: int) -> str:
+    """ISO 8601 of a second (cached: every request of one second shares it; strftime is most of the
+    context's cost)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _scope_region(headers: Mapping[str, str]) -> str:

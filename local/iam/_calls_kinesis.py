@@ -10,18 +10,21 @@ ListStreamConsumers on the stream; ListStreams, DescribeLimits, account settings
 
 GetRecords names its stream only inside the shard iterator: the local endpoint issues moto's
 iterator, `base64("<stream>:<shard>:<sequence>[:<issued ms>]")`
-(`local.endpoint.kinesis.fixes._compose_shard_iterator`), decoded here.
+(`local.endpoint.kinesis.fixes._compose_shard_iterator`), decoded here. A ListShards page continued
+by NextToken alone names it inside the token, the local endpoint's `urlsafe_base64(JSON)` with the
+first request's `arn` and `name` (`local.endpoint.kinesis.responses.list_shards`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Any
 
 from .calls import Need, UnknownResource, Where
 
-__all__ = ["needs", "stream_of_iterator"]
+__all__ = ["needs", "stream_of_iterator", "stream_of_list_token"]
 
 #: Kinesis operations newer than the Service Authorization Reference this was written from (their
 #: resource type is not documented there): not modelled, the enforcer lists them.
@@ -44,6 +47,19 @@ def stream_of_iterator(iterator: str) -> str:
     if len(parts) < 3 or not parts[0] or parts[0] == "None":
         raise UnknownResource("GetRecords: the ShardIterator names no stream")
     return parts[0]
+
+
+def stream_of_list_token(token: str, where: Where) -> str:
+    """The stream ARN inside a local ListShards NextToken (`UnknownResource` if it is not one)."""
+    try:
+        request = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (binascii.Error, UnicodeError, ValueError):
+        request = None
+    if isinstance(request, dict) and request.get("arn"):
+        return str(request["arn"])
+    if isinstance(request, dict) and request.get("name"):
+        return where.arn("kinesis", f"stream/{request['name']}")
+    raise UnknownResource("ListShards: the NextToken is not one the local endpoint issued")
 
 
 def _stream(params: dict[str, Any], where: Where) -> str | None:
@@ -80,8 +96,9 @@ def needs(
         resource = str(params["ResourceARN"])
     else:
         stream = _stream(params, where)
+        if stream is None and operation == "ListShards" and params.get("NextToken"):
+            stream = stream_of_list_token(str(params["NextToken"]), where)
         if stream is None:
-            # ListShards continued by NextToken alone (the token holds the stream, opaque here)
             raise UnknownResource(f"{operation} names no stream (StreamName/StreamARN absent)")
         resource = stream
         touched = stream

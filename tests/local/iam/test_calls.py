@@ -258,9 +258,10 @@ def test_property_2_subscribe_to_shard_needs_the_consumer_arn() -> None:
 def test_property_2_get_records_reads_its_stream_from_the_local_endpoints_iterator(
     local_endpoint: str,
 ) -> None:
-    """The iterator is the local endpoint's own, issued by a real GetShardIterator."""
+    """The iterator and the ListShards page token are the local endpoint's own, issued by a real
+    GetShardIterator and ListShards."""
     kinesis = _client("kinesis", local_endpoint)
-    kinesis.create_stream(StreamName="calls-iter", ShardCount=1)
+    kinesis.create_stream(StreamName="calls-iter", ShardCount=2)
     kinesis.get_waiter("stream_exists").wait(StreamName="calls-iter", WaiterConfig={"Delay": 0.1})
     iterator = kinesis.get_shard_iterator(
         StreamName="calls-iter", ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON"
@@ -268,6 +269,11 @@ def test_property_2_get_records_reads_its_stream_from_the_local_endpoints_iterat
     call = case("kinesis", "get_records", ShardIterator=iterator)
     assert pairs(call) == [("kinesis:GetRecords", f"{STREAM}/calls-iter")]
     assert call.touches == ((f"{STREAM}/calls-iter", "read"),)
+    token = kinesis.list_shards(StreamName="calls-iter", MaxResults=1)["NextToken"]
+    page = signed("kinesis", "list_shards", NextToken=token)
+    assert pairs(page) == [("kinesis:ListShards", f"{STREAM}/calls-iter")]
+    with pytest.raises(UnknownResource, match="NextToken"):
+        signed("kinesis", "list_shards", NextToken="not-a-token")
 
 
 def test_property_2_get_records_with_an_iterator_it_cannot_read_is_unknown_not_star() -> None:

@@ -131,7 +131,8 @@ def call_of(
     now: float | None = None,
     aliases: Mapping[str, str] = _EMPTY,
 ) -> Call:
-    """The `Call` a verified request makes. `headers` are matched case-insensitively; `aliases`
+    """The `Call` a verified request makes. `headers` are matched case-insensitively and should
+    include `Host` (S3's virtual-host style names the bucket there); `aliases`
     maps a KMS alias name (`alias/x`) to its key id or ARN where the caller knows it; `now` is the
     clock (epoch seconds) for aws:CurrentTime and aws:EpochTime, the wall clock when None."""
     lowered = {k.lower(): v for k, v in headers.items()}

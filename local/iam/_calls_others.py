@@ -47,37 +47,44 @@ def _key(where: Where, key_id: str, aliases: Mapping[str, str]) -> list[str]:
     return [where.arn("kms", f"key/{key_id}")]
 
 
+def _kms_context(params: dict[str, Any], where: Where) -> dict[str, str]:
+    """kms:CallerAccount (the endpoint serves one account) and kms:EncryptionContext:<key> of the
+    request (https://docs.aws.amazon.com/kms/latest/developerguide/conditions-kms.html)."""
+    context = {"kms:CallerAccount": where.account}
+    encryption = params.get("EncryptionContext")
+    if isinstance(encryption, dict):
+        context.update({f"kms:EncryptionContext:{k}": str(v) for k, v in encryption.items()})
+        context["kms:EncryptionContextKeys"] = ",".join(sorted(encryption))
+    return context
+
+
 def _kms(operation: str, params: dict[str, Any], request: Any, where: Where) -> Out:
+    out = _kms_needs(operation, params, where)
+    return out, [], _kms_context(params, where)
+
+
+def _kms_needs(operation: str, params: dict[str, Any], where: Where) -> list[Need]:
     aliases: Mapping[str, str] = params.get("__aliases__", {})
     action = f"kms:{operation}"
     if operation in _KMS_STAR:
-        return [Need(action, "*")], [], {}
+        return [Need(action, "*")]
     if operation == "ReEncrypt":
         source = params.get("SourceKeyId")
         if not source:
             raise UnknownResource("ReEncrypt without SourceKeyId: the source key is inside the ciphertext")
-        return (
-            [Need("kms:ReEncryptFrom", r) for r in _key(where, str(source), aliases)]
-            + [
-                Need("kms:ReEncryptTo", r)
-                for r in _key(where, str(params.get("DestinationKeyId", "")), aliases)
-            ],
-            [],
-            {},
-        )
+        return [Need("kms:ReEncryptFrom", r) for r in _key(where, str(source), aliases)] + [
+            Need("kms:ReEncryptTo", r) for r in _key(where, str(params.get("DestinationKeyId", "")), aliases)
+        ]
     if operation in ("CreateAlias", "UpdateAlias"):  # on the alias and on the key it points to
-        return (
-            [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), {})]
-            + [Need(action, r) for r in _key(where, str(params.get("TargetKeyId", "")), aliases)],
-            [],
-            {},
-        )
+        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), {})] + [
+            Need(action, r) for r in _key(where, str(params.get("TargetKeyId", "")), aliases)
+        ]
     if operation == "DeleteAlias":
-        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), aliases)], [], {}
+        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), aliases)]
     key_id = params.get("KeyId")
     if not key_id:
         raise UnknownResource(f"KMS {operation} without KeyId: the key is inside the ciphertext")
-    return [Need(action, r) for r in _key(where, str(key_id), aliases)], [], {}
+    return [Need(action, r) for r in _key(where, str(key_id), aliases)]
 
 
 # -- CloudWatch Logs: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatchlogs.html

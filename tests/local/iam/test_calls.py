@@ -497,6 +497,31 @@ def test_property_2_request_context_keys() -> None:
     }
 
 
+def test_property_2_service_condition_keys_the_request_carries() -> None:
+    listed = signed("s3", "list_objects_v2", Bucket="dlq", Prefix="batches/", Delimiter="/")
+    assert (listed.context["s3:prefix"], listed.context["s3:delimiter"]) == ("batches/", "/")
+    put = signed(
+        "s3",
+        "put_object",
+        Bucket="dlq",
+        Key="k",
+        Body=b"x",
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId="arn:aws:kms:us-east-1:000000000000:key/k",
+    )
+    assert put.context["s3:x-amz-server-side-encryption"] == "aws:kms"
+    assert (
+        put.context["s3:x-amz-server-side-encryption-aws-kms-key-id"]
+        == "arn:aws:kms:us-east-1:000000000000:key/k"
+    )
+    encrypted = signed("kms", "encrypt", KeyId="k", Plaintext=b"x", EncryptionContext={"stream": "events"})
+    assert encrypted.context["kms:EncryptionContext:stream"] == "events"
+    assert encrypted.context["kms:CallerAccount"] == ACCOUNT
+    assert "kms:ViaService" not in encrypted.context  # a direct call: no service on the caller's behalf
+    updated = signed("dynamodb", "update_item", TableName="t", Key=KEY, ReturnValues="ALL_NEW")
+    assert updated.context["dynamodb:ReturnValues"] == "ALL_NEW"
+
+
 # -- KMS through the service ------------------------------------------------------------------------
 
 KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/k"

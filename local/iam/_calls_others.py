@@ -3,6 +3,9 @@ authorizes them on (each service's Service Authorization Reference page, cited p
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +37,21 @@ _KMS_STAR = frozenset(
         "UpdateCustomKeyStore",
     }
 )
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _key_of_ciphertext(blob: object, operation: str) -> str:
+    """The key id inside a ciphertext the local endpoint made: moto's blob starts with the key's
+    36-character id (`moto.kms.utils._serialize_ciphertext_blob`); AWS's is opaque to the caller."""
+    try:
+        raw = base64.b64decode(str(blob), validate=True)[:36]
+    except (ValueError, binascii.Error):
+        raw = b""
+    if _UUID.fullmatch(raw) is None:
+        raise UnknownResource(f"KMS {operation} without KeyId: the ciphertext names no key the endpoint made")
+    return raw.decode("ascii")
 
 
 def _key(where: Where, key_id: str, aliases: Mapping[str, str]) -> list[str]:
@@ -69,9 +87,7 @@ def _kms_needs(operation: str, params: dict[str, Any], where: Where) -> list[Nee
     if operation in _KMS_STAR:
         return [Need(action, "*")]
     if operation == "ReEncrypt":
-        source = params.get("SourceKeyId")
-        if not source:
-            raise UnknownResource("ReEncrypt without SourceKeyId: the source key is inside the ciphertext")
+        source = params.get("SourceKeyId") or _key_of_ciphertext(params.get("CiphertextBlob"), operation)
         return [Need("kms:ReEncryptFrom", r) for r in _key(where, str(source), aliases)] + [
             Need("kms:ReEncryptTo", r) for r in _key(where, str(params.get("DestinationKeyId", "")), aliases)
         ]
@@ -82,8 +98,10 @@ def _kms_needs(operation: str, params: dict[str, Any], where: Where) -> list[Nee
     if operation == "DeleteAlias":
         return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), aliases)]
     key_id = params.get("KeyId")
+    if not key_id and operation == "Decrypt":
+        key_id = _key_of_ciphertext(params.get("CiphertextBlob"), operation)
     if not key_id:
-        raise UnknownResource(f"KMS {operation} without KeyId: the key is inside the ciphertext")
+        raise UnknownResource(f"KMS {operation} names no key (KeyId absent)")
     return [Need(action, r) for r in _key(where, str(key_id), aliases)]
 
 

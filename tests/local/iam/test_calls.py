@@ -276,6 +276,15 @@ def test_property_2_get_records_reads_its_stream_from_the_local_endpoints_iterat
         signed("kinesis", "list_shards", NextToken="not-a-token")
 
 
+@pytest.mark.integration
+def test_property_2_decrypt_names_the_key_inside_the_local_endpoints_ciphertext(local_endpoint: str) -> None:
+    kms = _client("kms", local_endpoint)
+    key = kms.create_key()["KeyMetadata"]
+    blob = kms.encrypt(KeyId=key["KeyId"], Plaintext=b"secret")["CiphertextBlob"]
+    call = signed("kms", "decrypt", CiphertextBlob=blob)
+    assert pairs(call) == [("kms:Decrypt", key["Arn"])]
+
+
 def test_property_2_get_records_with_an_iterator_it_cannot_read_is_unknown_not_star() -> None:
     with pytest.raises(UnknownResource, match="ShardIterator"):
         signed("kinesis", "get_records", ShardIterator="not-an-iterator!")
@@ -422,7 +431,7 @@ def test_property_2_lambda_xray_cloudwatch_logs_kms() -> None:
         ("kms:GenerateDataKey", f"arn:aws:kms:{REGION}:{ACCOUNT}:alias/sink"),
         ("kms:GenerateDataKey", key),
     ]
-    with pytest.raises(UnknownResource, match="ciphertext"):
+    with pytest.raises(UnknownResource, match="ciphertext names no key"):
         signed("kms", "decrypt", CiphertextBlob=b"blob")
 
 

@@ -134,6 +134,17 @@ class Lookup:
             if score is not None and (best is None or score > best[0]):
                 best = (score, route, match)
         if best is None:
+            if path.endswith("/") and len(path) > 1 and path.count("/") == 2:
+                # `/bucket/` (a bucket operation sent with a trailing slash) is the bucket's
+                return self._rest(
+                    Request(
+                        request.method,
+                        path[:-1],
+                        request.query,
+                        {k: v for k, v in request.headers.items() if k != "host"},
+                        request.body,
+                    )
+                )
             return None
         params: dict[str, Any] = {k: unquote(v) for k, v in best[2].groupdict().items()}
         params["__query__"] = query

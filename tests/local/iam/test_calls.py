@@ -393,6 +393,8 @@ def test_property_2_s3_actions_are_the_documented_ones_path_and_virtual_host_sty
         region=REGION,
     )
     assert (listed.operation, pairs(listed)) == ("ListObjectsV2", [("s3:ListBucket", "arn:aws:s3:::dlq")])
+    slash = call_of(signing, "GET", "/dlq/", "list-type=2", {}, b"", account=ACCOUNT, region=REGION)
+    assert (slash.operation, pairs(slash)) == ("ListObjectsV2", [("s3:ListBucket", "arn:aws:s3:::dlq")])
 
 
 def test_property_2_lambda_xray_cloudwatch_logs_kms() -> None:

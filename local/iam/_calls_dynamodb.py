@@ -142,6 +142,8 @@ def needs(
     context = {f"dynamodb:{k}": str(params[k]) for k in _CONTEXT_KEYS if isinstance(params.get(k), str)}
     if operation in _MULTI:
         pairs = _items(operation, params, where)
+        if not pairs:  # AWS refuses it as invalid; there is nothing to authorize
+            raise UnknownResource(f"{operation} names no table in its items")
         return [n for n, _ in pairs], [(n.resource.split("/index/", 1)[0], a) for n, a in pairs], context
     resource, table = _single(operation, params, where)
     touches: list[tuple[str, str]] = []

@@ -52,6 +52,7 @@ class _Route:
     required_query: tuple[str, ...]  # required members the model places in the query string
     required_headers: tuple[str, ...]  # required members in headers (lower-cased)
     literal_length: int
+    deprecated: bool  # a deprecated operation loses a tie (GetBucketLifecycle vs ...Configuration)
 
     def score(self, query: Mapping[str, str], headers: Mapping[str, str]) -> int | None:
         """How specifically this route matches (None: it does not)."""
@@ -62,9 +63,8 @@ class _Route:
             return None
         if any(h not in headers for h in self.required_headers):
             return None
-        return 1000 * (len(self.literal_query) + len(self.required_query) + len(self.required_headers)) + (
-            self.literal_length
-        )
+        constraints = len(self.literal_query) + len(self.required_query) + len(self.required_headers)
+        return 2000 * constraints + 2 * self.literal_length + (0 if self.deprecated else 1)
 
 
 @dataclass
@@ -134,6 +134,17 @@ class Lookup:
             if score is not None and (best is None or score > best[0]):
                 best = (score, route, match)
         if best is None:
+            if path.endswith("/") and len(path) > 1 and path.count("/") == 2:
+                # `/bucket/` (a bucket operation sent with a trailing slash) is the bucket's
+                return self._rest(
+                    Request(
+                        request.method,
+                        path[:-1],
+                        request.query,
+                        {k: v for k, v in request.headers.items() if k != "host"},
+                        request.body,
+                    )
+                )
             return None
         params: dict[str, Any] = {k: unquote(v) for k, v in best[2].groupdict().items()}
         params["__query__"] = query
@@ -190,6 +201,7 @@ def _routes(model: Any) -> dict[str, list[_Route]]:
                 tuple(required_query),
                 tuple(required_headers),
                 len(_PARAM.sub("", path)),
+                bool(operation.deprecated),
             )
         )
     return routes

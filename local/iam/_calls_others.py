@@ -3,6 +3,9 @@ authorizes them on (each service's Service Authorization Reference page, cited p
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,17 +21,37 @@ Out = tuple[list[Need], list[tuple[str, str]], dict[str, str]]
 # (https://docs.aws.amazon.com/kms/latest/developerguide/alias-authorization.html: "aliases don't
 # grant access to the key"), so an alias names the alias ARN and, when the caller can resolve it,
 # the key ARN too.
+#: No resource type in the reference: key stores, key listing, randomness.
 _KMS_STAR = frozenset(
     {
         "CreateKey",
         "ListKeys",
         "ListAliases",
         "GenerateRandom",
-        "ConnectCustomKeyStore",
-        "DescribeCustomKeyStores",
         "ListRetirableGrants",
+        "CreateCustomKeyStore",
+        "ConnectCustomKeyStore",
+        "DeleteCustomKeyStore",
+        "DescribeCustomKeyStores",
+        "DisconnectCustomKeyStore",
+        "UpdateCustomKeyStore",
     }
 )
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _key_of_ciphertext(blob: object, operation: str) -> str:
+    """The key id inside a ciphertext the local endpoint made: moto's blob starts with the key's
+    36-character id (`moto.kms.utils._serialize_ciphertext_blob`); AWS's is opaque to the caller."""
+    try:
+        raw = base64.b64decode(str(blob), validate=True)[:36]
+    except (ValueError, binascii.Error):
+        raw = b""
+    if _UUID.fullmatch(raw) is None:
+        raise UnknownResource(f"KMS {operation} without KeyId: the ciphertext names no key the endpoint made")
+    return raw.decode("ascii")
 
 
 def _key(where: Where, key_id: str, aliases: Mapping[str, str]) -> list[str]:
@@ -42,37 +65,44 @@ def _key(where: Where, key_id: str, aliases: Mapping[str, str]) -> list[str]:
     return [where.arn("kms", f"key/{key_id}")]
 
 
+def _kms_context(params: dict[str, Any], where: Where) -> dict[str, str]:
+    """kms:CallerAccount (the endpoint serves one account) and kms:EncryptionContext:<key> of the
+    request (https://docs.aws.amazon.com/kms/latest/developerguide/conditions-kms.html)."""
+    context = {"kms:CallerAccount": where.account}
+    encryption = params.get("EncryptionContext")
+    if isinstance(encryption, dict):
+        context.update({f"kms:EncryptionContext:{k}": str(v) for k, v in encryption.items()})
+        context["kms:EncryptionContextKeys"] = ",".join(sorted(encryption))
+    return context
+
+
 def _kms(operation: str, params: dict[str, Any], request: Any, where: Where) -> Out:
+    out = _kms_needs(operation, params, where)
+    return out, [], _kms_context(params, where)
+
+
+def _kms_needs(operation: str, params: dict[str, Any], where: Where) -> list[Need]:
     aliases: Mapping[str, str] = params.get("__aliases__", {})
     action = f"kms:{operation}"
     if operation in _KMS_STAR:
-        return [Need(action, "*")], [], {}
+        return [Need(action, "*")]
     if operation == "ReEncrypt":
-        source = params.get("SourceKeyId")
-        if not source:
-            raise UnknownResource("ReEncrypt without SourceKeyId: the source key is inside the ciphertext")
-        return (
-            [Need("kms:ReEncryptFrom", r) for r in _key(where, str(source), aliases)]
-            + [
-                Need("kms:ReEncryptTo", r)
-                for r in _key(where, str(params.get("DestinationKeyId", "")), aliases)
-            ],
-            [],
-            {},
-        )
+        source = params.get("SourceKeyId") or _key_of_ciphertext(params.get("CiphertextBlob"), operation)
+        return [Need("kms:ReEncryptFrom", r) for r in _key(where, str(source), aliases)] + [
+            Need("kms:ReEncryptTo", r) for r in _key(where, str(params.get("DestinationKeyId", "")), aliases)
+        ]
     if operation in ("CreateAlias", "UpdateAlias"):  # on the alias and on the key it points to
-        return (
-            [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), {})]
-            + [Need(action, r) for r in _key(where, str(params.get("TargetKeyId", "")), aliases)],
-            [],
-            {},
-        )
+        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), {})] + [
+            Need(action, r) for r in _key(where, str(params.get("TargetKeyId", "")), aliases)
+        ]
     if operation == "DeleteAlias":
-        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), aliases)], [], {}
+        return [Need(action, r) for r in _key(where, str(params.get("AliasName", "")), aliases)]
     key_id = params.get("KeyId")
+    if not key_id and operation == "Decrypt":
+        key_id = _key_of_ciphertext(params.get("CiphertextBlob"), operation)
     if not key_id:
-        raise UnknownResource(f"KMS {operation} without KeyId: the key is inside the ciphertext")
-    return [Need(action, r) for r in _key(where, str(key_id), aliases)], [], {}
+        raise UnknownResource(f"KMS {operation} names no key (KeyId absent)")
+    return [Need(action, r) for r in _key(where, str(key_id), aliases)]
 
 
 # -- CloudWatch Logs: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatchlogs.html

@@ -102,6 +102,26 @@ _WRITES = frozenset(
 )
 _READS = frozenset({"GetObject", "HeadObject", "SelectObjectContent"})
 _BUCKET = "arn:aws:s3:::"
+#: S3's condition keys a request carries in its query or headers (the Service Authorization
+#: Reference's condition keys for S3: s3:prefix, s3:delimiter, s3:max-keys on ListBucket;
+#: s3:x-amz-server-side-encryption[-aws-kms-key-id], s3:x-amz-acl on writes).
+_QUERY_KEYS = {"prefix": "s3:prefix", "delimiter": "s3:delimiter", "max-keys": "s3:max-keys"}
+_HEADER_KEYS = (
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-acl",
+    "x-amz-copy-source",
+    "x-amz-metadata-directive",
+    "x-amz-storage-class",
+)
+
+
+def _context(query: dict[str, str], headers: Any) -> dict[str, str]:
+    context = {key: query[name] for name, key in _QUERY_KEYS.items() if name in query}
+    context.update({f"s3:{name}": headers[name] for name in _HEADER_KEYS if name in headers})
+    if "versionId" in query:
+        context["s3:VersionId"] = query["versionId"]
+    return context
 
 
 def _deleted_keys(body: bytes) -> list[str]:
@@ -151,4 +171,4 @@ def needs(
         action = "s3:GetObjectVersion" if versioned else "s3:GetObject"
         out.append(Need(action, f"{_BUCKET}{source_bucket}/{source_key}"))
         touches.append((f"{_BUCKET}{source_bucket}", "read"))
-    return out, touches, {}
+    return out, touches, _context(query, request.headers)

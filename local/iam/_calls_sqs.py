@@ -15,6 +15,8 @@ sent to the queue's URL, or from QueueName (GetQueueUrl, CreateQueue).
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -44,6 +46,17 @@ def queue_arn_of_url(url: str, where: Where) -> str:
     return f"arn:aws:sqs:{region.group('region') if region else where.region}:{segments[0]}:{segments[1]}"
 
 
+def _task_source(handle: str) -> str:
+    """The source queue ARN inside a message-move task handle (base64 JSON with `sourceArn`)."""
+    try:
+        source = json.loads(base64.b64decode(handle, validate=True)).get("sourceArn")
+    except (ValueError, AttributeError):
+        source = None
+    if not isinstance(source, str) or not source.startswith("arn:"):
+        raise UnknownResource("CancelMessageMoveTask: the TaskHandle does not name its source queue")
+    return source
+
+
 def needs(
     operation: str, params: dict[str, Any], request: Any, where: Where
 ) -> tuple[list[Need], list[tuple[str, str]], dict[str, str]]:
@@ -57,6 +70,8 @@ def needs(
         queue = f"arn:aws:sqs:{where.region}:{owner}:{params['QueueName']}"
     elif params.get("SourceArn"):  # StartMessageMoveTask, ListMessageMoveTasks
         queue = str(params["SourceArn"])
+    elif params.get("TaskHandle"):  # CancelMessageMoveTask: the source queue is inside the handle
+        queue = _task_source(str(params["TaskHandle"]))
     elif request.path.count("/") == 2 and request.path != "/":  # the query form, sent to the queue's URL
         queue = queue_arn_of_url(request.path, where)
     else:

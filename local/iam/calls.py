@@ -22,6 +22,7 @@ Models and lookup tables are built once per signing service, on its first reques
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -74,8 +75,10 @@ _IAM_PREFIX = {"monitoring": "cloudwatch", "execute-api": "execute-api"}
 
 #: (service model name, per-operation mapper) per IAM prefix with its own module; a mapper takes
 #: (operation, params, request, where) and answers (needs, touches, extra context).
+#: A mapper answers None for an operation it was not written for (an API newer than its sources):
+#: the call is then `modelled=False`.
 Mapper = Callable[
-    [str, dict[str, Any], Request, "Where"], tuple[list[Need], list[tuple[str, str]], dict[str, str]]
+    [str, dict[str, Any], Request, "Where"], tuple[list[Need], list[tuple[str, str]], dict[str, str]] | None
 ]
 
 
@@ -128,7 +131,8 @@ def call_of(
     now: float | None = None,
     aliases: Mapping[str, str] = _EMPTY,
 ) -> Call:
-    """The `Call` a verified request makes. `headers` are matched case-insensitively; `aliases`
+    """The `Call` a verified request makes. `headers` are matched case-insensitively and should
+    include `Host` (S3's virtual-host style names the bucket there); `aliases`
     maps a KMS alias name (`alias/x`) to its key id or ARN where the caller knows it; `now` is the
     clock (epoch seconds) for aws:CurrentTime and aws:EpochTime, the wall clock when None."""
     lowered = {k.lower(): v for k, v in headers.items()}
@@ -150,7 +154,11 @@ def call_of(
         )
     operation, protocol, params = found
     mapper = _mapper(prefix)
-    if mapper is None:
+    where = Where(account, region)
+    if aliases:
+        params = {**params, "__aliases__": aliases}
+    mapped = mapper(operation, params, request, where) if mapper is not None else None
+    if mapped is None:
         return Call(
             prefix,
             operation,
@@ -160,10 +168,7 @@ def call_of(
             protocol=protocol,
             account=account,
         )
-    where = Where(account, region)
-    if aliases:
-        params = {**params, "__aliases__": aliases}
-    needs, touches, extra = mapper(operation, params, request, where)
+    needs, touches, extra = mapped
     context.update(extra)
     return Call(
         prefix,
@@ -188,9 +193,16 @@ def _request_context(
         "aws:SourceIp": source_ip,
         # the region the request is signed for (its credential scope), the endpoint's when unsigned
         "aws:RequestedRegion": _scope_region(headers) or region,
-        "aws:CurrentTime": datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "aws:CurrentTime": _iso_second(int(moment)),
         "aws:EpochTime": str(int(moment)),
     }
+
+
+@functools.lru_cache(maxsize=4)
+def _iso_second(epoch: int) -> str:
+    """ISO 8601 of a second (cached: every request of one second shares it; strftime is most of the
+    context's cost)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _scope_region(headers: Mapping[str, str]) -> str:

@@ -134,16 +134,21 @@ def _protocol(signing_service: str, protocol: str) -> str:
 
 
 def rejection(
-    signing_service: str, kind: str, message: str, request_id: str, *, protocol: str = ""
+    signing_service: str, kind: str, message: str, request_id: str, *, protocol: str = "", method: str = ""
 ) -> tuple[str, list[tuple[str, str]], bytes]:
     """(WSGI status line, headers, body) of the service's refusal. `protocol` is the one the request
     used (`Call.protocol`: "json", "query", "rest-xml", "rest-json", "smithy-rpc-v2-cbor"); the
-    service's default when empty (an SQS or CloudWatch request in the query form is answered in it)."""
+    service's default when empty (an SQS or CloudWatch request in the query form is answered in it).
+    A HEAD request is answered without a body, as S3 answers it (the SDKs then report the status:
+    code "403", message "Forbidden")."""
     if kind not in KINDS:
         raise ValueError(f"rejection kind {kind!r} is none of {', '.join(KINDS)}")
     wire = _protocol(signing_service, protocol)
     if wire == "rest-xml":
-        return _s3(kind, message, request_id)
+        line, s3_headers, s3_body = _s3(kind, message, request_id)
+        if method.upper() == "HEAD":
+            return line, [(k, "0" if k == "Content-Length" else v) for k, v in s3_headers], b""
+        return line, s3_headers, s3_body
     if wire == "query":
         return _query(signing_service, kind, message, request_id)
     code, status = _JSON_CODES[kind]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .calls import Need, UnknownResource, Where
+from ._calls_types import Need, UnknownResource, Where
 
 __all__ = ["needs"]
 

@@ -22,7 +22,7 @@ import binascii
 import json
 from typing import Any
 
-from .calls import Need, UnknownResource, Where
+from ._calls_types import Need, UnknownResource, Where
 
 __all__ = ["needs", "stream_of_iterator", "stream_of_list_token"]
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from ._calls_types import Request, json_params
+
 __all__ = ["Lookup", "Request", "lookup_for", "model_names"]
 
 #: botocore service models per SigV4 signing service (the credential scope's service). Others are
@@ -32,15 +34,6 @@ _MODELS = {
 #: `b.s3.us-east-1.amazonaws.com`, `b.s3-website...`, `b.localhost:4566`).
 _VHOST = re.compile(r"^(?P<bucket>[a-z0-9][a-z0-9.\-]*?)\.(?:s3[.\-]|localhost(?::\d+)?$)")
 _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str  # raw (percent-encoded) path
-    query: str  # raw query string
-    headers: Mapping[str, str]  # lower-cased names
-    body: bytes
 
 
 @dataclass(frozen=True)
@@ -93,8 +86,6 @@ class Lookup:
         if target is not None:
             prefix, _, operation = target.rpartition(".")
             if operation in self.targets.get(prefix, ()):
-                from .calls import json_params
-
                 return operation, "json", json_params(request.body)
             return None
         if self.cbor and request.path.startswith("/service/"):

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .calls import Mapper, Need, UnknownResource, Where
+from ._calls_types import Mapper, Need, UnknownResource, Where
 
 __all__ = ["MAPPERS"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
-from .calls import Need, UnknownResource, Where
+from ._calls_types import Need, UnknownResource, Where
 
 __all__ = ["needs"]
 

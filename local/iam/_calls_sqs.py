@@ -21,7 +21,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .calls import Need, UnknownResource, Where
+from ._calls_types import Need, UnknownResource, Where
 
 __all__ = ["needs", "queue_arn_of_url"]
 

@@ -8,6 +8,8 @@ would allow stays refused locally (refusing at least what AWS refuses).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,7 +108,7 @@ class IamReader:
         if not isinstance(resolved, Mapping):
             unreadable.append((where, "its PolicyDocument is not a JSON object"))
             return None
-        return resolved
+        return _local_streams(where, resolved, unreadable)
 
     def _resource_policies(
         self, unreadable: list[tuple[str, str]]
@@ -147,6 +149,32 @@ class IamReader:
             if key is not None:
                 keys[self.get_att(logical_id, "Arn")] = key
         return keys
+
+
+#: A stream's (or its consumer's) ARN in another account or region than the local one.
+_FOREIGN_STREAM = re.compile(r"arn:aws:kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):stream/")
+
+
+def _local_streams(
+    where: str, document: Mapping[str, Any], notes: list[tuple[str, str]]
+) -> Mapping[str, Any]:
+    """`document` with another account's (or region's) stream ARNs made the local ones: such an
+    existing stream is created locally in the local account (`template_streams.undefined_streams`),
+    so the role's grants on its real ARN apply to it; that account's stream policy is not evaluated."""
+    text = json.dumps(document)
+    foreign = {
+        match.group(0)
+        for match in _FOREIGN_STREAM.finditer(text)
+        if (match["account"], match["region"]) != (model.ACCOUNT, model.REGION)
+    }
+    for prefix in sorted(foreign):
+        text = text.replace(prefix, f"arn:aws:kinesis:{model.REGION}:{model.ACCOUNT}:stream/")
+        notes.append(
+            (where, f"grants on {prefix}… (another account's or region's streams) apply to the local "
+             "streams of those names; that account's stream policies are not evaluated")
+        )  # fmt: skip
+    local: Mapping[str, Any] = json.loads(text)
+    return local
 
 
 def _queue_arn(url: str) -> str:

@@ -12,6 +12,12 @@ from typing import Any
 
 FORWARDER = Path(__file__).resolve().parents[1] / "local" / "functions" / "forwarder"
 EXISTING = "arn:aws:kinesis:us-east-1:111122223333:stream/existing-orders"
+#: What Lambda's event-source mapping calls on a stream with the function's role (AWS's Lambda guide,
+#: "Lambda execution role permissions" for Kinesis).
+STREAM_READS = [
+    "kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords",
+    "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:ListStreams",
+]  # fmt: skip
 
 
 def team_template(**extra: Any) -> dict[str, Any]:
@@ -23,6 +29,35 @@ def team_template(**extra: Any) -> dict[str, Any]:
         },
         "Forwarded": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 30}},
         "ForwarderRole": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}},
+        # What the team grants its function, as deployed: the mappings read with the function's
+        # role (the stream, its consumer, the existing stream), the handler sends to the queue.
+        "ForwarderPolicy": {
+            "Type": "AWS::IAM::Policy",
+            "Properties": {
+                "PolicyName": "forwarder",
+                "Roles": [{"Ref": "ForwarderRole"}],
+                "PolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": STREAM_READS,
+                            "Resource": [{"Fn::GetAtt": ["Orders", "Arn"]}, EXISTING],
+                        },
+                        {
+                            "Effect": "Allow",
+                            "Action": ["kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"],
+                            "Resource": {"Fn::GetAtt": ["OrdersFanOut", "ConsumerARN"]},
+                        },
+                        {
+                            "Effect": "Allow",
+                            "Action": "sqs:SendMessage",
+                            "Resource": {"Fn::GetAtt": ["Forwarded", "Arn"]},
+                        },
+                    ],
+                },
+            },
+        },
         "Forwarder": {
             "Type": "AWS::Lambda::Function",
             "Metadata": {"aws:asset:path": "asset.forwarder"},

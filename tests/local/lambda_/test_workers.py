@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from local.app.model import ACCOUNT, REGION, Function
+from local.iam.principals import session_credentials
 from local.lambda_.runtimes import site_dir
 from local.lambda_.workers import RequestTooLargeError
 from shardline.cdk._producer_api import PRODUCER_HANDLER
@@ -112,6 +113,7 @@ def test_reserved_and_endpoint_variables_are_set(make_functions):
     env = functions.invoke("test-introspect", {}).payload
 
     code_dir = str((TEST_FUNCTIONS / "introspect").resolve())
+    role_key, role_secret = session_credentials(Function.role_arn, "test-introspect")
     assert env["GREETING"] == "hello"
     assert {
         name: env[name]
@@ -143,8 +145,8 @@ def test_reserved_and_endpoint_variables_are_set(make_functions):
         "_HANDLER": "app.environment",
         "TZ": ":UTC",
         "AWS_ENDPOINT_URL": "http://127.0.0.1:4566",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_ACCESS_KEY_ID": role_key,  # its role's, in a session of its own (local.iam)
+        "AWS_SECRET_ACCESS_KEY": role_secret,
         "POWERTOOLS_TRACE_DISABLED": "true",
     }
     assert LOG_STREAM.match(env["AWS_LAMBDA_LOG_STREAM_NAME"])

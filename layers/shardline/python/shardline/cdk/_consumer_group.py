@@ -38,13 +38,6 @@ from shardline.cdk._tables import lease_table, table
 from shardline.consumer._once import guard_ttl_seconds
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-# DescribeTable: the consumer reads the sink's key schema once, to tell a Put and an Update of one item.
-SINK_ACTIONS = (
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:DescribeTable",
-)
 #: What Lambda's event-source mapping calls on the stream with the function's role, and what the
 #: resharding probe calls (ListShards, GetShardIterator, GetRecords) — not the enhanced fan-out
 #: actions (SubscribeToShard, DescribeStreamConsumer) nor ListStreams that `grant_read` adds.
@@ -155,6 +148,7 @@ class ConsumerGroup(Construct):
             self._sink_table(sink, index, removal_policy) for index, sink in enumerate(sinks)
         )
         self.sink: dynamodb.ITable | None = self.sinks[0] if self.sinks else None
+        self._sink_specs = tuple(sinks)  # what each table's handler writes: its grants
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
         self.dead_letters = dead_letter_queue(
             self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
@@ -344,8 +338,8 @@ class ConsumerGroup(Construct):
         role = self.function
         # Exactly what shardline and the sinks need (TransactWriteItems is authorised per item).
         self.leases.grant(role, *LEASE_ACTIONS)
-        for sink in self.sinks:
-            sink.grant(role, *SINK_ACTIONS)
+        for spec, sink in zip(self._sink_specs, self.sinks, strict=True):
+            spec.grant(sink, role)  # what its declared writes call (`Sink.writes`), nothing more
             if sink.encryption_key is not None and sink.encryption_key is not self.key:
                 role.add_to_role_policy(_via("dynamodb", ["kms:Decrypt"], sink.encryption_key))
         # Its DLQ (the code's send_message) and the mapping's on-failure queue (Lambda, with this role).

@@ -83,17 +83,6 @@ HANDLER_VARIABLES = ("SHARDLINE_SINKS", "SINK_TTL_DAYS", "SHARDLINE_GUARD_TTL_SE
 #: The lease table: the Lambda consumer's item actions, and Scan (a worker reads every lease to
 #: find expired ones and to balance).
 LEASE_ACTIONS = (*LAMBDA_LEASE_ACTIONS, "dynamodb:Scan")
-#: A sink: what the consumer's writes call (TransactWriteItems is authorised per item: Put, Update,
-#: Delete, ConditionCheck; BatchWriteItem for idempotent puts) and DescribeTable (its key schema).
-SINK_ACTIONS = (
-    "dynamodb:BatchWriteItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:DescribeTable",
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-)
 #: What a worker calls on its stream: the shard map, iterators and records. With enhanced fan-out,
 #: `CONSUMER_ACTIONS` (SubscribeToShard, DescribeStreamConsumer) on the group's own consumer besides.
 STREAM_ACTIONS = (
@@ -271,6 +260,7 @@ class WorkerGroup(Construct):
             self._sink_table(sink, index, removal_policy) for index, sink in enumerate(sinks)
         )
         self.sink: dynamodb.ITable | None = self.sinks[0] if self.sinks else None
+        self._sink_specs = tuple(sinks)  # what each table's handler writes: its grants
         self._own_dead_letters = dead_letters is None
         self.dead_letters: sqs.IQueue = dead_letters or dead_letter_queue(
             self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
@@ -559,8 +549,8 @@ class WorkerGroup(Construct):
         """What the worker calls, on the group's own resources and its stream, and nothing else."""
         role = self.role
         self.leases.grant(role, *LEASE_ACTIONS)
-        for sink in self.sinks:
-            sink.grant(role, *SINK_ACTIONS)
+        for spec, sink in zip(self._sink_specs, self.sinks, strict=True):
+            spec.grant(sink, role)  # what its declared writes call (`Sink.writes`), nothing more
         for table_ in (self.leases, *self.sinks):
             if table_.encryption_key is not None and table_.encryption_key is not self.key:
                 role.add_to_principal_policy(_via("dynamodb", ["kms:Decrypt"], table_.encryption_key))

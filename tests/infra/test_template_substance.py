@@ -39,6 +39,9 @@ EXPLAINED: dict[str, str] = {
     "changed GroupkeycounterFunctionServiceRoleDefaultPolicyBF06FE2C (AWS::IAM::Policy): PolicyDocument": ""
     "issue 40, 6: the counter sink is granted what its Updates and once guards call (UpdateItem, PutItem, "
     "DescribeTable), no longer ConditionCheckItem, which it never calls.",
+    "changed ProducerApiCloudWatchRoleC4AEE341 (AWS::IAM::Role): ManagedPolicyArns, Policies": "issue 40: no "
+    "AWS-managed policy: API Gateway's logging role gets the log writes it makes, inline, on this account "
+    "and region's log groups (AmazonAPIGatewayPushToCloudWatchLogs gave reads too, on '*').",
 }
 
 

@@ -44,7 +44,7 @@ class StreamConfig:
     retention_hours: int
     encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
     max_record_size_kib: int
-    explicit_hash_keys: bool = True  # may API callers choose a record's shard?
+    explicit_hash_keys: bool = False  # may API callers choose a record's shard? (off unless asked)
     #: `arn`: an existing stream (not created; its writers and readers only get grants), and
     #: `keyArn` its customer-managed KMS key if it has one.
     arn: str | None = None
@@ -137,7 +137,7 @@ def read_stream(data: Any, path: str) -> StreamConfig:
         retention_hours=read.int("retentionHours", 24, low=24, high=8760),
         encryption=read.str("encryption", "customer-managed", choices=("customer-managed", "aws-managed")),
         max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
-        explicit_hash_keys=read.bool("explicitHashKeys", True),
+        explicit_hash_keys=read.bool("explicitHashKeys", False),
     )
 
 
@@ -166,7 +166,7 @@ def _existing_stream(read: Reader, path: str) -> StreamConfig:
         retention_hours=read.int("retentionHours", 24, low=24, high=8760),
         encryption="customer-managed" if key_arn else "aws-managed",
         max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
-        explicit_hash_keys=read.bool("explicitHashKeys", True),
+        explicit_hash_keys=read.bool("explicitHashKeys", False),
         arn=arn,
         key_arn=key_arn,
     )

@@ -301,6 +301,8 @@ class WorkerGroup(Construct):
         )
         self.role = _task_role(self, "TaskRole")
         #: What ECS pulls the image and writes the logs with (CDK grants it exactly those).
+        # No aws:SourceAccount on its trust: ECS documents the confused-deputy conditions for the task
+        # role (`_task_role`, which has them), not for the execution role the agent pulls and logs with.
         self.execution_role = iam.Role(
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com")
         )
@@ -376,11 +378,16 @@ class WorkerGroup(Construct):
 
     def _vpc(self, retention: logs.RetentionDays, vpc_props: Mapping[str, Any] | None) -> ec2.Vpc:
         """Public subnets in two zones, no NAT gateway; gateway endpoints for DynamoDB and S3 (free);
-        every flow logged (rejected ones tell a security group's refusal), under the logs key."""
+        every flow logged (rejected ones tell a security group's refusal), under the logs key; no
+        custom resource (the default security group is left as EC2 makes it, and unused)."""
         flow_logs = logs.LogGroup(self, "FlowLogs", retention=retention, encryption_key=self.log_key)
         defaults: dict[str, Any] = {
             "max_azs": 2,
             "nat_gateways": 0,
+            # Off: restricting the VPC's default security group takes a custom resource whose
+            # function's role carries AWS's managed AWSLambdaBasicExecutionRole. shardline puts
+            # nothing in the default group (its tasks use `SecurityGroup`: no inbound, HTTPS out).
+            "restrict_default_security_group": False,
             "subnet_configuration": [
                 ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24)
             ],
@@ -390,12 +397,28 @@ class WorkerGroup(Construct):
             },
             "flow_logs": {
                 "FlowLog": ec2.FlowLogOptions(
-                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, self._flow_log_role()),
                     traffic_type=ec2.FlowLogTrafficType.ALL,
                 )
             },
         }
         return ec2.Vpc(self, "Vpc", **{**defaults, **(vpc_props or {})})
+
+    def _flow_log_role(self) -> iam.Role:
+        """The role VPC Flow Logs writes the flow log with, assumable by the service acting for this
+        account's flow logs only (the confused-deputy guard of VPC Flow Logs' IAM role page; CDK
+        grants it the log group's writes)."""
+        return iam.Role(
+            self,
+            "FlowLogRole",
+            assumed_by=iam.ServicePrincipal(
+                "vpc-flow-logs.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
+                },
+            ),
+        )
 
     def _security_group(self) -> ec2.SecurityGroup:
         """No inbound rule (nothing calls a worker); HTTPS out only (AWS's APIs)."""

@@ -143,3 +143,33 @@ def test_explicit_hash_keys_off_by_default_for_api_routes(app):
     context = default_context()["shardline"]
     context["streams"][0]["explicitHashKeys"] = True  # the option that turns them on
     assert load_config(context).streams[0].explicit_hash_keys is True
+
+
+@pytest.mark.parametrize("which", ["app", "workers"])
+def test_key_policies_with_explicit_key_users(which, request):
+    """Every role granted a key of the stack through a service is named in that key's policy as a key
+    user, with the same actions and kms:ViaService; the root's statement stays (administration)."""
+    resources = request.getfixturevalue(which)
+    keys = _of(resources, "AWS::KMS::Key")
+    users: dict[tuple[str, str], set[str]] = {}  # (key, role) -> actions the key policy names the role for
+    for lid, key in keys.items():
+        statements = key["Properties"]["KeyPolicy"]["Statement"]
+        assert any("root" in json.dumps(s.get("Principal")) for s in statements), f"{lid}: root kept"
+        for statement in statements:
+            for role in _listed(statement.get("Principal", {}).get("AWS", [])):
+                if isinstance(role, dict) and "Fn::GetAtt" in role:
+                    assert "kms:ViaService" in statement["Condition"]["StringEquals"], statement
+                    named = users.setdefault((lid, role["Fn::GetAtt"][0]), set())
+                    named.update(_listed(statement["Action"]))
+    granted = 0
+    for policy in _of(resources, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            for target in _listed(statement["Resource"]):
+                key = target.get("Fn::GetAtt", [None])[0] if isinstance(target, dict) else None
+                if key not in keys:
+                    continue
+                for role in policy["Properties"]["Roles"]:
+                    named = users.get((key, role["Ref"]), set())
+                    assert set(_listed(statement["Action"])) <= named, (key, role, statement["Action"], named)
+                    granted += 1
+    assert granted and users, "the roles' key grants were seen"

@@ -42,6 +42,11 @@ EXPLAINED: dict[str, str] = {
     "changed ProducerApiCloudWatchRoleC4AEE341 (AWS::IAM::Role): ManagedPolicyArns, Policies": "issue 40: no "
     "AWS-managed policy: API Gateway's logging role gets the log writes it makes, inline, on this account "
     "and region's log groups (AmazonAPIGatewayPushToCloudWatchLogs gave reads too, on '*').",
+    **{
+        f"changed {key} (AWS::KMS::Key): KeyPolicy": "issue 40: the key's policy names its key users (the "
+        "roles granted it, with their actions, through their service), beside the root's statement."
+        for key in ("GroupeventsinkKey3B271586", "GroupkeycounterKey17254F08", "StreameventsKeyAED2B7CF")
+    },
 }
 
 

@@ -27,7 +27,7 @@ from shardline.cdk._config_api import (
 from shardline.cdk._config_reader import logical_id
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention, python_function
-from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
 from shardline.cdk._stream import Stream
@@ -266,25 +266,11 @@ class ProducerApi(Construct):
         )
         for stream in unique:
             if stream.key is not None:  # only through Kinesis, for PutRecords to its stream
-                self.function.add_to_role_policy(
-                    iam.PolicyStatement(
-                        actions=PRODUCER_KMS_ACTIONS,
-                        resources=[stream.key.key_arn],
-                        conditions={
-                            "StringEquals": {"kms:ViaService": f"kinesis.{Aws.REGION}.amazonaws.com"}
-                        },
-                    )
-                )
+                grant_via(self.function, "kinesis", PRODUCER_KMS_ACTIONS, stream.key)
         # Its idempotency table: the two batch calls, and its key through DynamoDB only.
         idempotency_table.grant(self.function, *PRODUCER_IDEMPOTENCY_ACTIONS)
         if idempotency_table.encryption_key is not None:
-            self.function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["kms:Decrypt"],
-                    resources=[idempotency_table.encryption_key.key_arn],
-                    conditions={"StringEquals": {"kms:ViaService": f"dynamodb.{Aws.REGION}.amazonaws.com"}},
-                )
-            )
+            grant_via(self.function, "dynamodb", ["kms:Decrypt"], idempotency_table.encryption_key)
 
         policy = resource_policy(config)
         access_logs = logs.LogGroup(

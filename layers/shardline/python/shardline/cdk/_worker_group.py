@@ -34,7 +34,7 @@ from shardline.cdk._dead_letters import (
 )
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention
-from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_rules
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
@@ -576,7 +576,7 @@ class WorkerGroup(Construct):
             spec.grant(sink, role)  # what its declared writes call (`Sink.writes`), nothing more
         for table_ in (self.leases, *self.sinks):
             if table_.encryption_key is not None and table_.encryption_key is not self.key:
-                role.add_to_principal_policy(_via("dynamodb", ["kms:Decrypt"], table_.encryption_key))
+                grant_via(role, "dynamodb", ["kms:Decrypt"], table_.encryption_key)
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn])
         )
@@ -588,9 +588,9 @@ class WorkerGroup(Construct):
         )
         queue_key = self.dead_letters.encryption_master_key
         if queue_key is not None and queue_key is not self.key:
-            role.add_to_principal_policy(_via("sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key))
+            grant_via(role, "sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key)
         for service, actions in KEY_ACTIONS_VIA.items():
-            role.add_to_principal_policy(_via(service, list(actions), self.key))
+            grant_via(role, service, list(actions), self.key)
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(STREAM_ACTIONS), resources=[self.stream.stream_arn])
         )
@@ -601,7 +601,7 @@ class WorkerGroup(Construct):
                 )
             )
         if self.stream.key is not None:  # GetRecords, and SubscribeToShard's events
-            role.add_to_principal_policy(_via("kinesis", ["kms:Decrypt"], self.stream.key))
+            grant_via(role, "kinesis", ["kms:Decrypt"], self.stream.key)
 
     def _acknowledge(self) -> None:
         """The findings this group's own choices raise, on its own resources."""
@@ -638,12 +638,4 @@ def _task_role(scope: Construct, construct_id: str) -> iam.Role:
                 "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ecs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
             },
         ),
-    )
-
-
-def _via(service: str, actions: list[str], key: kms.IKey) -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        actions=actions,
-        resources=[key.key_arn],
-        conditions={"StringEquals": {"kms:ViaService": f"{service}.{Aws.REGION}.amazonaws.com"}},
     )

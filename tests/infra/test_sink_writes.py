@@ -249,3 +249,49 @@ def test_property_6_a_sink_declaring_an_unknown_write_is_refused_naming_the_sink
         _sink(writes)
     if writes == ("transact",):
         assert "'transact'" in str(refused.value)
+
+
+# -- the configuration's own sinks ----------------------------------------------------------------
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+TENANT = {"name": "tenant", "type": "S"}
+
+
+def test_property_6_a_configured_sink_declares_its_writes_and_gets_exactly_their_actions():
+    from app import build
+    from tests.support.cdk import default_context
+
+    context = default_context()
+    sink = {"partitionKey": TENANT, "holds": "records", "writes": ["Update", "once"]}
+    context["shardline"]["consumerGroups"][0]["sink"] = sink
+    app, stack = build(context)
+    raw = app.synth().get_stack_by_name(stack.stack_name).template["Resources"]
+    [table] = [
+        lid
+        for lid, r in raw.items()
+        if r["Type"] == "AWS::DynamoDB::Table"
+        and r["Properties"]["KeySchema"][0]["AttributeName"] == "tenant"
+    ]
+    granted = {
+        action
+        for r in raw.values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+        if {"Fn::GetAtt": [table, "Arn"]} in _listed(statement["Resource"])
+        for action in _listed(statement["Action"])
+    }
+    assert granted == set(sink_actions(["Update", "once"]))
+
+
+def test_property_6_a_configured_sink_with_an_unknown_write_is_refused_naming_the_key_and_the_value():
+    from shardline.cdk import ConfigError, load_config
+    from tests.support.cdk import default_context
+
+    context = default_context()["shardline"]
+    context["consumerGroups"][0]["sink"] = {"partitionKey": TENANT, "writes": ["Upsert"]}
+    with pytest.raises(ConfigError, match=r"consumerGroups\[0\]\.sink\.writes: unknown kind 'Upsert'"):
+        load_config(context)

@@ -247,4 +247,6 @@ def _sink(group: ConsumerGroupConfig) -> Sink:
         partition = attribute(group.sink_keys[0])
         sort = attribute(group.sink_keys[1]) if group.sink_keys[1] else None
         declared = {"holds": group.sink_holds, **dict(group.sink_attributes)}
+        if group.sink_writes is not None:
+            declared["writes"] = group.sink_writes
     return Sink.create(partition, sort, time_to_live_attribute=EXPIRES_AT_ATTRIBUTE, **declared)

@@ -51,7 +51,7 @@ class OrdersStack(Stack):
             stream=stream,
             layers=layers,
             code=HANDLERS / "order_writer",
-            sinks=[Sink(orders, holds="records", id_attribute="orderId")],
+            sinks=[Sink(orders, holds="records", id_attribute="orderId", writes=("Put",))],
             memory_mb=256,
             log_key=api.log_key,  # one logs key for the app's functions (each construct makes one otherwise)
         )

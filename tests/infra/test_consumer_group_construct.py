@@ -19,9 +19,12 @@ from aws_cdk.assertions import Template
 
 from shardline.aws_lambda import ConsumerEnvironment, SinkDeclaration
 from shardline.cdk import ConsumerGroup, Layers, Sink, Stream
-from shardline.cdk._consumer_group import LEASE_ACTIONS, SINK_ACTIONS
+from shardline.cdk._consumer_group import LEASE_ACTIONS
+from shardline.consumer._sink_writes import ALL_SINK_WRITES, sink_actions
 from tests.support.cdk import ORDERS_ARN, actions_on, alone, placeholders, resources, statements
 
+#: A sink declared with no `writes`: every kind the consumer's API can produce.
+SINK_ACTIONS = sink_actions(ALL_SINK_WRITES)
 INLINE = lambda_.Code.from_inline("def handler(event, context):\n    return {}\n")
 STRING, NUMBER = dynamodb.AttributeType.STRING, dynamodb.AttributeType.NUMBER
 

@@ -336,16 +336,8 @@ ON_BEHALF = [
         "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/encryption.howitworks.html",
         lambda f, r: _pairs(["kms:Decrypt"], _keys(r, _own(f, "AWS::DynamoDB::Table"))),
     ),
-    OnBehalf(
-        "TransactWriteItems (the code's transact_write_items) is authorised per item: a ConditionCheck "
-        "item needs dynamodb:ConditionCheckItem, which is no operation of its own",
-        "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html",
-        lambda f, r: (
-            _pairs(["dynamodb:ConditionCheckItem"], _own(f, "AWS::DynamoDB::Table"))
-            if _when_called(f, "transact_write_items")
-            else set()
-        ),
-    ),
+    # (No rule for dynamodb:ConditionCheckItem: a sink is granted it only when its `Sink.writes`
+    # declares ConditionCheck entries, which no function of the default app returns — issue 40.)
     OnBehalf(
         "Active tracing: Lambda uploads trace segments and telemetry with the function's role; X-Ray "
         "has no resource-level permissions, so the resource is '*'",

@@ -29,8 +29,8 @@ def test_each_route_reaches_the_function_which_only_writes_its_streams():
     [function] = resources(template, "AWS::Lambda::Function").values()
     streams = function["Properties"]["Environment"]["Variables"]["SHARDLINE_STREAMS"]
     assert json.loads(streams) == {
-        "orders": {"streamName": "orders", "maxRecordSize": 1048576, "explicitHashKeys": True},
-        "pay": {"streamName": "payments", "maxRecordSize": 1048576, "explicitHashKeys": True},
+        "orders": {"streamName": "orders", "maxRecordSize": 1048576, "explicitHashKeys": False},
+        "pay": {"streamName": "payments", "maxRecordSize": 1048576, "explicitHashKeys": False},
     }
     assert actions_on(template, ORDERS_ARN) == {"kinesis:PutRecords", "kinesis:ListShards"}
     [key_id] = [lid for lid in resources(template, "AWS::KMS::Key") if lid.startswith("Payments")]

@@ -33,6 +33,20 @@ EXPLAINED: dict[str, str] = {
     "added MonitoringkeycounterDedupLanesEvicted564650E1 (AWS::CloudWatch::Alarm)": "issue 39, 8: as above.",
     "changed MonitoringDashboard0C3675C6 (AWS::CloudWatch::Dashboard): DashboardBody": "issue 39, 8: each "
     "group's 'copies and client ids skipped' widget draws DedupLanesEvicted too.",
+    "changed GroupeventsinkFunctionServiceRoleDefaultPolicy13F9E42C (AWS::IAM::Policy): PolicyDocument": ""
+    "issue 40, 6: the events sink is granted what its idempotent puts call (BatchWriteItem, PutItem, "
+    "DescribeTable), no longer UpdateItem or ConditionCheckItem, which it never calls.",
+    "changed GroupkeycounterFunctionServiceRoleDefaultPolicyBF06FE2C (AWS::IAM::Policy): PolicyDocument": ""
+    "issue 40, 6: the counter sink is granted what its Updates and once guards call (UpdateItem, PutItem, "
+    "DescribeTable), no longer ConditionCheckItem, which it never calls.",
+    "changed ProducerApiCloudWatchRoleC4AEE341 (AWS::IAM::Role): ManagedPolicyArns, Policies": "issue 40: no "
+    "AWS-managed policy: API Gateway's logging role gets the log writes it makes, inline, on this account "
+    "and region's log groups (AmazonAPIGatewayPushToCloudWatchLogs gave reads too, on '*').",
+    **{
+        f"changed {key} (AWS::KMS::Key): KeyPolicy": "issue 40: the key's policy names its key users (the "
+        "roles granted it, with their actions, through their service), beside the root's statement."
+        for key in ("GroupeventsinkKey3B271586", "GroupkeycounterKey17254F08", "StreameventsKeyAED2B7CF")
+    },
 }
 
 

@@ -45,16 +45,18 @@ from shardline.cdk._worker_group import (
     HANDLER_VARIABLES,
     LEASE_ACTIONS,
     NEVER_IN_CONTEXT,
-    SINK_ACTIONS,
     STREAM_ACTIONS,
     WORKER_USER,
     WORKER_VARIABLES,
 )
+from shardline.consumer._sink_writes import ALL_SINK_WRITES, sink_actions
 from tests.support.cdk import ORDERS_ARN, actions_on, alone, default_context, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "workers" / "Dockerfile"
 HANDLER = "functions/event_sink"
+#: A sink declared with no `writes`: every kind the consumer's API can produce.
+SINK_ACTIONS = sink_actions(ALL_SINK_WRITES)
 STRING = dynamodb.AttributeType.STRING
 
 

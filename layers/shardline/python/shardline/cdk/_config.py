@@ -190,7 +190,27 @@ def load(context: Any, stage: str | None = None, *, code_root: Path | None = Non
         code_root=Path.cwd() if code_root is None else code_root,
     )
     _check_reservations(config)
+    _check_api_callers(config)
     return config
+
+
+def _check_api_callers(config: PipelineConfig) -> None:
+    """A stage that retains data does not take its API's writers from the whole account: with IAM
+    auth, its resource policy must name them (`allowedPrincipals`) or their organization
+    (`allowedOrganization`); without, it admits every principal of the account an identity policy
+    allows (issue 40's security review)."""
+    api = config.api
+    if (
+        config.retain_data
+        and api.auth == "iam"
+        and not api.allowed_principals
+        and not api.allowed_organization
+    ):
+        raise ConfigError(
+            f"shardline.api: stage {config.stage!r} retains its data, yet its API would admit every "
+            "principal of the account: set shardline.api.allowedPrincipals (the roles or accounts that "
+            "may write) or shardline.api.allowedOrganization"
+        )
 
 
 def _check_reservations(config: PipelineConfig) -> None:

@@ -30,6 +30,7 @@ from shardline.cdk._group_rules import (
     default_max_record_age,
     group_reservation,
 )
+from shardline.consumer._sink_writes import sink_writes_problem
 
 SINKS = ("events", "counter")
 SINK_HOLDS = ("records", "counts")
@@ -44,7 +45,7 @@ class StreamConfig:
     retention_hours: int
     encryption: str  # "customer-managed" (a KMS key of ours) or "aws-managed"
     max_record_size_kib: int
-    explicit_hash_keys: bool = True  # may API callers choose a record's shard?
+    explicit_hash_keys: bool = False  # may API callers choose a record's shard? (off unless asked)
     #: `arn`: an existing stream (not created; its writers and readers only get grants), and
     #: `keyArn` its customer-managed KMS key if it has one.
     arn: str | None = None
@@ -118,6 +119,8 @@ class ConsumerGroupConfig:
     #: (`idAttribute`, `keyAttribute`, `countAttribute`); the examples' sinks declare theirs.
     sink_holds: str | None = None
     sink_attributes: tuple[tuple[str, str], ...] = ()
+    #: What a custom sink's handler writes (`sink.writes`, `Sink.writes`); None: every kind.
+    sink_writes: tuple[str, ...] | None = None
     #: `driver`: "lambda" (a function behind an event-source mapping: the settings above) or
     #: "workers" (`workers`; the function's and the mapping's settings above keep their defaults, unused).
     driver: str = "lambda"
@@ -137,7 +140,7 @@ def read_stream(data: Any, path: str) -> StreamConfig:
         retention_hours=read.int("retentionHours", 24, low=24, high=8760),
         encryption=read.str("encryption", "customer-managed", choices=("customer-managed", "aws-managed")),
         max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
-        explicit_hash_keys=read.bool("explicitHashKeys", True),
+        explicit_hash_keys=read.bool("explicitHashKeys", False),
     )
 
 
@@ -166,7 +169,7 @@ def _existing_stream(read: Reader, path: str) -> StreamConfig:
         retention_hours=read.int("retentionHours", 24, low=24, high=8760),
         encryption="customer-managed" if key_arn else "aws-managed",
         max_record_size_kib=read.int("maxRecordSizeKiB", 1024, low=1024, high=10240),
-        explicit_hash_keys=read.bool("explicitHashKeys", True),
+        explicit_hash_keys=read.bool("explicitHashKeys", False),
         arn=arn,
         key_arn=key_arn,
     )
@@ -211,6 +214,7 @@ def read_group(data: Any, path: str, streams: dict[str, StreamConfig]) -> Consum
         sink_keys=_sink_keys(read.data.get("sink"), f"{path}.sink"),
         sink_holds=_sink_holds(read.data.get("sink"), f"{path}.sink"),
         sink_attributes=_sink_attributes(read.data.get("sink"), f"{path}.sink"),
+        sink_writes=_sink_writes(read.data.get("sink"), f"{path}.sink"),
         batch_size=read.int("batchSize", 100, low=1, high=10000),
         batching_window_seconds=read.int("batchingWindowSeconds", 1, low=0, high=300),
         starting_position=starting_position,
@@ -280,10 +284,11 @@ def _sink_keys(data: Any, path: str) -> tuple[tuple[str, str], tuple[str, str] |
     if not isinstance(data, dict):
         return None
     read = Reader(data, path)
-    unknown = sorted(set(data) - {"partitionKey", "sortKey", "holds", *_SINK_ATTRIBUTES})
+    unknown = sorted(set(data) - {"partitionKey", "sortKey", "holds", "writes", *_SINK_ATTRIBUTES})
     if unknown:
         raise ConfigError(
-            f"{path}: unknown keys {unknown} (partitionKey, sortKey, holds, {', '.join(_SINK_ATTRIBUTES)})"
+            f"{path}: unknown keys {unknown} (partitionKey, sortKey, holds, writes, "
+            f"{', '.join(_SINK_ATTRIBUTES)})"
         )
 
     def attribute(name: str) -> tuple[str, str]:
@@ -323,6 +328,16 @@ def _sink_attributes(data: Any, path: str) -> tuple[tuple[str, str], ...]:
             f"{path}.holds: required with {', '.join(k for k in _SINK_ATTRIBUTES if k in data)}"
         )
     return given
+
+
+def _sink_writes(data: Any, path: str) -> tuple[str, ...] | None:
+    """`sink.writes` of a custom sink: what its handler returns for it (`Sink.writes`), or absent."""
+    if not isinstance(data, dict) or "writes" not in data:
+        return None
+    problem = sink_writes_problem(data["writes"])
+    if problem:
+        raise ConfigError(f"{path}.{problem}")
+    return tuple(data["writes"])
 
 
 def _starting_timestamp(read: Reader, path: str, position: str) -> float | None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from aws_cdk import Acknowledgment, Aws, Duration, Names, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Duration, Names, RemovalPolicy, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
@@ -29,7 +29,7 @@ from shardline.cdk._dead_letters import (
 )
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import CodeSource, add_tags, python_function
-from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_function
 from shardline.cdk._sink import Sink
@@ -38,13 +38,6 @@ from shardline.cdk._tables import lease_table, table
 from shardline.consumer._once import guard_ttl_seconds
 
 LEASE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-# DescribeTable: the consumer reads the sink's key schema once, to tell a Put and an Update of one item.
-SINK_ACTIONS = (
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:DescribeTable",
-)
 #: What Lambda's event-source mapping calls on the stream with the function's role, and what the
 #: resharding probe calls (ListShards, GetShardIterator, GetRecords) — not the enhanced fan-out
 #: actions (SubscribeToShard, DescribeStreamConsumer) nor ListStreams that `grant_read` adds.
@@ -155,6 +148,7 @@ class ConsumerGroup(Construct):
             self._sink_table(sink, index, removal_policy) for index, sink in enumerate(sinks)
         )
         self.sink: dynamodb.ITable | None = self.sinks[0] if self.sinks else None
+        self._sink_specs = tuple(sinks)  # what each table's handler writes: its grants
         # shardline's own DLQ (whole poison records) and the mapping's on-failure destination.
         self.dead_letters = dead_letter_queue(
             self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
@@ -344,10 +338,10 @@ class ConsumerGroup(Construct):
         role = self.function
         # Exactly what shardline and the sinks need (TransactWriteItems is authorised per item).
         self.leases.grant(role, *LEASE_ACTIONS)
-        for sink in self.sinks:
-            sink.grant(role, *SINK_ACTIONS)
+        for spec, sink in zip(self._sink_specs, self.sinks, strict=True):
+            spec.grant(sink, role)  # what its declared writes call (`Sink.writes`), nothing more
             if sink.encryption_key is not None and sink.encryption_key is not self.key:
-                role.add_to_role_policy(_via("dynamodb", ["kms:Decrypt"], sink.encryption_key))
+                grant_via(role, "dynamodb", ["kms:Decrypt"], sink.encryption_key)
         # Its DLQ (the code's send_message) and the mapping's on-failure queue (Lambda, with this role).
         role.add_to_role_policy(
             iam.PolicyStatement(
@@ -362,7 +356,7 @@ class ConsumerGroup(Construct):
         )
         # The group's key, only through the service that holds the data.
         for service, actions in KEY_ACTIONS_VIA.items():
-            role.add_to_role_policy(_via(service, list(actions), self.key))
+            grant_via(role, service, list(actions), self.key)
         role.add_to_role_policy(
             iam.PolicyStatement(actions=list(STREAM_ACTIONS), resources=[self.stream.stream_arn])
         )
@@ -373,7 +367,7 @@ class ConsumerGroup(Construct):
                 )
             )
         if self.stream.key is not None:  # reading an encrypted stream (the mapping and the probe)
-            role.add_to_role_policy(_via("kinesis", ["kms:Decrypt"], self.stream.key))
+            grant_via(role, "kinesis", ["kms:Decrypt"], self.stream.key)
 
     def _acknowledge(self) -> None:
         """The findings this group's own choices raise, on its own resources."""
@@ -399,11 +393,3 @@ def register_consumer(
         consumer.add_dependency(stream.consumers[-1])
     stream.consumers.append(consumer)
     return consumer
-
-
-def _via(service: str, actions: list[str], key: kms.IKey) -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        actions=actions,
-        resources=[key.key_arn],
-        conditions={"StringEquals": {"kms:ViaService": f"{service}.{Aws.REGION}.amazonaws.com"}},
-    )

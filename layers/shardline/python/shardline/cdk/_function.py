@@ -128,7 +128,14 @@ def log_retention(days: int) -> logs.RetentionDays:
 def execution_role(scope: Construct, construct_id: str, log_group: logs.ILogGroup) -> iam.Role:
     """A function's role, writing only its own log group: what AWSLambdaBasicExecutionRole grants
     (CreateLogGroup, CreateLogStream, PutLogEvents on every log group) narrowed to the one group the
-    template creates for it (its ARN ends in `:*`, its log streams)."""
+    template creates for it (its ARN ends in `:*`, its log streams).
+
+    Its trust names Lambda alone, without `aws:SourceAccount`/`aws:SourceArn`: Lambda's execution-role
+    documentation asks only for the service principal, and documents `aws:SourceArn` only where a
+    function is the target (its resource policy), never as sent on the AssumeRole that gives a function
+    its credentials; a condition on a key the request lacks would refuse every invocation. The role
+    cannot serve another account anyway: only a principal of this account with iam:PassRole on it can
+    give it to a function (PassRole does not cross accounts)."""
     role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     role.add_to_policy(
         iam.PolicyStatement(

@@ -4,7 +4,7 @@ alarm topic), so a construct given none makes its own the same way the pipeline'
 
 from __future__ import annotations
 
-from aws_cdk import Aws, RemovalPolicy
+from aws_cdk import Aws, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
@@ -66,3 +66,24 @@ def alarm_topic_key(scope: Construct, construct_id: str, *, alias: str | None) -
         )
     )
     return key
+
+
+def grant_via(grantee: iam.IGrantable, service: str, actions: list[str], key: kms.IKey) -> None:
+    """`actions` on `key` to `grantee`'s role, only through `service` (kms:ViaService): in the role's
+    policy, and — for a key this stack makes — in the key's own policy too, naming the role as a key
+    user with the same actions and condition (the root's statement stays for administration; the
+    usage is the role's, by name, not only whatever the account's IAM allows)."""
+    via = {"StringEquals": {"kms:ViaService": f"{service}.{Aws.REGION}.amazonaws.com"}}
+    grantee.grant_principal.add_to_principal_policy(
+        iam.PolicyStatement(actions=actions, resources=[key.key_arn], conditions=via)
+    )
+    principal = grantee.grant_principal
+    if isinstance(key, kms.Key) and isinstance(principal, iam.Role) and Stack.of(key) is Stack.of(principal):
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[principal],
+                actions=actions,
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions=via,
+            )
+        )

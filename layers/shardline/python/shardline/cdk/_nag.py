@@ -13,8 +13,6 @@ from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
-_MANAGED = "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{}]"
-
 #: Every function's role. (No managed policy: each role writes its own log group only,
 #: `shardline.cdk._function.execution_role`.)
 FUNCTION_ROLE = {
@@ -31,8 +29,10 @@ FUNCTION = {
 }
 #: The REST API, its stage, methods and the account-level logging role it creates.
 API = {
-    _MANAGED.format("AmazonAPIGatewayPushToCloudWatchLogs"): "AWS's managed policy for API Gateway's "
-    "account-level logging role, which the stage's execution logs need.",
+    "AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:"
+    "log-group:*]": "API Gateway's account-level logging role (inline, no managed policy): it is shared "
+    "by every API of the account and region, whose execution-log groups API Gateway names and creates "
+    "itself (API-Gateway-Execution-Logs_<api>/<stage>); only log writes, on this account and region's.",
     "AwsSolutions::AwsSolutions-COG4": "Callers are services, authorized by IAM (SigV4) — or by API "
     "keys when configured — not Cognito users.",
     "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; every caller is "

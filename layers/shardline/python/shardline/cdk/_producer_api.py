@@ -27,7 +27,7 @@ from shardline.cdk._config_api import (
 from shardline.cdk._config_reader import logical_id
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention, python_function
-from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
 from shardline.cdk._stream import Stream
@@ -92,6 +92,15 @@ TLS_POLICY = "TLS_1_2"
 PRODUCER_KINESIS_ACTIONS = ["kinesis:ListShards", "kinesis:PutRecords"]
 #: ... and on a stream's customer-managed key, only what writing needs (never kms:Decrypt).
 PRODUCER_KMS_ACTIONS = ["kms:GenerateDataKey"]
+#: What API Gateway's account-level logging role does for execution and access logs: the writes of
+#: AWS's AmazonAPIGatewayPushToCloudWatchLogs, without its reads (GetLogEvents, FilterLogEvents).
+LOGGING_ROLE_ACTIONS = (
+    "logs:CreateLogGroup",
+    "logs:CreateLogStream",
+    "logs:DescribeLogGroups",
+    "logs:DescribeLogStreams",
+    "logs:PutLogEvents",
+)
 #: On its idempotency table, what `_http_idempotency` calls: read a request's ids, record the
 #: payload hashes of what it wrote. Nothing else (no Scan, no delete: the table's TTL deletes).
 PRODUCER_IDEMPOTENCY_ACTIONS = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]
@@ -256,18 +265,12 @@ class ProducerApi(Construct):
             iam.PolicyStatement(actions=PRODUCER_KINESIS_ACTIONS, resources=[s.stream_arn for s in unique])
         )
         for stream in unique:
-            if stream.key is not None:
-                stream.key.grant(self.function, *PRODUCER_KMS_ACTIONS)
+            if stream.key is not None:  # only through Kinesis, for PutRecords to its stream
+                grant_via(self.function, "kinesis", PRODUCER_KMS_ACTIONS, stream.key)
         # Its idempotency table: the two batch calls, and its key through DynamoDB only.
         idempotency_table.grant(self.function, *PRODUCER_IDEMPOTENCY_ACTIONS)
         if idempotency_table.encryption_key is not None:
-            self.function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["kms:Decrypt"],
-                    resources=[idempotency_table.encryption_key.key_arn],
-                    conditions={"StringEquals": {"kms:ViaService": f"dynamodb.{Aws.REGION}.amazonaws.com"}},
-                )
-            )
+            grant_via(self.function, "dynamodb", ["kms:Decrypt"], idempotency_table.encryption_key)
 
         policy = resource_policy(config)
         access_logs = logs.LogGroup(
@@ -308,6 +311,25 @@ class ProducerApi(Construct):
             "AssumeRolePolicyDocument.Statement.0.Condition",
             {"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
         )
+        # No AWS-managed policy (AmazonAPIGatewayPushToCloudWatchLogs: logs:* reads too, on every
+        # account's "*"): the writes API Gateway makes for execution and access logs, on this
+        # account and region's log groups only. The role is the account's, shared by its APIs
+        # (execution logs go to groups API Gateway names and creates: API-Gateway-Execution-Logs_*),
+        # so the groups cannot be named narrower than the account's.
+        logging_role.managed_policy_arns = None  # the L1 property itself: cdk-nag reads it too
+        logging_role.policies = [
+            iam.CfnRole.PolicyProperty(
+                policy_name="PushToCloudWatchLogs",
+                policy_document=iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=list(LOGGING_ROLE_ACTIONS),
+                            resources=[f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"],
+                        )
+                    ]
+                ),
+            )
+        ]
         # TLS 1.2 at least: without a security policy the Regional endpoint also accepts TLS 1.0.
         # The legacy TLS_1_2 policy needs no endpoint access mode (the enhanced SecurityPolicy_*
         # ones do); override the CfnRestApi's SecurityPolicy for TLS 1.3 only.

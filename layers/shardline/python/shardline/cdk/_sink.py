@@ -3,15 +3,17 @@ the group creates; and what it holds, declared for whoever checks the group (`SH
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 
 from shardline.aws_lambda import SinkDeclaration
 from shardline.aws_lambda._environment import SinkHolds, sink_problem
+from shardline.consumer._sink_writes import ALL_SINK_WRITES, SinkWrite, sink_actions, sink_writes_problem
 
-__all__ = ["Sink", "SinkHolds"]
+__all__ = ["Sink", "SinkHolds", "SinkWrite"]
 
 
 class Sink:
@@ -25,7 +27,12 @@ class Sink:
     `holds` says what it holds, for whoever checks the group (the local runtime's `send` verdict):
     `"records"` (one item per user record, its id in `id_attribute`), `"counts"` (one item per
     partition key `key_attribute`, counted in `count_attribute`), or None (undeclared: the group is
-    then checked by its lag and errors alone)."""
+    then checked by its lag and errors alone).
+
+    `writes` says what the handler returns for this table (`SinkWrite`: "Put", "Update", "Delete",
+    "ConditionCheck" entries, "once" guards, "idempotent_put" puts); the group's role is granted
+    exactly the DynamoDB actions the consumer calls for those (`shardline.consumer._sink_writes`),
+    plus DescribeTable, on this table. Default: every kind the consumer's API can produce."""
 
     def __init__(
         self,
@@ -39,6 +46,7 @@ class Sink:
         sort_key: dynamodb.Attribute | None = None,
         time_to_live_attribute: str | None = None,
         table_props: Mapping[str, Any] | None = None,
+        writes: Sequence[SinkWrite] = ALL_SINK_WRITES,
     ) -> None:
         if (table is None) == (partition_key is None):
             raise ValueError("Sink: give either a table or, for one the group creates, its partition_key")
@@ -48,6 +56,11 @@ class Sink:
         problem = sink_problem(holds or "records", id_attribute, key_attribute, count_attribute)
         if problem:
             raise ValueError(f"Sink: {problem}")
+        problem = sink_writes_problem(writes)
+        if problem:
+            named = table.node.path if table is not None else f"created, partition key {partition_key.name}"  # type: ignore[union-attr]
+            raise ValueError(f"Sink ({named}): {problem}")
+        self.writes: tuple[SinkWrite, ...] = tuple(dict.fromkeys(writes))
         self.table = table
         self.holds = holds
         self.id_attribute = id_attribute
@@ -70,6 +83,7 @@ class Sink:
         count_attribute: str = "count",
         time_to_live_attribute: str | None = None,
         table_props: Mapping[str, Any] | None = None,
+        writes: Sequence[SinkWrite] = ALL_SINK_WRITES,
     ) -> Sink:
         """A sink table the group creates (encrypted with its key, point-in-time recovery, its
         removal policy; `table_props` merged over those)."""
@@ -83,7 +97,17 @@ class Sink:
             sort_key=sort_key,
             time_to_live_attribute=time_to_live_attribute,
             table_props=table_props,
+            writes=writes,
         )
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The DynamoDB actions the group's role gets on this sink's table: those of `writes`."""
+        return sink_actions(self.writes)
+
+    def grant(self, table: dynamodb.ITable, grantee: iam.IGrantable) -> None:
+        """Grant `grantee` (the group's role) exactly this sink's actions on `table` (its table)."""
+        table.grant(grantee, *self.actions)
 
     def declaration(self, table_name: str) -> SinkDeclaration | None:
         """What this sink holds, under `table_name`, for the function's `SHARDLINE_SINKS`."""

@@ -26,10 +26,17 @@ from shardline.cdk._tables import EXAMPLE_SINK_KEYS, attribute
 from shardline.cdk._worker_group import WorkerGroup
 from shardline.consumer._once import EXPIRES_AT_ATTRIBUTE
 
-#: What the repository's example sinks hold (`shardline.aws_lambda.SinkDeclaration`).
+#: What the repository's example sinks hold (`shardline.aws_lambda.SinkDeclaration`), and what their
+#: handlers write (`Sink.writes`: the role gets exactly those writes' actions): functions/event_sink
+#: returns idempotent puts, functions/key_counter Updates (its counts) and `once` guards.
 EXAMPLE_SINK_HOLDS: dict[str, dict[str, Any]] = {
-    "events": {"holds": "records", "id_attribute": "recordId"},
-    "counter": {"holds": "counts", "key_attribute": "partitionKey", "count_attribute": "count"},
+    "events": {"holds": "records", "id_attribute": "recordId", "writes": ("idempotent_put",)},
+    "counter": {
+        "holds": "counts",
+        "key_attribute": "partitionKey",
+        "count_attribute": "count",
+        "writes": ("Update", "once"),
+    },
 }
 
 
@@ -240,4 +247,6 @@ def _sink(group: ConsumerGroupConfig) -> Sink:
         partition = attribute(group.sink_keys[0])
         sort = attribute(group.sink_keys[1]) if group.sink_keys[1] else None
         declared = {"holds": group.sink_holds, **dict(group.sink_attributes)}
+        if group.sink_writes is not None:
+            declared["writes"] = group.sink_writes
     return Sink.create(partition, sort, time_to_live_attribute=EXPIRES_AT_ATTRIBUTE, **declared)

@@ -57,7 +57,7 @@ class Stream(Construct):
         max_record_size_kib: int = 1024,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         route: str | None = None,
-        explicit_hash_keys: bool = True,
+        explicit_hash_keys: bool = False,
         key_alias: str | None = None,
         tags: Mapping[str, str] | None = None,
         stream_props: Mapping[str, Any] | None = None,
@@ -149,7 +149,7 @@ class Stream(Construct):
         shards: int | None = None,
         retention_hours: int = 24,
         max_record_size_kib: int = 1024,
-        explicit_hash_keys: bool = True,
+        explicit_hash_keys: bool = False,
     ) -> Stream:
         """An existing stream by its ARN (a token too; its name is taken from it); `key`: its
         customer-managed KMS key (an `IKey` or its ARN), which writers and readers are granted
@@ -176,7 +176,7 @@ class Stream(Construct):
         shards: int | None = None,
         retention_hours: int = 24,
         max_record_size_kib: int = 1024,
-        explicit_hash_keys: bool = True,
+        explicit_hash_keys: bool = False,
     ) -> Stream:
         """An existing `kinesis.IStream`; `key` (default: the stream's `encryption_key`) as above."""
 

@@ -34,7 +34,7 @@ from shardline.cdk._dead_letters import (
 )
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention
-from shardline.cdk._keys import logs_key, retained_key
+from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_rules
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
@@ -83,17 +83,6 @@ HANDLER_VARIABLES = ("SHARDLINE_SINKS", "SINK_TTL_DAYS", "SHARDLINE_GUARD_TTL_SE
 #: The lease table: the Lambda consumer's item actions, and Scan (a worker reads every lease to
 #: find expired ones and to balance).
 LEASE_ACTIONS = (*LAMBDA_LEASE_ACTIONS, "dynamodb:Scan")
-#: A sink: what the consumer's writes call (TransactWriteItems is authorised per item: Put, Update,
-#: Delete, ConditionCheck; BatchWriteItem for idempotent puts) and DescribeTable (its key schema).
-SINK_ACTIONS = (
-    "dynamodb:BatchWriteItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:DescribeTable",
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-)
 #: What a worker calls on its stream: the shard map, iterators and records. With enhanced fan-out,
 #: `CONSUMER_ACTIONS` (SubscribeToShard, DescribeStreamConsumer) on the group's own consumer besides.
 STREAM_ACTIONS = (
@@ -271,6 +260,7 @@ class WorkerGroup(Construct):
             self._sink_table(sink, index, removal_policy) for index, sink in enumerate(sinks)
         )
         self.sink: dynamodb.ITable | None = self.sinks[0] if self.sinks else None
+        self._sink_specs = tuple(sinks)  # what each table's handler writes: its grants
         self._own_dead_letters = dead_letters is None
         self.dead_letters: sqs.IQueue = dead_letters or dead_letter_queue(
             self, "DeadLetters", key=self.key, removal_policy=dead_letters_removal_policy
@@ -311,6 +301,8 @@ class WorkerGroup(Construct):
         )
         self.role = _task_role(self, "TaskRole")
         #: What ECS pulls the image and writes the logs with (CDK grants it exactly those).
+        # No aws:SourceAccount on its trust: ECS documents the confused-deputy conditions for the task
+        # role (`_task_role`, which has them), not for the execution role the agent pulls and logs with.
         self.execution_role = iam.Role(
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com")
         )
@@ -386,11 +378,16 @@ class WorkerGroup(Construct):
 
     def _vpc(self, retention: logs.RetentionDays, vpc_props: Mapping[str, Any] | None) -> ec2.Vpc:
         """Public subnets in two zones, no NAT gateway; gateway endpoints for DynamoDB and S3 (free);
-        every flow logged (rejected ones tell a security group's refusal), under the logs key."""
+        every flow logged (rejected ones tell a security group's refusal), under the logs key; no
+        custom resource (the default security group is left as EC2 makes it, and unused)."""
         flow_logs = logs.LogGroup(self, "FlowLogs", retention=retention, encryption_key=self.log_key)
         defaults: dict[str, Any] = {
             "max_azs": 2,
             "nat_gateways": 0,
+            # Off: restricting the VPC's default security group takes a custom resource whose
+            # function's role carries AWS's managed AWSLambdaBasicExecutionRole. shardline puts
+            # nothing in the default group (its tasks use `SecurityGroup`: no inbound, HTTPS out).
+            "restrict_default_security_group": False,
             "subnet_configuration": [
                 ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24)
             ],
@@ -400,12 +397,28 @@ class WorkerGroup(Construct):
             },
             "flow_logs": {
                 "FlowLog": ec2.FlowLogOptions(
-                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, self._flow_log_role()),
                     traffic_type=ec2.FlowLogTrafficType.ALL,
                 )
             },
         }
         return ec2.Vpc(self, "Vpc", **{**defaults, **(vpc_props or {})})
+
+    def _flow_log_role(self) -> iam.Role:
+        """The role VPC Flow Logs writes the flow log with, assumable by the service acting for this
+        account's flow logs only (the confused-deputy guard of VPC Flow Logs' IAM role page; CDK
+        grants it the log group's writes)."""
+        return iam.Role(
+            self,
+            "FlowLogRole",
+            assumed_by=iam.ServicePrincipal(
+                "vpc-flow-logs.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
+                },
+            ),
+        )
 
     def _security_group(self) -> ec2.SecurityGroup:
         """No inbound rule (nothing calls a worker); HTTPS out only (AWS's APIs)."""
@@ -559,11 +572,11 @@ class WorkerGroup(Construct):
         """What the worker calls, on the group's own resources and its stream, and nothing else."""
         role = self.role
         self.leases.grant(role, *LEASE_ACTIONS)
-        for sink in self.sinks:
-            sink.grant(role, *SINK_ACTIONS)
+        for spec, sink in zip(self._sink_specs, self.sinks, strict=True):
+            spec.grant(sink, role)  # what its declared writes call (`Sink.writes`), nothing more
         for table_ in (self.leases, *self.sinks):
             if table_.encryption_key is not None and table_.encryption_key is not self.key:
-                role.add_to_principal_policy(_via("dynamodb", ["kms:Decrypt"], table_.encryption_key))
+                grant_via(role, "dynamodb", ["kms:Decrypt"], table_.encryption_key)
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn])
         )
@@ -575,9 +588,9 @@ class WorkerGroup(Construct):
         )
         queue_key = self.dead_letters.encryption_master_key
         if queue_key is not None and queue_key is not self.key:
-            role.add_to_principal_policy(_via("sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key))
+            grant_via(role, "sqs", list(KEY_ACTIONS_VIA["sqs"]), queue_key)
         for service, actions in KEY_ACTIONS_VIA.items():
-            role.add_to_principal_policy(_via(service, list(actions), self.key))
+            grant_via(role, service, list(actions), self.key)
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(STREAM_ACTIONS), resources=[self.stream.stream_arn])
         )
@@ -588,7 +601,7 @@ class WorkerGroup(Construct):
                 )
             )
         if self.stream.key is not None:  # GetRecords, and SubscribeToShard's events
-            role.add_to_principal_policy(_via("kinesis", ["kms:Decrypt"], self.stream.key))
+            grant_via(role, "kinesis", ["kms:Decrypt"], self.stream.key)
 
     def _acknowledge(self) -> None:
         """The findings this group's own choices raise, on its own resources."""
@@ -625,12 +638,4 @@ def _task_role(scope: Construct, construct_id: str) -> iam.Role:
                 "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ecs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
             },
         ),
-    )
-
-
-def _via(service: str, actions: list[str], key: kms.IKey) -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        actions=actions,
-        resources=[key.key_arn],
-        conditions={"StringEquals": {"kms:ViaService": f"{service}.{Aws.REGION}.amazonaws.com"}},
     )

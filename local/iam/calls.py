@@ -88,16 +88,8 @@ def call_of(
     found = lookup.identify(request) if lookup is not None else None
     context = _request_context(lowered, region, secure, source_ip, now)
     if found is None:
-        operation = _guess_operation(request)
-        return Call(
-            prefix,
-            operation,
-            (Need(f"{prefix}:{operation}", "*"),),
-            context=MappingProxyType(context),
-            modelled=False,
-            protocol=lookup.protocol_of(request) if lookup is not None else "",
-            account=account,
-        )
+        protocol = lookup.protocol_of(request) if lookup is not None else ""
+        return _unmodelled(prefix, _guess_operation(request), context, protocol, account)
     operation, protocol, params = found
     mapper = _mapper(prefix)
     where = Where(account, region)
@@ -105,15 +97,7 @@ def call_of(
         params = {**params, "__aliases__": aliases}
     mapped = mapper(operation, params, request, where) if mapper is not None else None
     if mapped is None:
-        return Call(
-            prefix,
-            operation,
-            (Need(f"{prefix}:{operation}", "*"),),
-            context=MappingProxyType(context),
-            modelled=False,
-            protocol=protocol,
-            account=account,
-        )
+        return _unmodelled(prefix, operation, context, protocol, account)
     needs, touches, extra = mapped
     context.update(extra)
     return Call(
@@ -201,6 +185,13 @@ _KEY_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
 _S3_MULTIPART = frozenset(
     {"CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload"}
 )
+
+
+def _unmodelled(prefix: str, operation: str, context: dict[str, str], protocol: str, account: str) -> Call:
+    """A call no mapper names: authorized by the `prefix:Operation` guess on "*", and flagged."""
+    need = Need(f"{prefix}:{operation}", "*")
+    return Call(prefix, operation, (need,), context=MappingProxyType(context), modelled=False,
+                protocol=protocol, account=account)  # fmt: skip
 
 
 def key_needs(call: Call, keys: Mapping[str, str], region: str) -> tuple[tuple[Need, Mapping[str, str]], ...]:

@@ -247,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{name}: {t['on']:.0f} µs installed, {t['off']:.0f} µs passed through"
         for name, t in details["per_request_us"].items()
     ]
+    for mode, runs in details["drains"].items():
+        for run in runs:
+            rates = ", ".join(f"{g['group']} {g['records_per_s'] or 0:,.0f} rec/s" for g in run["groups"])
+            notes.append(f"drain, enforcement {mode}: {rates}")
     print(render(Report(meta=meta, rows=rows, notes=notes, details=details)))
     return 0
 

@@ -54,6 +54,9 @@ NOT_CALLED_IN_THIS_RUN = {
         "sqs:SendMessage",
         "MappingFailures",
     ): "the mapping's on-failure destination: only when a batch is given up",
+    ("sqs:SendMessage", "DeadLetters"): (
+        "a group's dead letters: only a record its handler refuses (the key counter refuses none here)"
+    ),
     ("sqs:ReceiveMessage", ""): "`redrive` reads the on-failure destination",
     ("sqs:DeleteMessage", ""): "`redrive`",
     ("sqs:GetQueueAttributes", ""): "`redrive`",

@@ -26,10 +26,10 @@ from shardline.cdk import ConsumerGroup, Layers, Sink, Stream, WorkerGroup
 from shardline.consumer._sink_writes import ALL_SINK_WRITES, SINK_WRITE_ACTIONS, sink_actions
 from shardline.kinesis import UserRecord
 from shardline.producer import Producer
-from tests.infra.test_permissions import read_functions
 from tests.support.cdk import ORDERS_ARN, alone
 from tests.support.consumer_handlers import drain
 from tests.support.consumer_handlers import stream as stream
+from tests.support.permissions import read_functions
 
 #: A TransactWriteItems entry -> the action IAM authorises it by (transaction-apis-iam.html).
 TRANSACT_ITEM_ACTION = {

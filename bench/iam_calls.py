@@ -10,52 +10,21 @@ SendMessage), prints µs per `local.iam.calls.call_of` and, measured in the same
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
-
-import boto3
-import botocore.config
 
 from bench.timing import best_of
 from local.iam.calls import call_of
+from local.iam.capture import ACCOUNT, ENDPOINT, REGION, signed_request
 
-ACCOUNT = "000000000000"
-REGION = "us-east-1"
-ENDPOINT = "http://127.0.0.1:4566"
 Request = tuple[str, str, str, str, dict[str, str], bytes]
-
-
-class _Captured(Exception):
-    pass
 
 
 def _signed(service: str, method: str, **params: Any) -> Request:
     """(signing service, method, path, query, headers, body) of the request botocore signs."""
-    box: list[Any] = []
-    client = boto3.client(
-        service,
-        endpoint_url=ENDPOINT,
-        region_name=REGION,
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key="secret",
-        config=botocore.config.Config(retries={"max_attempts": 1}),
-    )
-
-    def capture(request: Any, **_: Any) -> None:
-        box.append(request)
-        raise _Captured
-
-    client.meta.events.register("before-send", capture)
-    with contextlib.suppress(_Captured):
-        getattr(client, method)(**params)
-    request = box[0]
-    body = request.body if isinstance(request.body, bytes) else str(request.body or "").encode()
-    url = urlsplit(request.url)
-    headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
-    return client.meta.service_model.signing_name, request.method, url.path, url.query, headers, body
+    sent = signed_request(service, method, **params)
+    return sent.signing_name, sent.method, sent.path, sent.query, sent.headers, sent.body
 
 
 def requests() -> dict[str, Request]:

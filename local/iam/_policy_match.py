@@ -11,58 +11,49 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-# Keys whose value this evaluator knows on every request: it fills them itself (the principal's), or
-# their absence from the request context is what AWS would see too (a service's keys, present only
-# when a service calls on the caller's behalf). Lower-case: condition key names are case-insensitive.
-KNOWN_CONDITION_KEYS: Final = frozenset(
-    key.lower()
-    for key in (
-        # filled by the evaluator from the principal and the action
-        "aws:PrincipalArn",
-        "aws:PrincipalAccount",
-        "aws:PrincipalOrgID",
-        "aws:PrincipalType",
-        "aws:PrincipalIsAWSService",
-        "aws:username",
-        "aws:RequestedRegion",
-        "kms:CallerAccount",
-        # absent unless a service calls on someone's behalf (the request context then carries them)
-        "aws:SourceArn",
-        "aws:SourceAccount",
-        "aws:SourceOrgID",
-        "aws:SourceOwner",
-        "aws:PrincipalServiceName",
-        "aws:CalledVia",
-        "aws:CalledViaFirst",
-        "aws:CalledViaLast",
-        "aws:ViaAWSService",
-        "kms:ViaService",
-        # absent locally and deployed alike unless the request goes through a VPC endpoint
-        "aws:SourceVpc",
-        "aws:SourceVpce",
-    )
+
+def _lowered(*keys: str) -> frozenset[str]:
+    return frozenset(key.lower() for key in keys)  # condition key names are case-insensitive
+
+
+# The keys the evaluator fills from the principal and the action: never taken from the request.
+EVALUATOR_KEYS: Final = _lowered(
+    "aws:PrincipalArn",
+    "aws:PrincipalAccount",
+    "aws:PrincipalOrgID",
+    "aws:PrincipalType",
+    "aws:PrincipalIsAWSService",
+    "aws:PrincipalServiceName",
+    "aws:username",
+    "aws:RequestedRegion",
+    "kms:CallerAccount",
 )
+
+# Keys whose absence from the request context is what AWS would see too.
+ABSENT_UNLESS_CARRIED: Final = _lowered(
+    # absent unless a service calls on someone's behalf (the request context then carries them)
+    "aws:SourceArn",
+    "aws:SourceAccount",
+    "aws:SourceOrgID",
+    "aws:SourceOwner",
+    "aws:CalledVia",
+    "aws:CalledViaFirst",
+    "aws:CalledViaLast",
+    "aws:ViaAWSService",
+    "kms:ViaService",
+    # absent locally and deployed alike unless the request goes through a VPC endpoint
+    "aws:SourceVpc",
+    "aws:SourceVpce",
+)
+
+# Keys whose value this evaluator knows on every request: it fills them itself, or their absence is
+# what AWS would see.
+KNOWN_CONDITION_KEYS: Final = EVALUATOR_KEYS | ABSENT_UNLESS_CARRIED
 
 # Keys AWS sets on every request, which the local endpoint passes in the request context (a request
 # without one of them gets it reported as not evaluated, never guessed).
-REQUEST_CONDITION_KEYS: Final = frozenset(
-    key.lower() for key in ("aws:SecureTransport", "aws:CurrentTime", "aws:EpochTime", "aws:SourceIp")
-)
-
-# The keys the evaluator fills from the principal and the action: never taken from the request.
-EVALUATOR_KEYS: Final = frozenset(
-    key.lower()
-    for key in (
-        "aws:PrincipalArn",
-        "aws:PrincipalAccount",
-        "aws:PrincipalOrgID",
-        "aws:PrincipalType",
-        "aws:PrincipalIsAWSService",
-        "aws:PrincipalServiceName",
-        "aws:username",
-        "aws:RequestedRegion",
-        "kms:CallerAccount",
-    )
+REQUEST_CONDITION_KEYS: Final = _lowered(
+    "aws:SecureTransport", "aws:CurrentTime", "aws:EpochTime", "aws:SourceIp"
 )
 
 REGION: Final = "us-east-1"  # the local runtime's one region (aws:RequestedRegion)

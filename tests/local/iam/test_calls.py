@@ -14,11 +14,9 @@ share helpers from).
 from __future__ import annotations
 
 import base64
-import contextlib
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import boto3
 import botocore.awsrequest
@@ -26,31 +24,24 @@ import botocore.config
 import botocore.session
 import pytest
 from botocore import xform_name
-from botocore.exceptions import ClientError
 
 from local.iam.calls import Call, UnknownResource, call_of, key_needs
+from local.iam.capture import ACCOUNT, ENDPOINT, REGION, signed_request
 
-ACCOUNT = "000000000000"
-REGION = "us-east-1"
-ENDPOINT = "http://127.0.0.1:4566"
 ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- requests signed by botocore ------------------------------------------------------------------
 
 
-class _Captured(Exception):
-    pass
-
-
-def _client(service: str, endpoint: str = ENDPOINT, **config: Any) -> Any:
+def _client(service: str, endpoint: str = ENDPOINT) -> Any:
     return boto3.client(
         service,
         endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id="AKIDEXAMPLE",
         aws_secret_access_key="secret",
-        config=botocore.config.Config(retries={"max_attempts": 1}, **config),
+        config=botocore.config.Config(retries={"max_attempts": 1}),
     )
 
 
@@ -58,26 +49,9 @@ def captured(
     service: str, method: str, endpoint: str = ENDPOINT, config: dict[str, Any] | None = None, **params: Any
 ) -> tuple[str, tuple[Any, ...]]:
     """(signing service, (method, path, query, headers, body)) of what `client.method(**params)` sends."""
-    box: list[Any] = []
-    c = _client(service, endpoint, **(config or {}))
-
-    def capture(request: Any, **_: Any) -> None:
-        box.append(request)
-        raise _Captured  # nothing is sent
-
-    c.meta.events.register("before-send", capture)
-    with contextlib.suppress(_Captured, ClientError):
-        getattr(c, method)(**params)
-    request = box[-1]
-    body = request.body
-    if hasattr(body, "read"):
-        body = body.read()
-    if isinstance(body, str):
-        body = body.encode()
-    url = urlsplit(request.url)
-    headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
-    assert headers["Authorization"].startswith("AWS4-HMAC-SHA256 ")  # really signed
-    return c.meta.service_model.signing_name, (request.method, url.path, url.query, headers, body or b"")
+    sent = signed_request(service, method, endpoint, config, **params)
+    assert sent.headers["Authorization"].startswith("AWS4-HMAC-SHA256 ")  # really signed
+    return sent.signing_name, (sent.method, sent.path, sent.query, sent.headers, sent.body)
 
 
 def signed(service: str, method: str, endpoint: str = ENDPOINT, **params: Any) -> Call:

@@ -56,7 +56,9 @@ class FailurePolicy:
         """Before running a record that failed before: wait out its backoff. False when this
         invocation has no time for that wait (the mapping then retries from it; nothing counted)."""
         lease = self.checkpoint.lease
-        if lease is None or lease.failed_at != record.position or lease.failed_time is None:
+        if lease is None or lease.failed_at is None or lease.failed_time is None:
+            return True  # asked of every record: the common answer without building its position
+        if lease.failed_at != record.position:
             return True
         table = self.table
         wait = lease.failed_time + backoff(lease.failed_attempts, self.settings.retry_backoff) - table.now()

@@ -17,11 +17,22 @@ lease's in-flight mark (`LeaseTable.begin`).
 
 from __future__ import annotations
 
+import importlib
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
+
+# `signal.getsignal` turns each answer into a `signal.Handlers` member where it can, through a failed
+# enum look-up that costs microseconds; `rearm` asks after every record, and only compares the
+# answer with its own handler, so it asks the C function `signal.getsignal` wraps.
+_raw_getsignal: Callable[[int], object] = getattr(
+    importlib.import_module("_signal"), "getsignal", signal.getsignal
+)
+_SIGALRM = int(getattr(signal, "SIGALRM", 14))  # a plain int: no enum conversion per call
+_ITIMER_REAL = getattr(signal, "ITIMER_REAL", 0)
 
 
 class HandlerTimedOut(BaseException):
@@ -42,6 +53,7 @@ class HandlerDeadline:
         self.expired = False
         self._armed = False
         self._previous: Any = None
+        self._installed: Callable[[int, FrameType | None], None] | None = None
         self._ends_at = 0.0
 
     def __enter__(self) -> HandlerDeadline:
@@ -51,7 +63,8 @@ class HandlerDeadline:
         if self.seconds <= 0:
             self.expired = True
             return self
-        self._previous = signal.signal(signal.SIGALRM, self._fire)
+        self._installed = self._fire  # the very object `signal` holds: compared by identity
+        self._previous = signal.signal(signal.SIGALRM, self._installed)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
         self._ends_at = time.monotonic() + self.seconds
         self._armed = True
@@ -59,13 +72,14 @@ class HandlerDeadline:
 
     def rearm(self) -> bool:
         """Put the timer back if a handler replaced its signal handler or cleared it; True if it
-        had to (the time that was left is kept)."""
+        had to (the time that was left is kept). Asked after every handler call: two system
+        calls when nothing changed."""
         if not self._armed or self.expired:
             return False
-        ours = signal.getsignal(signal.SIGALRM) == self._fire
-        if ours and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        if _raw_getsignal(_SIGALRM) is self._installed and signal.getitimer(_ITIMER_REAL)[0] > 0:
             return False
-        signal.signal(signal.SIGALRM, self._fire)
+        self._installed = self._fire
+        signal.signal(signal.SIGALRM, self._installed)
         left = self._ends_at - time.monotonic()
         if left <= 0:
             self.expired = True

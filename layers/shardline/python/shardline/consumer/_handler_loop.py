@@ -66,6 +66,7 @@ class HandlerLoop:
         checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
         out_of_time, keys = self.out_of_time, checkpoint.pending.keys
         checkpoint_every = self.settings.checkpoint_every or float("inf")
+        checkpoint_interval = self.settings.checkpoint_interval
         condemned = failures.condemned()
         processed = 0
         try:
@@ -76,9 +77,10 @@ class HandlerLoop:
                 if condemned is not None and record.position == condemned:
                     failures.dead_letter(record, *failures.last_failure())
                     continue
-                if not failures.backed_off(record) or not self.may_start(record):
+                # A careful span exists only after a crash: the common run skips its three asks.
+                careful = checkpoint.careful is not None
+                if not failures.backed_off(record) or (careful and not self.start_careful(record)):
                     return record.sequence_number
-                checkpoint.starting(record)
                 try:
                     deadline.in_handler = True
                     returned = handler(record)
@@ -88,19 +90,21 @@ class HandlerLoop:
                     if failures.give_up_on(record, exc):
                         continue
                     return record.sequence_number
-                self.check_deadline()
+                if deadline.rearm():
+                    self.budget_disarmed()
                 try:
                     writes = checked_writes(returned, keys)
                 except ValueError as exc:
                     if failures.give_up_on(record, exc):
                         continue
                     return record.sequence_number
-                checkpoint.returned(record)
+                if careful:
+                    checkpoint.returned(record)
                 checkpoint.done_with(record, writes)
                 processed += 1
                 if (
                     checkpoint.since_checkpoint >= checkpoint_every
-                    or checkpoint.clock() - checkpoint.checkpointed_at >= self.settings.checkpoint_interval
+                    or checkpoint.clock() - checkpoint.checkpointed_at >= checkpoint_interval
                     or (checkpoint.careful is not None and checkpoint.careful.ends_span(record.position))
                 ):
                     checkpoint.commit()
@@ -108,6 +112,13 @@ class HandlerLoop:
             return None
         finally:
             self.metrics.count("RecordsProcessed", processed)
+
+    def start_careful(self, record: ConsumedRecord) -> bool:
+        """In a careful span: may `record` start (`may_start`)? If so, say that it starts."""
+        if not self.may_start(record):
+            return False
+        self.checkpoint.starting(record)
+        return True
 
     def may_start(self, record: ConsumedRecord) -> bool:
         """May `record` start now? A careful record run alone after a crash first writes that its
@@ -256,12 +267,16 @@ class HandlerLoop:
     def check_deadline(self) -> None:
         """A handler that replaced shardline's SIGALRM timer disarmed the time budget: re-arm it."""
         if self.deadline.rearm():
-            self.metrics.count("TimeBudgetDisarmed")
-            logger.warning(
-                "consumer group %s: a handler replaced the SIGALRM handler or timer shardline uses for "
-                "the time budget; it was re-armed (do not use SIGALRM in handlers)",
-                self.settings.group,
-            )
+            self.budget_disarmed()
+
+    def budget_disarmed(self) -> None:
+        """The deadline had to be re-armed after a handler: count it and say so."""
+        self.metrics.count("TimeBudgetDisarmed")
+        logger.warning(
+            "consumer group %s: a handler replaced the SIGALRM handler or timer shardline uses for "
+            "the time budget; it was re-armed (do not use SIGALRM in handlers)",
+            self.settings.group,
+        )
 
 
 def writes_by_record(

@@ -33,6 +33,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="also print cProfile tables of shardline's hot paths"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="the quick sections only, judged against the README's figures: "
+        "exit 1 on a miss or a fall (bench/check.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -231,9 +237,35 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     return report, profile_text
 
 
+def run_check(seed: int) -> tuple[Report, list[str]]:
+    """The sections `--check` judges (about a minute): codec, Lambda event, PUT units, consumer, imports."""
+    started = time.perf_counter()
+    repeats = 5
+    report = Report(meta={"repeats": repeats, "seed": seed, "quick": True})
+    problems: list[str] = []
+    _codec_section(report, problems, seed, repeats)
+    _lambda_section(report, problems, seed + 2, repeats)
+    _units_section(report, problems, seed + 3, 20_000)
+    _consumer_section(report, problems, consumer.make_workload(seed + 4), repeats)
+    _imports_section(report, 3)
+    report.meta["seconds"] = time.perf_counter() - started
+    return report, problems
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print the report (progress goes to stderr). Exits 0 unless it crashes."""
+    """Run the benchmark and print the report (progress goes to stderr). Exits 0 unless it crashes;
+    with `--check`, 1 when a row misses or falls (`bench.check`)."""
     args = _parse(argv)
+    if args.check:
+        from bench import check
+
+        report, problems = run_check(args.seed)
+        findings = check.check(report.rows, check.published_rows(check.README.read_text(encoding="utf-8")))
+        print(check.render(findings))
+        for problem in problems:
+            print(f"FAIL sanity: {problem}")
+        print(f"(took {report.meta['seconds']:.0f} s)")
+        return 1 if problems or any(finding.failed for finding in findings) else 0
     report, profile_text = run(args.quick, args.seed, args.profile)
     print(render(report))
     if profile_text:

@@ -179,7 +179,32 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The Lambda runtime's packages and the Powertools layer the local workers import, as `make setup`
-    installs them (skipped when the lock has not changed): a bare `pytest` runs as `make test` does."""
+    installs them (skipped when the lock has not changed): a bare `pytest` runs as `make test` does.
+    Once, by the process that starts the suite: xdist's workers start after it and share the folder."""
+    if hasattr(session.config, "workerinput"):
+        return
     from local.lambda_.runtimes import install
 
     install()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each suite folder's total test time (setup, call and teardown of its tests, summed over the
+    workers), beside `--durations`' slowest tests: where the suite's minutes go."""
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid, duration = getattr(report, "nodeid", ""), getattr(report, "duration", None)
+            if not nodeid.startswith("tests/") or duration is None:
+                continue
+            folder = "/".join(nodeid.split("::")[0].split("/")[:2])
+            totals[folder] = totals.get(folder, 0.0) + duration
+            if getattr(report, "when", "") == "call" or getattr(report, "outcome", "") == "skipped":
+                counts[folder] = counts.get(folder, 0) + 1
+    if not totals:
+        return
+    terminalreporter.write_sep("=", "time by suite folder (test seconds, summed over workers)")
+    for folder, seconds in sorted(totals.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:9.1f} s  {counts.get(folder, 0):5d} tests  {folder}")
+    terminalreporter.write_line(f"{sum(totals.values()):9.1f} s  {sum(counts.values()):5d} tests  in all")

@@ -50,8 +50,12 @@ DOCKERFILE = "workers/Dockerfile"
 #: what `pip install .` builds the shardline package from (pyproject.toml, setup.py, LICENSE, the
 #: library's folder and the local runtime's package marker: setup.py maps `shardline.local`). As in
 #: the Lambda layer, the constructs and the local runtime stay out (`LEFT_OUT`): they never run in
-#: a worker, and an edit to them (or to the README) does not roll the workers.
-CONTEXT_FILES = ("pyproject.toml", "setup.py", "LICENSE", "layers/shardline/python", "local/__init__.py")
+#: a worker, and an edit to them (or to the README) does not roll the workers. The image's locks
+#: (cut from the project's by `make lock`) are what its `pip install --require-hashes` reads.
+CONTEXT_FILES = (
+    "pyproject.toml", "setup.py", "LICENSE", "layers/shardline/python", "local/__init__.py",
+    "workers/requirements.lock", "workers/build.lock",
+)  # fmt: skip
 LEFT_OUT = ("layers/shardline/python/shardline/cdk",)
 #: Never in the build context, at any depth: version control, environments, tool output, tests.
 NEVER_IN_CONTEXT = (

@@ -206,7 +206,7 @@ def test_worker_image_built_once_promoted_by_digest(form, tmp_path):
     )
     assert "ecr:GetAuthorizationToken" in pulls['"*"']
     if form == "image_uri":
-        assert "111122223333" in json.dumps(pulls), "the repository of the reference's account"
+        assert "111122223333" in json.dumps(list(pulls)), "the repository of the reference's account"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from app import build
@@ -68,11 +69,14 @@ def lock(text: str) -> dict[str, tuple[str, set[str]]]:
 
 
 def test_worker_image_from_lines_pinned_by_digest():
-    steps = instructions(DOCKERFILE.read_text())
+    text = DOCKERFILE.read_text()
+    # No `# syntax=` directive: BuildKit would pull that frontend image by its tag before any FROM.
+    assert not re.match(r"#\s*syntax\s*=", text, re.IGNORECASE)
+    steps = instructions(text)
     froms = [argument for kind, argument in steps if kind == "FROM"]
     assert len(froms) == 2
     for argument in froms:
-        image = [word for word in argument.split() if not word.startswith("--")][0]
+        image = next(word for word in argument.split() if not word.startswith("--"))
         assert image == "python:${PYTHON_VERSION}-slim@${PYTHON_DIGEST}", argument
     first_from = next(i for i, (kind, _) in enumerate(steps) if kind == "FROM")
     arguments = dict(
@@ -88,7 +92,7 @@ def test_worker_image_from_lines_pinned_by_digest():
     command = re.search(r"python -c (\"[^\"]*\"|'[^']*')", check)
     assert command, check
     script = shlex.split(command.group(1))[0]
-    ours = "%d.%d" % sys.version_info[:2]
+    ours = "{}.{}".format(*sys.version_info[:2])
     other = "3.10" if ours != "3.10" else "3.13"
     ran = {
         version: subprocess.run(
@@ -97,7 +101,7 @@ def test_worker_image_from_lines_pinned_by_digest():
             capture_output=True,
             text=True,
             check=False,
-        )  # fmt: skip
+        )
         for version in (ours, other)
     }
     assert ran[ours].returncode == 0, ran[ours].stderr
@@ -148,7 +152,7 @@ def test_worker_image_pip_installs_hash_checked_from_the_locks(tmp_path):
     assert checked.returncode == 0, checked.stderr
     assert "workers/lock.py" in (ROOT / "Makefile").read_text(), "`make lock` regenerates them"
     # The build context carries them (its allow-list), and only them of workers/.
-    assert WORKER_LOCKS <= set(CONTEXT_FILES)
+    assert set(CONTEXT_FILES) >= WORKER_LOCKS
     alone(lambda stack: worker_in(stack), nag=False, outdir=tmp_path)
     [image] = json.loads((tmp_path / "Alone.assets.json").read_text())["dockerImages"].values()
     staged = tmp_path / image["source"]["directory"]
@@ -216,6 +220,10 @@ def test_worker_image_built_once_promoted_by_digest(form, tmp_path):
         ({"image_uri": REPOSITORY_URI}, r"image_uri: .* names a tag.*sha256"),
         ({"image_uri": f"{REPOSITORY_URI}@sha256:abc"}, r"image_uri: .*sha256:<64 hex digits>"),
         ({"image_digest": "1.4.2"}, r"image_digest: '1\.4\.2' is no digest .*sha256:"),
+        (
+            {"image_uri": f"docker.io/team/w@{DIGEST}", "egress": "vpc-endpoints"},
+            r"image_uri: docker\.io/team/w is outside ECR",
+        ),
     ],
 )
 def test_worker_image_promoted_by_digest_refuses_a_tag(props, message):
@@ -308,6 +316,17 @@ def test_worker_egress_vpc_endpoints_only_no_public_ip():
                 and r.get("SourceSecurityGroupId") == task_group
                 for r in rules
             ), rules
+
+
+def test_worker_egress_a_grant_made_later_without_its_endpoint_fails_the_synth():
+    def build_(stack: Stack) -> None:
+        group = worker_in(stack, egress="vpc-endpoints")
+        group.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sts:GetCallerIdentity"], resources=["*"])
+        )
+
+    with pytest.raises(RuntimeError, match=r"granted \['sts'\] after the group was built"):
+        alone(build_, nag=False)
 
 
 def test_worker_egress_defaults_to_today_s_and_refuses_an_unknown_one():

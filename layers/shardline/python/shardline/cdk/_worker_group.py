@@ -136,12 +136,17 @@ class WorkerGroup(Construct):
     `service_props`, `image_props` are merged over the defaults (the worker's environment contract
     is not).
 
-    **Network.** In the team's `vpc` (or `cluster`'s), the tasks run in its private subnets with
-    egress (`vpc_subnets`), without a public IP. Without one, a VPC of public subnets only, tasks with
-    a public IP, a security group with no inbound rule and HTTPS out only: a worker calls AWS APIs and
-    nothing calls it, and a NAT gateway (about 33 USD a month in us-east-1, plus 0.045 USD a GB)
-    would only carry those calls; the gateway endpoints (free) keep DynamoDB and S3 (ECR's layers)
-    traffic in the VPC. `vpc_props`, `vpc_subnets` and `assign_public_ip` change any of it.
+    **Network** (`egress`). "internet" (the default): in the team's `vpc` (or `cluster`'s), the
+    tasks run in its private subnets with egress (`vpc_subnets`), without a public IP. Without one, a
+    VPC of public subnets only, tasks with a public IP, a security group with no inbound rule and
+    HTTPS out only: a worker calls AWS APIs and nothing calls it, and a NAT gateway (about 33 USD a
+    month in us-east-1, plus 0.045 USD a GB) would only carry those calls; the gateway endpoints
+    (free) keep DynamoDB and S3 (ECR's layers) traffic in the VPC. "vpc-endpoints": isolated subnets
+    (a VPC made here has no internet gateway), no public IP, no NAT, and an endpoint for every
+    service the task and execution roles are granted, derived from their policies (`endpoints`:
+    interface ones with private DNS behind a security group admitting HTTPS from the tasks only;
+    a grant added later for a service with no endpoint fails the synth). `vpc_props`, `vpc_subnets`
+    and `assign_public_ip` change any of it.
 
     **Image.** `ecs.ContainerImage.from_asset` of `workers/Dockerfile` (`dockerfile`) in
     `build_context` (default: this repository when shardline runs from its source; a team's app passes
@@ -150,8 +155,16 @@ class WorkerGroup(Construct):
     context; `cdk deploy` builds and pushes it. The context is an allow-list (`CONTEXT_FILES`, the
     Dockerfile and the handler's folder; `NEVER_IN_CONTEXT` at any depth): nothing else in the folder
     (a developer's stray credentials, caches, the tests) reaches the image or its hash, and an edit
-    elsewhere does not roll the workers. The tasks run on `cpu_architecture` (arm64, as the functions:
-    cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+    elsewhere does not roll the workers. The Dockerfile's base is pinned by digest and its installs
+    are hash-checked from locks cut from the project's. The tasks run on `cpu_architecture` (arm64, as
+    the functions: cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+
+    **Built once, promoted by digest.** A pipeline's first stage builds the image (`code`); the
+    next stages run that very image by its digest, building nothing: `image_uri`
+    (`<account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<digest>`, or another registry's
+    `<repository>@sha256:<digest>`) or `image_repository` with `image_digest`. The execution role may
+    pull from that repository alone. A tag is refused at synth: it moves; the digest is what the
+    first stage tested. `image` takes a team's `ecs.ContainerImage` as it is.
 
     **Deployments.** The circuit breaker rolls a deployment back when its tasks do not start; new
     tasks start before old ones stop (100..200 %); a stopping worker gets SIGTERM and
@@ -344,7 +357,12 @@ class WorkerGroup(Construct):
             asset_image(owner, code, build_context, dockerfile, cpu_architecture, image_props)
             if code is not None  # built by `cdk deploy`: the first stage
             else promoted_image(
-                self, where, image_uri=image_uri, repository=image_repository, digest=image_digest
+                self,
+                where,
+                image_uri=image_uri,
+                repository=image_repository,
+                digest=image_digest,
+                egress=egress,
             )
         )
         self.container = self._container(owner, image, environment, stop_timeout_seconds, container_props)

@@ -90,6 +90,7 @@ def promoted_image(
     image_uri: str | None,
     repository: ecr.IRepository | None,
     digest: str | None,
+    egress: str = "internet",
 ) -> ecs.ContainerImage:
     """The image a previous stage built, by digest: from an ECR repository (its reference's, or the
     one given), which the task's execution role is granted to pull from (ecr:GetAuthorizationToken,
@@ -99,6 +100,11 @@ def promoted_image(
         name, digest = check_image_uri(where, "image", "image_uri", image_uri)
         ecr_match = ECR_REPOSITORY.fullmatch(name)
         if ecr_match is None:
+            if egress == "vpc-endpoints":
+                raise ConfigError(
+                    f"{where('image', 'image_uri')}: {name} is outside ECR: with egress vpc-endpoints the "
+                    "tasks reach ECR alone (copy the image to an ECR repository, by its digest)"
+                )
             return ecs.ContainerImage.from_registry(f"{name}@{digest}")
         partition = "aws-cn" if ecr_match.group("china") else Aws.PARTITION
         repository = ecr.Repository.from_repository_attributes(

@@ -240,14 +240,27 @@ def test_worker_image_promoted_by_digest_refuses_a_tag(props, message):
 def test_worker_image_promoted_by_digest_from_the_configuration(tmp_path):
     group = {
         "name": "slow-sink", "stream": "events", "handler": HANDLER, "sink": "events", "driver": "workers",
-        "workers": {"image": f"{REPOSITORY_URI}@{DIGEST}"},
+        "workers": {"image": f"{REPOSITORY_URI}@{DIGEST}", "egress": "vpc-endpoints"},
     }  # fmt: skip
     context = default_context()
     context["shardline"]["consumerGroups"].append(group)
     app, stack = build(context, outdir=str(tmp_path))
     app.synth()  # cdk-nag: raises on an unacknowledged finding
     assert not json.loads((tmp_path / f"{stack.stack_name}.assets.json").read_text()).get("dockerImages")
-    assert f"order-workers@{DIGEST}" in json.dumps(_image_of(Template.from_stack(stack)))
+    template = Template.from_stack(stack)
+    assert f"order-workers@{DIGEST}" in json.dumps(_image_of(template))
+    [service] = resources(template, "AWS::ECS::Service").values()
+    assert (
+        service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["AssignPublicIp"] == "DISABLED"
+    )
+    assert not resources(template, "AWS::EC2::InternetGateway")
+    linted = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable",
+         str(tmp_path / f"{stack.stack_name}.template.json")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    # W3005 only, as the stack's own test explains (CDK's DependsOn on a role a GetAtt implies).
+    assert {line.split(":")[5] for line in linted.stdout.splitlines()} <= {"W3005"}, linted.stdout
     context["shardline"]["consumerGroups"][-1]["workers"] = {"image": f"{REPOSITORY_URI}:prod"}
     with pytest.raises(ConfigError, match=r"consumerGroups\[\d+\]\.workers\.image: .* names a tag"):
         load_config(context["shardline"])

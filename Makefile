@@ -46,6 +46,7 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 # installed in its own venv (.locktool), never in .venv. One universal resolution for every platform
 # and Python >= 3.11, with the hash of every file of each pinned version; existing pins are kept
 # unless LOCK_ARGS says otherwise. The runtime lock is resolved within the dev lock (same versions).
+# The worker image's locks (workers/requirements.lock, workers/build.lock) are cut from both.
 LOCK_TOOL := uv==0.13.9
 LOCKTOOL := .locktool
 LOCKTOOL_STAMP := $(LOCKTOOL)/.stamp-$(subst ==,-,$(LOCK_TOOL))
@@ -61,6 +62,7 @@ $(LOCKTOOL_STAMP):
 lock: $(LOCKTOOL_STAMP)
 	$(LOCK_COMPILE) requirements-dev.txt -o requirements-dev.lock
 	$(LOCK_COMPILE) requirements.txt -c requirements-dev.lock -o requirements.lock
+	$(PYTHON) workers/lock.py
 
 # What Lambda gives a function besides its code, for the local runtime's workers: each Python
 # runtime's own packages (boto3 ...) and the public Powertools layer, pinned from the dev lock with

@@ -19,8 +19,11 @@ from shardline.cdk._group_rules import (
     MAX_STREAM_CONSUMERS,
     MIN_MAX_ATTEMPTS,
     STARTING_POSITIONS,
+    Egress,
+    check_egress,
     check_fargate_size,
     check_handler_object,
+    check_image_uri,
     check_max_attempts,
     check_max_record_age,
     check_parallelization,
@@ -79,9 +82,15 @@ class WorkersConfig:
     lease_duration_seconds: int = 10  # LEASE_DURATION_SECONDS: a lease not renewed for this long is free
     max_leases_per_worker: int | None = None  # MAX_LEASES_PER_WORKER (None: as many as balance gives)
     handler_object: str = "app:function"  # SHARDLINE_HANDLER: module:attribute in the handler's folder
+    #: `<repository>@sha256:<digest>`: the image a previous stage built, promoted (None: built here)
+    image: str | None = None
+    egress: Egress = "internet"  # or "vpc-endpoints": no public IP, VPC endpoints only
 
 
-WORKERS_KEYS = ("count", "cpu", "memoryMb", "leaseDurationSeconds", "maxLeasesPerWorker", "handlerObject")
+WORKERS_KEYS = (
+    "count", "cpu", "memoryMb", "leaseDurationSeconds", "maxLeasesPerWorker", "handlerObject", "image",
+    "egress",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -268,6 +277,9 @@ def _workers(data: Any, path: str) -> WorkersConfig:
     handler_object = read.str("handlerObject", "app:function")
     check_handler_object(config_key(path), handler_object)
     most = read.data.get("maxLeasesPerWorker")
+    image = read.data.get("image")
+    if image is not None:
+        check_image_uri(config_key(path), "image", "image_uri", image)
     return WorkersConfig(
         count=read.int("count", 2, low=1, high=1000),
         cpu=cpu,
@@ -275,6 +287,8 @@ def _workers(data: Any, path: str) -> WorkersConfig:
         lease_duration_seconds=read.int("leaseDurationSeconds", 10, low=3, high=300),
         max_leases_per_worker=None if most is None else read.int("maxLeasesPerWorker", low=1, high=10000),
         handler_object=handler_object,
+        image=image,
+        egress=check_egress(config_key(path), read.str("egress", "internet")),
     )
 
 

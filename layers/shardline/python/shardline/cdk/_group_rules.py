@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from shardline.cdk._config_reader import ConfigError
 
@@ -191,3 +192,47 @@ def group_reservation(shards: int | None, parallelization: int) -> int:
     batch (`shards × parallelization`), on-demand streams counted as `ON_DEMAND_SHARDS_RESERVED`
     shards. The mapping invokes at most that many at once, so more would only be taken from others."""
     return (ON_DEMAND_SHARDS_RESERVED if shards is None else shards) * parallelization
+
+
+# -- a worker group's image and egress ------------------------------------------------------
+
+Egress = Literal["internet", "vpc-endpoints"]
+EGRESS: tuple[str, ...] = ("internet", "vpc-endpoints")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+#: `<registry>/<repository>@sha256:<digest>`; an ECR registry's reference names its account and region.
+REFERENCE = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>\S+)")
+
+
+def check_digest(where: Where, key: str, prop: str, digest: str) -> str:
+    """An image's digest (`sha256:` and 64 hex digits), or a clear error naming the prop."""
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise ConfigError(
+            f"{where(key, prop)}: {digest!r} is no digest (sha256:<64 hex digits>); promote the image a "
+            "stage built by its digest (a tag moves: `docker buildx imagetools inspect <image>` or "
+            "`aws ecr describe-images` gives the digest)"
+        )
+    return digest
+
+
+def check_image_uri(where: Where, key: str, prop: str, uri: str) -> tuple[str, str]:
+    """`repository@sha256:<digest>` -> (repository, digest); a tag-only reference is refused."""
+    match = REFERENCE.fullmatch(uri.strip()) if isinstance(uri, str) else None
+    if match is None:
+        raise ConfigError(
+            f"{where(key, prop)}: {uri!r} names a tag, not a digest; give <repository>@sha256:<digest> "
+            "(tags move; a digest is the promotion unit: the image the first stage built and tested)"
+        )
+    repository = match.group("repository")
+    if re.search(r":[^/]*$", repository):
+        raise ConfigError(f"{where(key, prop)}: {uri!r}: give the repository and its digest, without a tag")
+    check_digest(where, key, prop, match.group("digest"))
+    return repository, match.group("digest")
+
+
+def check_egress(where: Where, egress: str) -> Egress:
+    if egress not in EGRESS:
+        raise ConfigError(
+            f"{where('egress', 'egress')}: {egress!r} is none of 'internet' (the default: a public IP, "
+            "or the team's subnets with egress) and 'vpc-endpoints' (no public IP, endpoints only)"
+        )
+    return "vpc-endpoints" if egress == "vpc-endpoints" else "internet"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from aws_cdk import Aws, Duration, IgnoreMode, RemovalPolicy, Size
+from aws_cdk import Aws, Duration, RemovalPolicy, Size
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -34,30 +34,41 @@ from shardline.cdk._dead_letters import (
 )
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags, log_retention
+from shardline.cdk._group_rules import Egress, check_egress
 from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_rules
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table as new_lease_table
 from shardline.cdk._tables import table
+from shardline.cdk._worker_image import (
+    CONTEXT_FILES as CONTEXT_FILES,
+)
+from shardline.cdk._worker_image import (
+    DOCKERFILE,
+    PLATFORMS,
+    Architecture,
+    asset_image,
+    check_image_source,
+    promoted_image,
+)
+from shardline.cdk._worker_image import (
+    LEFT_OUT as LEFT_OUT,
+)
+from shardline.cdk._worker_image import (
+    NEVER_IN_CONTEXT as NEVER_IN_CONTEXT,
+)
+from shardline.cdk._worker_image import (
+    REPOSITORY as REPOSITORY,
+)
+from shardline.cdk._worker_network import (
+    add_endpoints,
+    own_vpc,
+    task_security_group,
+    task_subnets,
+)
 from shardline.consumer._once import guard_ttl_seconds
 
-#: This repository, when shardline runs from its source (`layers/shardline/python/shardline/cdk/`):
-#: the default build context, which holds `workers/Dockerfile`.
-REPOSITORY = Path(__file__).resolve().parents[5]
-DOCKERFILE = "workers/Dockerfile"
-#: What the image copies from the build context beside the Dockerfile and the handler's folder:
-#: what `pip install .` builds the shardline package from (pyproject.toml, setup.py, LICENSE, the
-#: library's folder and the local runtime's package marker: setup.py maps `shardline.local`). As in
-#: the Lambda layer, the constructs and the local runtime stay out (`LEFT_OUT`): they never run in
-#: a worker, and an edit to them (or to the README) does not roll the workers.
-CONTEXT_FILES = ("pyproject.toml", "setup.py", "LICENSE", "layers/shardline/python", "local/__init__.py")
-LEFT_OUT = ("layers/shardline/python/shardline/cdk",)
-#: Never in the build context, at any depth: version control, environments, tool output, tests.
-NEVER_IN_CONTEXT = (
-    ".git", ".venv", "node_modules", "cdk.out", "build", ".local", "tests", "__pycache__", "*.pyc",
-    ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "*.egg-info",
-)  # fmt: skip
 #: The worker's environment contract (`shardline worker`); the handler's own variables (a Lambda
 #: group's function has them too: SINK_TTL_DAYS, SHARDLINE_SINKS when set, and the client-id guards'
 #: SHARDLINE_GUARD_TTL_SECONDS), rendered by `ConsumerEnvironment` as for a Lambda group, beside them.
@@ -104,12 +115,6 @@ STOP_TIMEOUT_S = 60
 #: The awslogs driver's buffer (non-blocking mode): a slow CloudWatch Logs never stalls the worker's
 #: stdout (and with it a lease renewal); lines beyond it are dropped, and counted by ECS.
 LOG_BUFFER = Size.mebibytes(25)
-#: The tasks' CPU architecture -> the platform the image is built for.
-Architecture = Literal["ARM64", "X86_64"]
-PLATFORMS: dict[str, ecr_assets.Platform] = {
-    "ARM64": ecr_assets.Platform.LINUX_ARM64,
-    "X86_64": ecr_assets.Platform.LINUX_AMD64,
-}
 
 
 class WorkerGroup(Construct):
@@ -131,12 +136,17 @@ class WorkerGroup(Construct):
     `service_props`, `image_props` are merged over the defaults (the worker's environment contract
     is not).
 
-    **Network.** In the team's `vpc` (or `cluster`'s), the tasks run in its private subnets with
-    egress (`vpc_subnets`), without a public IP. Without one, a VPC of public subnets only, tasks with
-    a public IP, a security group with no inbound rule and HTTPS out only: a worker calls AWS APIs and
-    nothing calls it, and a NAT gateway (about 33 USD a month in us-east-1, plus 0.045 USD a GB)
-    would only carry those calls; the gateway endpoints (free) keep DynamoDB and S3 (ECR's layers)
-    traffic in the VPC. `vpc_props`, `vpc_subnets` and `assign_public_ip` change any of it.
+    **Network** (`egress`). "internet" (the default): in the team's `vpc` (or `cluster`'s), the
+    tasks run in its private subnets with egress (`vpc_subnets`), without a public IP. Without one, a
+    VPC of public subnets only, tasks with a public IP, a security group with no inbound rule and
+    HTTPS out only: a worker calls AWS APIs and nothing calls it, and a NAT gateway (about 33 USD a
+    month in us-east-1, plus 0.045 USD a GB) would only carry those calls; the gateway endpoints
+    (free) keep DynamoDB and S3 (ECR's layers) traffic in the VPC. "vpc-endpoints": isolated subnets
+    (a VPC made here has no internet gateway), no public IP, no NAT, and an endpoint for every
+    service the task and execution roles are granted, derived from their policies (`endpoints`:
+    interface ones with private DNS behind a security group admitting HTTPS from the tasks only;
+    a grant added later for a service with no endpoint fails the synth). `vpc_props`, `vpc_subnets`
+    and `assign_public_ip` change any of it.
 
     **Image.** `ecs.ContainerImage.from_asset` of `workers/Dockerfile` (`dockerfile`) in
     `build_context` (default: this repository when shardline runs from its source; a team's app passes
@@ -145,8 +155,16 @@ class WorkerGroup(Construct):
     context; `cdk deploy` builds and pushes it. The context is an allow-list (`CONTEXT_FILES`, the
     Dockerfile and the handler's folder; `NEVER_IN_CONTEXT` at any depth): nothing else in the folder
     (a developer's stray credentials, caches, the tests) reaches the image or its hash, and an edit
-    elsewhere does not roll the workers. The tasks run on `cpu_architecture` (arm64, as the functions:
-    cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+    elsewhere does not roll the workers. The Dockerfile's base is pinned by digest and its installs
+    are hash-checked from locks cut from the project's. The tasks run on `cpu_architecture` (arm64, as
+    the functions: cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+
+    **Built once, promoted by digest.** A pipeline's first stage builds the image (`code`); the
+    next stages run that very image by its digest, building nothing: `image_uri`
+    (`<account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<digest>`, or another registry's
+    `<repository>@sha256:<digest>`) or `image_repository` with `image_digest`. The execution role may
+    pull from that repository alone. A tag is refused at synth: it moves; the digest is what the
+    first stage tested. `image` takes a team's `ecs.ContainerImage` as it is.
 
     **Deployments.** The circuit breaker rolls a deployment back when its tasks do not start; new
     tasks start before old ones stop (100..200 %); a stopping worker gets SIGTERM and
@@ -166,6 +184,10 @@ class WorkerGroup(Construct):
         stream: Stream,
         code: str | Path | None = None,
         image: ecs.ContainerImage | None = None,
+        image_uri: str | None = None,
+        image_repository: ecr.IRepository | None = None,
+        image_digest: str | None = None,
+        egress: Egress = "internet",
         handler_object: str = "app:function",
         build_context: str | Path | None = None,
         dockerfile: str = DOCKERFILE,
@@ -233,8 +255,8 @@ class WorkerGroup(Construct):
         rules.check_worker_starting_position(where, starting_position)
         if cpu_architecture not in PLATFORMS:
             raise ValueError(f"{owner}: cpu_architecture: ARM64 or X86_64, got {cpu_architecture!r}")
-        if (code is None) == (image is None):
-            raise ValueError(f"{owner}: give either code (the handler's folder) or image (one of your own)")
+        check_image_source(owner, code, image, image_uri, image_repository, image_digest)
+        egress = check_egress(where, egress)
         if cluster is not None and vpc is not None:
             raise ValueError(f"{owner}: vpc: the tasks run in the cluster's VPC; give cluster or vpc")
         if dead_letters is not None and dead_letter_readers:
@@ -289,7 +311,13 @@ class WorkerGroup(Construct):
         self.log_group = logs.LogGroup(
             self, "Logs", retention=retention, removal_policy=removal_policy, encryption_key=self.log_key
         )
-        self.vpc: ec2.IVpc = cluster.vpc if cluster is not None else vpc or self._vpc(retention, vpc_props)
+        self.egress = egress
+        self.vpc: ec2.IVpc = (
+            cluster.vpc
+            if cluster is not None
+            else vpc
+            or own_vpc(self, egress=egress, retention=retention, log_key=self.log_key, vpc_props=vpc_props)
+        )
         made_here = cluster is None and vpc is None
         self.cluster: ecs.ICluster = cluster or ecs.Cluster(
             self,
@@ -325,11 +353,25 @@ class WorkerGroup(Construct):
                 **(task_definition_props or {}),
             },
         )
-        image = image or self._image(owner, code, build_context, dockerfile, cpu_architecture, image_props)
+        image = image or (
+            asset_image(owner, code, build_context, dockerfile, cpu_architecture, image_props)
+            if code is not None  # built by `cdk deploy`: the first stage
+            else promoted_image(
+                self,
+                where,
+                image_uri=image_uri,
+                repository=image_repository,
+                digest=image_digest,
+                egress=egress,
+            )
+        )
         self.container = self._container(owner, image, environment, stop_timeout_seconds, container_props)
         self.security_groups = (
-            list(security_groups) if security_groups is not None else [self._security_group()]
+            list(security_groups)
+            if security_groups is not None
+            else [task_security_group(self, self.vpc, self.name)]
         )
+        subnets = vpc_subnets or task_subnets(egress, made_here)
         self.service = ecs.FargateService(
             self,
             "Service",
@@ -340,11 +382,10 @@ class WorkerGroup(Construct):
                 "min_healthy_percent": 100,
                 "max_healthy_percent": 200,
                 "circuit_breaker": ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
-                "assign_public_ip": made_here if assign_public_ip is None else assign_public_ip,
-                "vpc_subnets": vpc_subnets
-                or ec2.SubnetSelection(
-                    subnet_type=ec2.SubnetType.PUBLIC if made_here else ec2.SubnetType.PRIVATE_WITH_EGRESS
-                ),
+                "assign_public_ip": (made_here and egress == "internet")
+                if assign_public_ip is None
+                else assign_public_ip,
+                "vpc_subnets": subnets,
                 "security_groups": self.security_groups,
                 "enable_execute_command": False,
                 "propagate_tags": ecs.PropagatedTagSource.SERVICE,
@@ -354,6 +395,11 @@ class WorkerGroup(Construct):
             },
         )
         self._grant()
+        if egress == "vpc-endpoints":
+            #: The endpoints the tasks reach AWS through, one for each service their roles are granted.
+            self.endpoints = add_endpoints(
+                self, self.vpc, subnets, self.security_groups, [self.role, self.execution_role], owner
+            )
         # The group's own queue (a team's keeps its policy) and its bucket.
         queues = (
             (self.dead_letters,)
@@ -375,108 +421,6 @@ class WorkerGroup(Construct):
             removal_policy=removal_policy, key=self.key, ttl=sink.time_to_live_attribute,
             table_props=sink.table_props,
         )  # fmt: skip
-
-    def _vpc(self, retention: logs.RetentionDays, vpc_props: Mapping[str, Any] | None) -> ec2.Vpc:
-        """Public subnets in two zones, no NAT gateway; gateway endpoints for DynamoDB and S3 (free);
-        every flow logged (rejected ones tell a security group's refusal), under the logs key; no
-        custom resource (the default security group is left as EC2 makes it, and unused)."""
-        flow_logs = logs.LogGroup(self, "FlowLogs", retention=retention, encryption_key=self.log_key)
-        defaults: dict[str, Any] = {
-            "max_azs": 2,
-            "nat_gateways": 0,
-            # Off: restricting the VPC's default security group takes a custom resource whose
-            # function's role carries AWS's managed AWSLambdaBasicExecutionRole. shardline puts
-            # nothing in the default group (its tasks use `SecurityGroup`: no inbound, HTTPS out).
-            "restrict_default_security_group": False,
-            "subnet_configuration": [
-                ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24)
-            ],
-            "gateway_endpoints": {
-                "DynamoDb": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.DYNAMODB),
-                "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3),
-            },
-            "flow_logs": {
-                "FlowLog": ec2.FlowLogOptions(
-                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs, self._flow_log_role()),
-                    traffic_type=ec2.FlowLogTrafficType.ALL,
-                )
-            },
-        }
-        return ec2.Vpc(self, "Vpc", **{**defaults, **(vpc_props or {})})
-
-    def _flow_log_role(self) -> iam.Role:
-        """The role VPC Flow Logs writes the flow log with, assumable by the service acting for this
-        account's flow logs only (the confused-deputy guard of VPC Flow Logs' IAM role page; CDK
-        grants it the log group's writes)."""
-        return iam.Role(
-            self,
-            "FlowLogRole",
-            assumed_by=iam.ServicePrincipal(
-                "vpc-flow-logs.amazonaws.com",
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
-                    "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"},
-                },
-            ),
-        )
-
-    def _security_group(self) -> ec2.SecurityGroup:
-        """No inbound rule (nothing calls a worker); HTTPS out only (AWS's APIs)."""
-        group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=self.vpc,
-            description=f"shardline worker group {self.name}: no inbound, HTTPS out",
-            allow_all_outbound=False,
-        )
-        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS APIs over HTTPS")
-        return group
-
-    def _image(
-        self,
-        owner: str,
-        code: str | Path | None,
-        build_context: str | Path | None,
-        dockerfile: str,
-        architecture: Architecture,
-        image_props: Mapping[str, Any] | None,
-    ) -> ecs.ContainerImage:
-        """The worker image of the repository's Dockerfile with the handler's folder: staged at synth
-        (an allow-list of the build context), built at deploy."""
-        assert code is not None
-        if build_context is None:
-            if not (REPOSITORY / DOCKERFILE).is_file():
-                raise ValueError(
-                    f"{owner}: build_context: shardline is not running from its repository here; give the "
-                    f"folder holding {dockerfile}, the package source and the handler (or an image)"
-                )
-            build_context = REPOSITORY
-        context = Path(build_context).resolve()
-        if not (context / dockerfile).is_file():
-            raise ValueError(f"{owner}: dockerfile: no {dockerfile} in the build context {context}")
-        folder = (context / code).resolve()  # an absolute `code` stays itself
-        if not folder.is_dir() or folder == context or not folder.is_relative_to(context):
-            raise ValueError(
-                f"{owner}: code: {code} must be a folder inside the build context {context} (its own "
-                "folder, not the context itself)"
-            )
-        handler = folder.relative_to(context).as_posix()
-        props: dict[str, Any] = {
-            "file": dockerfile,
-            "build_args": {"HANDLER": handler},
-            "platform": PLATFORMS[architecture],
-            "ignore_mode": IgnoreMode.DOCKER,
-            "exclude": [
-                "*",
-                f"!{dockerfile}",
-                *(f"!{path}" for path in CONTEXT_FILES),
-                f"!{handler}",
-                *LEFT_OUT,
-                *(f"**/{path}" for path in NEVER_IN_CONTEXT),
-            ],
-            **(image_props or {}),
-        }
-        return ecs.ContainerImage.from_asset(str(context), **props)
 
     def _environment(
         self,

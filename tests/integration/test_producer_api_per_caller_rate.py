@@ -169,3 +169,56 @@ def test_per_caller_rate_limit_in_iam_mode_is_off_at_zero_and_for_api_key_caller
     assert [api.function.handler(event, FakeContext(api.remaining_ms))["statusCode"] for _ in range(3)] == [
         200
     ] * 3
+
+
+class ThrottledCounters:
+    """The function's DynamoDB client, but every UpdateItem (a counter) is throttled, as DynamoDB
+    answers a hot partition; the idempotency calls go through."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.refused = 0
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        return self.client.batch_get_item(**kwargs)
+
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        return self.client.batch_write_item(**kwargs)
+
+    def update_item(self, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        self.refused += 1
+        error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"}}
+        raise ClientError(error, "UpdateItem")
+
+
+def test_per_caller_rate_limit_in_iam_mode_a_throttled_counter_lets_requests_through_counted(api, capsys):
+    """Fairness, not protection: the stage's throttle still bounds the API, and a table that cannot
+    take the counters for a while must not stop every caller. The skipped count is a metric."""
+    real = api.function._dynamodb_client()
+    throttled = ThrottledCounters(real)
+    api.function._dynamodb = throttled
+    try:
+        capsys.readouterr()
+        assert [api.post([record(b"t", "pk")], sign=ALICE)[0] for _ in range(3)] == [200] * 3
+    finally:
+        api.function._dynamodb = real
+    assert throttled.refused == 3
+    assert emf_metric(capsys.readouterr().out, "PerCallerLimitUnavailable") == 3
+    assert in_stream(api) == Counter({b"t": 3})
+
+
+def test_per_caller_rate_limit_in_iam_mode_a_table_it_cannot_write_is_a_500_with_nothing_written(
+    api, monkeypatch, capsys
+):
+    """A refusal no retry cures (no such table; AccessDenied when the role lacks UpdateItem) is a
+    deployment fault, never a limit silently off: 500, nothing sent."""
+    monkeypatch.setenv("IDEMPOTENCY_TABLE", "no-such-table")
+    capsys.readouterr()
+    status, _, body = api.post([record(b"lost", "pk")], sign=ALICE)
+    assert status == 500 and body["message"].startswith("internal error; request id "), body
+    assert (
+        emf_metric(capsys.readouterr().out, "InternalErrors") == 1
+    )  # logged with the reason (RateLimitMisconfigured)
+    assert in_stream(api) == Counter()

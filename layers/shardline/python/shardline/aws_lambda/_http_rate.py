@@ -28,9 +28,12 @@ next); the stage's throttle still bounds the whole API.
 
 Over the share: `rate_limited_response`, 429 with `Retry-After` (the seconds to the next window) and
 API Gateway's throttle body (`{"message": "Too Many Requests"}`), before the request is read: nothing
-is sent. A table that cannot be written lets the request through (`Admission.unavailable` says why,
-the function logs and counts it): the share is fairness between callers, the stage's throttle is
-the API's protection, and a table outage must not stop every caller.
+is sent. A table that cannot be written for a while (throttled, unavailable, unreachable) lets the
+request through (`Admission.unavailable` says why, the function logs and counts it): the share is
+fairness between callers, the stage's throttle is the API's protection, and a table outage must not
+stop every caller. A refusal that no retry can cure (AccessDenied: the role lacks `UpdateItem`; no
+such table) is a deployment fault, as Kinesis refusing the function is: `RateLimitMisconfigured`,
+a 500, nothing written — never a limit silently off.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any, Protocol
 
 from shardline.aws_lambda._http_idempotency import EXPIRES_AT_ATTRIBUTE, KEY_ATTRIBUTE
 from shardline.aws_lambda._http_response import ApiResponse
+from shardline.errors import ConfigurationError
 
 __all__ = [
     "COUNT_ATTRIBUTE",
@@ -51,6 +55,7 @@ __all__ = [
     "Admission",
     "CallerRateLimiter",
     "RateClient",
+    "RateLimitMisconfigured",
     "rate_key",
     "rate_limited_response",
 ]
@@ -66,6 +71,20 @@ _EXPIRY_SLACK_SECONDS = 60
 #: API Gateway's own throttle answer, which clients already handle.
 _THROTTLED_MESSAGE = "Too Many Requests"
 _ASSUMED_ROLE = ":assumed-role/"
+#: DynamoDB's answers that a retry cannot change: the deployment is at fault.
+_DEPLOYMENT_FAULTS = frozenset(
+    {
+        "AccessDeniedException",
+        "ResourceNotFoundException",
+        "ValidationException",
+        "UnrecognizedClientException",
+    }
+)
+
+
+class RateLimitMisconfigured(ConfigurationError):
+    """The callers' counters cannot be written, whatever the retry: the role lacks `UpdateItem` on
+    the table, or the table does not exist."""
 
 
 class RateClient(Protocol):
@@ -160,6 +179,11 @@ class CallerRateLimiter:
             if code == "ConditionalCheckFailedException":
                 retry_after = max(1, math.ceil(start + WINDOW_SECONDS - now))
                 return Admission(False, who, retry_after)
+            if code in _DEPLOYMENT_FAULTS:
+                raise RateLimitMisconfigured(
+                    f"the per-caller rate's counter in {self.table!r} could not be written ({code}): the "
+                    "producer's role needs dynamodb:UpdateItem on its idempotency table; nothing was written"
+                ) from None
             return Admission(True, who, unavailable=code)
         except BotoCoreError as error:
             return Admission(True, who, unavailable=type(error).__name__)

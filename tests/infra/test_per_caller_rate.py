@@ -71,3 +71,7 @@ def test_per_caller_rate_limit_in_iam_mode_configuration_key():
     assert read_api({"auth": "api-key", "clients": [{"name": "a", "requestsPerDay": 9}]}).per_caller_rate == 0
     with pytest.raises(ConfigError, match=r"^shardline\.api\.perCallerRate: must be 0"):
         read_api({"throttleRate": 10, "perCallerRate": 11})
+    # One caller's window is one item: DynamoDB writes an item at most 1,000 times a second.
+    assert read_api({"throttleRate": 5000}).per_caller_rate == 1000.0
+    with pytest.raises(ConfigError, match=r"^shardline\.api\.perCallerRate: must be 0 .* within 1\.\.1000 "):
+        read_api({"throttleRate": 5000, "perCallerRate": 2000})

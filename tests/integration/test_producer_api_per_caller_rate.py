@@ -222,3 +222,36 @@ def test_per_caller_rate_limit_in_iam_mode_a_table_it_cannot_write_is_a_500_with
         emf_metric(capsys.readouterr().out, "InternalErrors") == 1
     )  # logged with the reason (RateLimitMisconfigured)
     assert in_stream(api) == Counter()
+
+
+class CountedUpdates(ThrottledCounters):
+    """The function's DynamoDB client, counting the UpdateItem calls it passes on (`writes`)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.writes = 0
+
+    def update_item(self, **kwargs: Any) -> Any:
+        self.writes += 1
+        return self.client.update_item(**kwargs)
+
+
+def test_per_caller_rate_limit_in_iam_mode_a_caller_hammering_past_its_share_costs_one_write_a_window(
+    api, clock
+):
+    """Refused once in a window, an environment refuses the rest of it without writing: a caller past
+    its share cannot push its counter's item to DynamoDB's per-item write limit (where the counter
+    would be throttled and let requests through), nor raise the table's bill."""
+    real = api.function._dynamodb_client()
+    counted = CountedUpdates(real)
+    api.function._dynamodb = counted
+    try:
+        assert [api.post([record(b"h", "pk")], sign=ALICE)[0] for _ in range(6)] == [200, 200] + [429] * 4
+        assert counted.writes == 3  # two admitted, one refused; the other three refused in memory
+        assert api.post([record(b"bob", "pk")], sign=BOB)[0] == 200  # Bob's window is not Alice's
+        clock.now += 1
+        assert api.post([record(b"h2", "pk")], sign=ALICE)[0] == 200  # a new window is counted again
+        assert counted.writes == 5
+    finally:
+        api.function._dynamodb = real
+    assert in_stream(api) == Counter({b"h": 2, b"bob": 1, b"h2": 1})

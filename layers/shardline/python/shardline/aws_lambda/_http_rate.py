@@ -23,6 +23,11 @@ deletes it). A refused condition is the answer "over the share" (and leaves the 
 a caller retrying against 429 does not push its next window away). One write request unit per
 request, whatever it holds: at 500 records a request, a million records are 2,000 requests, so
 2,000 write units — $0.00125 on demand at $0.625 per million (us-east-1).
+Once an execution environment is refused a caller's window, it refuses the rest of that window
+itself, without a write: a caller hammering past its share costs at most one write per environment
+per window, and cannot push its window's item past DynamoDB's 1,000 writes a second on one item
+(where the counter would be throttled, and let requests through). That bound is why a per-caller
+rate is at most `MAX_PER_CALLER_RATE`.
 A fixed window admits up to twice the rate across a window's edge (the end of one, the start of the
 next); the stage's throttle still bounds the whole API.
 
@@ -50,6 +55,7 @@ from shardline.errors import ConfigurationError
 
 __all__ = [
     "COUNT_ATTRIBUTE",
+    "MAX_PER_CALLER_RATE",
     "RATE_KEY_PREFIX",
     "WINDOW_SECONDS",
     "Admission",
@@ -66,6 +72,10 @@ WINDOW_SECONDS = 1
 RATE_KEY_PREFIX = "#rate/"
 #: The counter's attribute (N): requests admitted in the window.
 COUNT_ATTRIBUTE = "requests"
+#: DynamoDB writes one item at most 1,000 times a second (a partition's limit): a window's counter.
+MAX_PER_CALLER_RATE = 1000
+#: Callers whose full window an environment remembers; past it, the windows gone by are dropped.
+_FULL_WINDOWS_KEPT = 1024
 #: Seconds a window's item outlives the window before the table's TTL may delete it.
 _EXPIRY_SLACK_SECONDS = 60
 #: API Gateway's own throttle answer, which clients already handle.
@@ -147,6 +157,7 @@ class CallerRateLimiter:
         self.table = table
         self.rate = rate
         self.clock = clock
+        self._full: dict[str, int] = {}  # caller -> the start of its window this environment saw full
 
     @property
     def limit(self) -> int:
@@ -160,6 +171,8 @@ class CallerRateLimiter:
         now = self.clock()
         start = math.floor(now / WINDOW_SECONDS) * WINDOW_SECONDS
         who = rate_key(user_arn)
+        if self._full.get(who) == start:  # refused in this window already: no write needed
+            return Admission(False, who, max(1, math.ceil(start + WINDOW_SECONDS - now)))
         key = f"{RATE_KEY_PREFIX}{who}/{start}"
         try:
             self._client().update_item(
@@ -177,8 +190,8 @@ class CallerRateLimiter:
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code") or "ClientError")
             if code == "ConditionalCheckFailedException":
-                retry_after = max(1, math.ceil(start + WINDOW_SECONDS - now))
-                return Admission(False, who, retry_after)
+                self._remember_full(who, start)
+                return Admission(False, who, max(1, math.ceil(start + WINDOW_SECONDS - now)))
             if code in _DEPLOYMENT_FAULTS:
                 raise RateLimitMisconfigured(
                     f"the per-caller rate's counter in {self.table!r} could not be written ({code}): the "
@@ -188,3 +201,8 @@ class CallerRateLimiter:
         except BotoCoreError as error:
             return Admission(True, who, unavailable=type(error).__name__)
         return Admission(True, who)
+
+    def _remember_full(self, who: str, start: int) -> None:
+        if len(self._full) >= _FULL_WINDOWS_KEPT:
+            self._full = {caller: window for caller, window in self._full.items() if window == start}
+        self._full[who] = start

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
+from shardline.aws_lambda._http_rate import MAX_PER_CALLER_RATE
 from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
 from shardline.cdk._config_reader import ConfigError, Reader
 
@@ -61,8 +62,10 @@ class ApiConfig:
 
 def default_per_caller_rate(auth: str, throttle_rate: float) -> float:
     """Each IAM caller's share by default: `DEFAULT_PER_CALLER_SHARE` of the stage's rate (at least 1
-    request a second); none with auth "api-key", whose clients' usage plans limit them."""
-    return max(1.0, throttle_rate * DEFAULT_PER_CALLER_SHARE) if auth == "iam" else 0.0
+    request a second, at most `MAX_PER_CALLER_RATE`); none with auth "api-key", whose clients' usage
+    plans limit them."""
+    share = min(float(MAX_PER_CALLER_RATE), max(1.0, throttle_rate * DEFAULT_PER_CALLER_SHARE))
+    return share if auth == "iam" else 0.0
 
 
 def producer_reservation(throttle_rate: float, throttled_give_up_seconds: float) -> int:
@@ -144,10 +147,12 @@ def _check_per_caller_rate(where: Where, auth: str, throttle_rate: float, per_ca
     """0 (off), or within 1..the stage's rate, and only with auth "iam"."""
     if not per_caller_rate:
         return
-    if not 1 <= per_caller_rate <= throttle_rate:
+    highest = min(throttle_rate, MAX_PER_CALLER_RATE)
+    if not 1 <= per_caller_rate <= highest:
         raise ConfigError(
             f"{where('perCallerRate', 'per_caller_rate')}: must be 0 (no per-caller limit) or within "
-            f"1..{throttle_rate:g} (the stage's throttleRate, which applies first), got {per_caller_rate:g}"
+            f"1..{highest:g} (the stage's throttleRate, which applies first, and at most "
+            f"{MAX_PER_CALLER_RATE}: DynamoDB's writes a second on one counter), got {per_caller_rate:g}"
         )
     if auth != "iam":
         raise ConfigError(

@@ -6,7 +6,9 @@ under its own role with every call authorized at the endpoint: its counters are 
 `dynamodb:UpdateItem` the template grants it. With `perCallerRate: 1`, a caller posting faster than
 one request a second gets 429 with `Retry-After` and none of those records reaches the stream, while
 the other caller is served in the same second. No clock is injected here (the function runs in its
-own process): the test measures the seconds its posts span and bounds the accepted by it.
+own process): the test measures the seconds its posts span and bounds the accepted by it. And the
+drill: the same template without the producer's `dynamodb:UpdateItem` answers 500, nothing written,
+with the endpoint naming the denied action and the function — never a limit silently off.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from app import CDK_JSON, build
 from local.app import model
 from local.commands.send_http import Client
-from local.commands.verify import physical_stream
+from local.commands.verify import access_denied, physical_stream
 from local.runtime import Runtime
 from tests.support.integration import read_stream
 from tests.support.runtime import start_runtime
@@ -34,13 +38,19 @@ PEER = (model.PEER_ACCESS_KEY, model.PEER_SECRET_KEY)
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def limited_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This app's cloud assembly, each IAM caller's share one request a second."""
     context = copy.deepcopy(json.loads(CDK_JSON.read_text())["context"])
     context["shardline"]["api"]["perCallerRate"] = 1
     outdir = tmp_path_factory.mktemp("cdk.out")
     app, _ = build(context, outdir=str(outdir))
     app.synth()
-    runtime = start_runtime(outdir, tmp_path_factory.mktemp("logs"))
+    return outdir
+
+
+@pytest.fixture(scope="module")
+def limited(limited_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    runtime = start_runtime(limited_out, tmp_path_factory.mktemp("logs"))
     try:
         yield runtime
     finally:
@@ -100,3 +110,46 @@ def test_per_caller_rate_limit_in_iam_mode_locally_a_caller_over_its_share_gets_
         if item["scopedId"]["S"].startswith("#rate/")
     }
     assert counters == {"#rate/arn:aws:iam::000000000000:root", "#rate/arn:aws:iam::000000000000:user/peer"}
+
+
+def without_producer_update_item(cdk_out: Path, into: Path) -> Path:
+    """A copy of the cloud assembly whose producer role's policy drops `dynamodb:UpdateItem`."""
+    shutil.copytree(cdk_out, into)
+    [template_path] = into.glob("*.template.json")
+    template = json.loads(template_path.read_text())
+    dropped = 0
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::IAM::Policy" and logical_id.startswith("ProducerFunctionServiceRole"):
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                actions = (
+                    statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                )
+                if "dynamodb:UpdateItem" in actions:
+                    statement["Action"] = [a for a in actions if a != "dynamodb:UpdateItem"]
+                    dropped += 1
+    assert dropped == 1, "the producer's role is granted UpdateItem once, on its idempotency table"
+    template_path.write_text(json.dumps(template))
+    return into
+
+
+def test_per_caller_rate_limit_in_iam_mode_locally_without_its_grant_is_a_500_named_never_a_limit_off(
+    limited_out: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    drilled = without_producer_update_item(limited_out, tmp_path_factory.mktemp("drill") / "cdk.out")
+    runtime = start_runtime(drilled, tmp_path_factory.mktemp("logs"))
+    try:
+        since = time.time() - 1
+        status, _, body = post(runtime, ROOT, "drilled-0")
+        denied = access_denied(runtime.endpoint_url, since=since)
+        stream = physical_stream(runtime.app, "events")
+        landed = [
+            user for entries in read_stream(aws("kinesis", runtime), stream).values() for *_, user in entries
+        ]
+    finally:
+        runtime.stop()
+    assert status == 500 and "request id" in body["message"], body
+    assert landed == [], "nothing was written"
+    producer = next(f for f in runtime.app.functions if f.logical_id.startswith("ProducerFunction"))
+    assert {(d["who"], d["action"]) for d in denied} == {
+        (f"function {producer.name}", "dynamodb:UpdateItem")
+    }, denied

@@ -127,6 +127,7 @@ def test_issue_39_the_idempotency_table_is_made_or_taken_with_exactly_its_two_ca
     assert actions_on(template, {"Fn::GetAtt": [lid, "Arn"]}) == {
         "dynamodb:BatchGetItem",
         "dynamodb:BatchWriteItem",
+        "dynamodb:UpdateItem",  # issue 40: the per-caller counters (on by default in IAM mode)
     }
 
     def own_table(stack: Stack) -> None:
@@ -151,6 +152,7 @@ def test_issue_39_the_idempotency_table_is_made_or_taken_with_exactly_its_two_ca
     assert actions_on(template, {"Fn::GetAtt": [lid, "Arn"]}) == {
         "dynamodb:BatchGetItem",
         "dynamodb:BatchWriteItem",
+        "dynamodb:UpdateItem",
     }
     [key_id] = [k for k in resources(template, "AWS::KMS::Key") if k.startswith("TeamKey")]
     assert actions_on(template, {"Fn::GetAtt": [key_id, "Arn"]}) == {"kms:Decrypt"}

@@ -171,7 +171,8 @@ def test_1_the_producer_role_may_only_write_and_list_shards_never_read_or_decryp
     reads = {"kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:SubscribeToShard"}
     assert not actions & reads, "the internet-facing role cannot read the stream"
     assert not any(a.endswith("*") for a in actions), "no wildcard action can hide a read"
-    ids = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]  # its idempotency table (issue 39)
+    # Its idempotency table (issue 39), and the per-caller counters kept in it (issue 40).
+    ids = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem"]
     assert actions - set(own) <= {
         "kms:GenerateDataKey",
         "kms:Decrypt",

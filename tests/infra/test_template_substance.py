@@ -25,9 +25,11 @@ EXPLAINED: dict[str, str] = {
     "added ProducerIdsKey6EBDDA9E (AWS::KMS::Key)": "issue 39: the idempotency table's own key.",
     "added ProducerIdsKeyAlias2E7BF007 (AWS::KMS::Alias)": "issue 39: every key has an alias (api/ids).",
     "changed ProducerFunction209DD675 (AWS::Lambda::Function): Environment": "issue 39: IDEMPOTENCY_TABLE "
-    "and IDEMPOTENCY_TTL_SECONDS (as long as the consumers' guards).",
+    "and IDEMPOTENCY_TTL_SECONDS (as long as the consumers' guards); issue 40: PER_CALLER_RATE (each IAM "
+    "caller's share, half the stage's rate by default).",
     "changed ProducerFunctionServiceRoleDefaultPolicyEABB9ACE (AWS::IAM::Policy): PolicyDocument": ""
-    "issue 39: BatchGetItem and BatchWriteItem on the idempotency table, kms:Decrypt on its key via DDB.",
+    "issue 39: BatchGetItem and BatchWriteItem on the idempotency table, kms:Decrypt on its key via DDB; "
+    "issue 40: UpdateItem on it, for the per-caller counters.",
     "added MonitoringeventsinkDedupLanesEvictedECE27431 (AWS::CloudWatch::Alarm)": "issue 39, 8: lanes "
     "evicted from a shard's dedup state past its bound page (records without ids may apply twice).",
     "added MonitoringkeycounterDedupLanesEvicted564650E1 (AWS::CloudWatch::Alarm)": "issue 39, 8: as above.",

@@ -71,13 +71,15 @@ class LoopbackApi:
         *,
         route: str = ROUTE,
         content_type: str = "application/json",
+        sign: tuple[str, str] = ("test", "test"),
     ) -> tuple[int, dict[str, str], dict]:
-        """POST the records (signed), with `Idempotency-Key: key` if given; (status, headers, body)."""
+        """POST the records (signed with `sign`, an access key and secret the server knows), with
+        `Idempotency-Key: key` if given; (status, headers, body)."""
         headers = {"Idempotency-Key": key} if key is not None else {}
         headers["Content-Type"] = content_type
         body = json.dumps({"records": records}).encode()
         status, answer_headers, raw = request(
-            self.server, "POST", f"/v1/streams/{route}/records", body, headers, sign=("test", "test")
+            self.server, "POST", f"/v1/streams/{route}/records", body, headers, sign=sign
         )
         answer = json.loads(raw)
         self.answers.append((status, answer))
@@ -128,6 +130,7 @@ def environment(monkeypatch: pytest.MonkeyPatch, endpoint: str, stream: str) -> 
         "MAX_RECORDS_PER_REQUEST",
         "MAX_BODY_BYTES",
         "IDEMPOTENCY_TABLE",
+        "PER_CALLER_RATE",
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -152,10 +155,15 @@ def create_idempotency_table(endpoint: str, name: str) -> Any:
 
 
 def loopback_api(
-    moto_server: str, monkeypatch: pytest.MonkeyPatch, *, idempotency: bool = True
+    moto_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    idempotency: bool = True,
+    credentials: dict[str, str] | None = None,
 ) -> Iterator[LoopbackApi]:
     """A fresh 2-shard stream, the producer function writing it (with its idempotency table unless
-    `idempotency=False`), the local API in front."""
+    `idempotency=False`), the local API in front; it knows `credentials` (access key -> secret:
+    each key another IAM user) beside the local `test`/`test`."""
     client = kinesis_client(moto_server)
     name = unique_stream_name("api-contract")
     create_stream(client, name, shard_count=2)
@@ -171,7 +179,8 @@ def loopback_api(
         return function.handler(event, FakeContext(api.remaining_ms))
 
     rest = RestApi("Api", "shardline-producer", "a1b2c3d4e5", "v1", (RECORDS,))
-    server = ApiServer(rest, FunctionInvoker({"producer": invoke}), port=0)
+    known = {"test": "test", **(credentials or {})}
+    server = ApiServer(rest, FunctionInvoker({"producer": invoke}), port=0, credentials=known)
     server.start()
     api.server = server
     try:

@@ -82,7 +82,9 @@ def test_both_contracts_round_trip_through_the_environment() -> None:
     )  # fmt: skip
     assert ConsumerEnvironment.from_environ(consumer.to_environ()) == consumer
     assert set(consumer.to_environ()) == set(ConsumerEnvironment.VARIABLES)
-    producer = ProducerEnvironment('{"events": {"streamName": "events-prod"}}', 100, 1024, 2.5, "ids", 86_400)
+    producer = ProducerEnvironment(
+        '{"events": {"streamName": "events-prod"}}', 100, 1024, 2.5, "ids", 86_400, 12.5
+    )
     assert ProducerEnvironment.from_environ(producer.to_environ()) == producer
     assert set(producer.to_environ()) == set(ProducerEnvironment.VARIABLES)
     assert ProducerEnvironment.from_environ({}) == ProducerEnvironment("{}", 500, 6_000_000)
@@ -90,6 +92,8 @@ def test_both_contracts_round_trip_through_the_environment() -> None:
     unchecked = ProducerEnvironment('{"events": {"streamName": "events-prod"}}')
     assert "IDEMPOTENCY_TABLE" not in unchecked.to_environ()
     assert ProducerEnvironment.from_environ(unchecked.to_environ()) == unchecked
+    # Without a per-caller rate too (issue 40): 0 is no per-caller limit.
+    assert "PER_CALLER_RATE" not in unchecked.to_environ()
 
 
 def test_a_group_without_a_sink_table_leaves_it_out_of_its_environment() -> None:

@@ -12,6 +12,7 @@ classes. A missing or malformed variable raises `ConfigurationError` naming it a
 | producer | `THROTTLED_GIVE_UP_SECONDS` | float >= 0: a shard throttling this long answers 503 | 3 |
 | producer | `IDEMPOTENCY_TABLE` | str: the ids' payload hashes (another body: 422) | none (unchecked) |
 | producer | `IDEMPOTENCY_TTL_SECONDS` | int >= 1: how long a payload hash is kept | 16 days |
+| producer | `PER_CALLER_RATE` | float >= 0: each IAM caller's requests/s (`_http_rate`); 0: no limit | 0 |
 | consumer | `SHARDLINE_GROUP`, `LEASE_TABLE` | non-empty str | required |
 | consumer | `SINK_TABLE` | str: the table its checkpoint transaction writes | none (a group without a sink) |
 | consumer | `SHARDLINE_SINKS` | JSON list of `SinkDeclaration`s: what each sink holds | none declared |
@@ -85,6 +86,7 @@ class ProducerEnvironment:
     throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
     idempotency_table: str = ""  # "": ids' payloads are not checked
     idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
+    per_caller_rate: float = 0.0  # each IAM caller's requests per second; 0: not limited
 
     VARIABLES = (
         "SHARDLINE_STREAMS",
@@ -93,6 +95,7 @@ class ProducerEnvironment:
         "THROTTLED_GIVE_UP_SECONDS",
         "IDEMPOTENCY_TABLE",
         "IDEMPOTENCY_TTL_SECONDS",
+        "PER_CALLER_RATE",
     )
 
     @classmethod
@@ -107,6 +110,7 @@ class ProducerEnvironment:
             ),
             idempotency_table=env.get("IDEMPOTENCY_TABLE", "").strip(),
             idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL_SECONDS),
+            per_caller_rate=_seconds(env, "PER_CALLER_RATE", 0.0, unit="requests per second"),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -119,6 +123,8 @@ class ProducerEnvironment:
         }
         if self.idempotency_table:
             environ["IDEMPOTENCY_TABLE"] = self.idempotency_table
+        if self.per_caller_rate:
+            environ["PER_CALLER_RATE"] = f"{self.per_caller_rate:g}"
         return environ
 
 
@@ -351,14 +357,15 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(env: Mapping[str, str], name: str, default: float, *, unit: str = "seconds") -> float:
+    """A finite number >= 0 (of `unit`), or `default` when unset."""
     text = env.get(name, "").strip()
     if not text:
         return default
     try:
         value = float(text)
     except ValueError:
-        raise ConfigurationError(f"{name} must be a number of seconds, got {text!r}") from None
+        raise ConfigurationError(f"{name} must be a number of {unit}, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds >= 0, got {text!r}")
+        raise ConfigurationError(f"{name} must be a finite number of {unit} >= 0, got {text!r}")
     return value

@@ -53,8 +53,9 @@ class StreamRoute:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    """What the function's environment configures: the streams, the request bounds, and how long
-    a throttling shard may hold a request (`throttled_give_up_seconds`)."""
+    """What the function's environment configures: the streams, the request bounds, how long a
+    throttling shard may hold a request (`throttled_give_up_seconds`), and each IAM caller's share
+    of requests (`per_caller_rate`, counted in the idempotency table)."""
 
     streams: Mapping[str, StreamRoute]
     max_records_per_request: int = DEFAULT_MAX_RECORDS_PER_REQUEST
@@ -62,6 +63,7 @@ class ApiSettings:
     throttled_give_up_seconds: float = DEFAULT_THROTTLED_GIVE_UP_SECONDS
     idempotency_table: str = ""  # the table of ids' payload hashes; "": not checked
     idempotency_ttl_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS
+    per_caller_rate: float = 0.0  # each IAM caller's requests per second (`_http_rate`); 0: none
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -74,6 +76,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ApiSettings:
         throttled_give_up_seconds=env.throttled_give_up_seconds,
         idempotency_table=env.idempotency_table,
         idempotency_ttl_seconds=env.idempotency_ttl_seconds,
+        per_caller_rate=env.per_caller_rate,
     )
 
 

@@ -4,7 +4,9 @@
     handler = function.handler   # the Lambda entry point: Logger, Tracer and EMF Metrics wired
 
 Every record is stamped with the request's authenticated caller (`_http_caller.caller_of`: the
-IAM principal, or `apikey:<id>`), which scopes its id for consumers.
+IAM principal, or `apikey:<id>`), which scopes its id for consumers. An IAM caller over its share
+(`PER_CALLER_RATE`, counted in the idempotency table by `_http_rate`) is answered 429 with
+`Retry-After` before its request is read.
 
 The HTTP contract (`_http_request`, `_http_response`, `_http_settings`) decides everything; this
 adapter wires Powertools (REST resolver, Logger with the API Gateway request id as correlation id,
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shardline.aws_lambda._emf import publish_metrics
 from shardline.aws_lambda._http_caller import caller_of
 from shardline.aws_lambda._http_idempotency import IdempotencyClient, IdempotencyStore
+from shardline.aws_lambda._http_rate import CallerRateLimiter, RateClient, iam_caller, rate_limited_response
 from shardline.aws_lambda._http_request import IDEMPOTENCY_KEY_HEADER, handle
 from shardline.aws_lambda._http_response import (
     ApiResponse,
@@ -42,6 +46,7 @@ from shardline.aws_lambda._http_settings import (
     producer_config,
     settings_from_env,
 )
+from shardline.errors import ConfigurationError
 from shardline.kinesis._records import UserRecord
 from shardline.producer._producer import Producer, deadline_from_context
 from shardline.producer._result import RecordResult
@@ -70,6 +75,10 @@ def client_config() -> Config:
     )
 
 
+class TableClient(IdempotencyClient, RateClient, Protocol):
+    """The calls the function makes on its idempotency table: the ids' hashes and the callers' counts."""
+
+
 class ProducerFunction:
     """The producer function's Lambda state: the Kinesis client, one producer per stream, the last
     metrics published per producer, and `handler`, the entry point."""
@@ -87,8 +96,12 @@ class ProducerFunction:
         self.producers: dict[tuple[str, int], Producer] = {}
         self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
         self._kinesis: KinesisClient | None = None
-        self._dynamodb: IdempotencyClient | None = None
+        self._dynamodb: TableClient | None = None
         self._id_store: IdempotencyStore | None = None
+        self._limiter: CallerRateLimiter | None = None
+        #: The clock of the per-caller windows (tests inject one; windows are wall-clock seconds, so
+        #: that every execution environment counts in the same window).
+        self.rate_clock: Callable[[], float] = time.time
         self._put = self.tracer.capture_method(capture_response=False)(self._put)  # type: ignore[method-assign]
 
         @self.app.post(_ROUTE)
@@ -100,6 +113,9 @@ class ProducerFunction:
             caller = caller_of(event.raw_event)  # API Gateway's word, never the body's or a header's
             self.tracer.put_annotation(key="stream", value=stream)
             settings = settings_from_env()
+            refused = self._over_share(settings, event.raw_event)
+            if refused is not None:  # before the body is read: nothing of it is sent
+                return respond(refused, stream=stream, **caller_fields(event.raw_event))
             answer = handle(
                 stream,
                 event.body,
@@ -177,7 +193,45 @@ class ProducerFunction:
         store.ttl_seconds = settings.idempotency_ttl_seconds
         return store
 
-    def _dynamodb_client(self) -> IdempotencyClient:
+    def _over_share(self, settings: ApiSettings, event: Mapping[str, Any]) -> ApiResponse | None:
+        """429 when the event's IAM caller is over its share of requests (`_http_rate`); None: go on
+        (no limit configured, or an API-key caller, whom its usage plan limits)."""
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        user_arn = iam_caller(event)
+        if not settings.per_caller_rate or user_arn is None:
+            return None
+        if not settings.idempotency_table:
+            raise ConfigurationError(
+                "PER_CALLER_RATE needs IDEMPOTENCY_TABLE: the callers' counts are kept there, shared "
+                "by every execution environment"
+            )
+        limiter = self._limiter
+        if limiter is None or (limiter.table, limiter.rate) != (
+            settings.idempotency_table,
+            settings.per_caller_rate,
+        ):
+            limiter = CallerRateLimiter(
+                self._dynamodb_client,
+                settings.idempotency_table,
+                rate=settings.per_caller_rate,
+                clock=self._now,
+            )
+            self._limiter = limiter
+        verdict = limiter.admit(user_arn)
+        if verdict.unavailable is not None:
+            self.logger.warning("caller's share not counted", extra={"code": verdict.unavailable})
+            self.metrics.add_metric(name="PerCallerLimitUnavailable", unit=MetricUnit.Count, value=1)
+        if verdict.admitted:
+            return None
+        self.logger.info("caller over its share", extra={"share": verdict.key, "limit": limiter.limit})
+        self.metrics.add_metric(name="PerCallerThrottled", unit=MetricUnit.Count, value=1)
+        return rate_limited_response(verdict.retry_after)
+
+    def _now(self) -> float:
+        return self.rate_clock()
+
+    def _dynamodb_client(self) -> TableClient:
         if self._dynamodb is None:
             import boto3  # in the Lambda runtime; imported on first use, not at cold start
 

@@ -1,5 +1,6 @@
-"""The API's part of the pipeline configuration (`shardline.api`): request bounds, throttles, the
-producer's reservation, who may invoke it, and its clients' keys and plans."""
+"""The API's part of the pipeline configuration (`shardline.api`): request bounds, throttles (the
+stage's, and each IAM caller's share), the producer's reservation, who may invoke it, and its
+clients' keys and plans."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardline.aws_lambda._environment import DEFAULT_MAX_BODY_BYTES as ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
+from shardline.aws_lambda._http_rate import MAX_PER_CALLER_RATE
 from shardline.aws_lambda._http_settings import LAMBDA_PAYLOAD_BYTES
 from shardline.cdk._config_reader import ConfigError, Reader
 
@@ -24,6 +26,11 @@ MAX_BODY_BYTES = LAMBDA_SYNC_PAYLOAD - EVENT_ENVELOPE
 DEFAULT_MAX_BODY_BYTES = ENVIRONMENT_DEFAULT_MAX_BODY_BYTES
 #: Seconds a producer invocation holds beside the throttled give-up: its own work, a last backoff.
 PRODUCER_CALL_SECONDS = 1.0
+#: Each IAM caller's share of the stage's rate by default (`perCallerRate`): half. One caller can
+#: then never hold more than half the stage, so the others always keep at least half between them,
+#: while a deployment with a single caller keeps half the stage's rate (at 500 records a request,
+#: 100/s × ½ is 25,000 records/s) instead of a share so small it breaks it on upgrade.
+DEFAULT_PER_CALLER_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,16 @@ class ApiConfig:
     allowed_principals: tuple[str, ...] = ()
     allowed_organization: str | None = None
     clients: tuple[ApiClient, ...] = ()  # each with its own API key and usage plan (key required)
+    # Each IAM caller's requests per second, counted by the producer function (0: no per-caller limit).
+    per_caller_rate: float = 0.0
+
+
+def default_per_caller_rate(auth: str, throttle_rate: float) -> float:
+    """Each IAM caller's share by default: `DEFAULT_PER_CALLER_SHARE` of the stage's rate (at least 1
+    request a second, at most `MAX_PER_CALLER_RATE`); none with auth "api-key", whose clients' usage
+    plans limit them."""
+    share = min(float(MAX_PER_CALLER_RATE), max(1.0, throttle_rate * DEFAULT_PER_CALLER_SHARE))
+    return share if auth == "iam" else 0.0
 
 
 def producer_reservation(throttle_rate: float, throttled_give_up_seconds: float) -> int:
@@ -77,10 +94,12 @@ def check_api(
     allowed_principals: Sequence[str],
     allowed_organization: str | None,
     clients: Sequence[ApiClient],
+    per_caller_rate: float = 0.0,
 ) -> None:
     """The refusals of an API's settings, for the configuration and the `ProducerApi` construct alike."""
     if auth not in ("iam", "api-key"):
         raise ConfigError(f"{where('auth', 'auth')}: must be one of iam, api-key, got {auth!r}")
+    _check_per_caller_rate(where, auth, throttle_rate, per_caller_rate)
     if not 1 <= max_body_bytes <= MAX_BODY_BYTES:
         raise ConfigError(
             f"{where('maxBodyBytes', 'max_body_bytes')}: must be within 1024..{MAX_BODY_BYTES}, "
@@ -124,6 +143,24 @@ def check_api(
         )
 
 
+def _check_per_caller_rate(where: Where, auth: str, throttle_rate: float, per_caller_rate: float) -> None:
+    """0 (off), or within 1..the stage's rate, and only with auth "iam"."""
+    if not per_caller_rate:
+        return
+    highest = min(throttle_rate, MAX_PER_CALLER_RATE)
+    if not 1 <= per_caller_rate <= highest:
+        raise ConfigError(
+            f"{where('perCallerRate', 'per_caller_rate')}: must be 0 (no per-caller limit) or within "
+            f"1..{highest:g} (the stage's throttleRate, which applies first, and at most "
+            f"{MAX_PER_CALLER_RATE}: DynamoDB's writes a second on one counter), got {per_caller_rate:g}"
+        )
+    if auth != "iam":
+        raise ConfigError(
+            f"{where('perCallerRate', 'per_caller_rate')}: needs auth 'iam' (the share is keyed by the "
+            "IAM caller; an API-key client's usage plan is its share), set it to 0"
+        )
+
+
 def read_api(data: Any) -> ApiConfig:
     api = Reader(data, "shardline.api")
     auth = api.str("auth", "iam", choices=("iam", "api-key"))
@@ -137,6 +174,7 @@ def read_api(data: Any) -> ApiConfig:
         for index, item in enumerate(api.list("clients"))
     )
     max_body_bytes = api.int("maxBodyBytes", DEFAULT_MAX_BODY_BYTES, low=1024, high=MAX_BODY_BYTES)
+    per_caller_rate = api.number("perCallerRate", default_per_caller_rate(auth, rate), low=0, high=10000)
     check_api(
         lambda key, _prop: f"shardline.api.{key}",
         auth=auth,
@@ -146,6 +184,7 @@ def read_api(data: Any) -> ApiConfig:
         allowed_principals=principals,
         allowed_organization=organization,
         clients=clients,
+        per_caller_rate=per_caller_rate,
     )
     return ApiConfig(
         auth=auth,
@@ -160,6 +199,7 @@ def read_api(data: Any) -> ApiConfig:
         allowed_principals=tuple(principals),
         allowed_organization=organization,
         clients=clients,
+        per_caller_rate=per_caller_rate,
     )
 
 

@@ -22,6 +22,7 @@ from shardline.cdk._config_api import (
     ApiClient,
     ApiConfig,
     check_api,
+    default_per_caller_rate,
     producer_reservation,
 )
 from shardline.cdk._config_reader import logical_id
@@ -104,6 +105,8 @@ LOGGING_ROLE_ACTIONS = (
 #: On its idempotency table, what `_http_idempotency` calls: read a request's ids, record the
 #: payload hashes of what it wrote. Nothing else (no Scan, no delete: the table's TTL deletes).
 PRODUCER_IDEMPOTENCY_ACTIONS = ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]
+#: ... and, with a per-caller rate, what `_http_rate` calls: one conditional counter update a request.
+PRODUCER_RATE_ACTIONS = ["dynamodb:UpdateItem"]
 #: API Gateway's integration limit: the producer answers within it.
 API_INTEGRATION_SECONDS = 29
 
@@ -129,7 +132,12 @@ class ProducerApi(Construct):
     point-in-time recovery, encrypted with a key of its own). A hash is kept as long as a consumer's
     guard of its id (`guard_ttl_seconds`: the longest retention of the API's streams + SQS's 14
     days + a day).
-    `key_alias` names the key made for a created table."""
+    `key_alias` names the key made for a created table.
+
+    `per_caller_rate` (auth "iam"): each IAM caller's requests per second, counted by the function
+    in the idempotency table (`shardline.aws_lambda._http_rate`: an assumed role's sessions are one
+    caller; over it, 429 with `Retry-After`), since API Gateway cannot key a usage plan by IAM
+    principal. None: half the stage's `throttle_rate`; 0: no per-caller limit."""
 
     def __init__(
         self,
@@ -159,6 +167,7 @@ class ProducerApi(Construct):
         function_props: Mapping[str, Any] | None = None,
         idempotency_table: dynamodb.ITable | None = None,
         key_alias: str | None = None,
+        per_caller_rate: float | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         pin_feature_flags(self)
@@ -179,6 +188,9 @@ class ProducerApi(Construct):
             allowed_principals=tuple(allowed_principals),
             allowed_organization=allowed_organization,
             clients=tuple(clients),
+            per_caller_rate=default_per_caller_rate(auth, throttle_rate)
+            if per_caller_rate is None
+            else per_caller_rate,
         )
         check_api(
             lambda _key, prop: f"{owner}: {prop}",
@@ -189,6 +201,7 @@ class ProducerApi(Construct):
             allowed_principals=config.allowed_principals,
             allowed_organization=allowed_organization,
             clients=config.clients,
+            per_caller_rate=config.per_caller_rate,
         )
         if not 1 <= timeout_seconds <= API_INTEGRATION_SECONDS:
             raise ValueError(
@@ -250,6 +263,7 @@ class ProducerApi(Construct):
                     throttled_give_up_seconds=config.throttled_give_up_seconds,
                     idempotency_table=idempotency_table.table_name,
                     idempotency_ttl_seconds=self.idempotency_ttl_seconds,
+                    per_caller_rate=config.per_caller_rate,
                 ).to_environ(),
             },
             contract=(
@@ -268,7 +282,9 @@ class ProducerApi(Construct):
             if stream.key is not None:  # only through Kinesis, for PutRecords to its stream
                 grant_via(self.function, "kinesis", PRODUCER_KMS_ACTIONS, stream.key)
         # Its idempotency table: the two batch calls, and its key through DynamoDB only.
-        idempotency_table.grant(self.function, *PRODUCER_IDEMPOTENCY_ACTIONS)
+        # With a per-caller rate, the callers' counters too, in the same table.
+        rate = PRODUCER_RATE_ACTIONS if config.per_caller_rate else []
+        idempotency_table.grant(self.function, *PRODUCER_IDEMPOTENCY_ACTIONS, *rate)
         if idempotency_table.encryption_key is not None:
             grant_via(self.function, "dynamodb", ["kms:Decrypt"], idempotency_table.encryption_key)
 

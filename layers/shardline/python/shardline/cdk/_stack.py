@@ -76,6 +76,7 @@ class PipelineStack(Stack):
             allowed_principals=api.allowed_principals,
             allowed_organization=api.allowed_organization,
             clients=api.clients,
+            per_caller_rate=api.per_caller_rate,
             log_retention_days=config.log_retention_days,
             log_key=self.logs_key,
             removal_policy=removal,

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from local.app.model import Function
+from local.app.model import Function, WorkerService
 from local.lambda_.runtimes import find_interpreter
-from tests.support.workers import REPO
+from tests.support.workers import REPO, wait_until
 
 ATTEMPTS = """
     import ctypes, errno, os
@@ -41,8 +41,7 @@ ATTEMPTS = """
             return errno.errorcode[exc.errno]
         return "written"
 
-    def handler(event, context):
-        code = os.environ["LAMBDA_TASK_ROOT"]
+    def attempts(code):
         project = os.path.dirname(os.path.dirname(code))
         remount = outcome(libc.mount(None, code.encode(), None, MS_REMOUNT | MS_BIND, None))
         return {
@@ -54,6 +53,14 @@ ATTEMPTS = """
             "mount": outcome(libc.mount(b"tmpfs", code.encode(), b"tmpfs", 0, None)),
             "tmp": write("/tmp/scratch"),
         }
+
+    def handler(event, context):
+        return attempts(os.environ["LAMBDA_TASK_ROOT"])
+"""
+#: The module of a worker task or a redrive worker: the attempts at import, told on stderr (its log).
+AT_IMPORT = """
+import json, sys
+print("ATTEMPTS " + json.dumps(attempts(os.getcwd())), file=sys.stderr, flush=True)
 """
 
 REFUSED = {
@@ -67,22 +74,22 @@ REFUSED = {
 }
 
 
-def make_project(root: Path) -> Function:
+def make_project(root: Path, source: str = ATTEMPTS) -> Function:
     """A temp copy of a project folder: its marker, a venv, a README, and one function's code."""
     (root / "pyproject.toml").write_text("[project]\nname = 'probe'\n")
     (root / ".venv").mkdir()
     (root / "README.md").write_text("the project's\n")
     code = root / "functions" / "probe"
     code.mkdir(parents=True)
-    (code / "app.py").write_text(textwrap.dedent(ATTEMPTS))
+    (code / "app.py").write_text(textwrap.dedent(source))
     return Function("Probe", "probe", "app.handler", code)
 
 
-def untouched(root: Path) -> None:
+def untouched(root: Path, source: str = ATTEMPTS) -> None:
     assert (root / "README.md").read_text() == "the project's\n"
     assert not (root / ".venv" / "planted.py").exists()
     assert not (root / "functions" / "probe" / "planted.txt").exists()
-    assert (root / "functions" / "probe" / "app.py").read_text() == textwrap.dedent(ATTEMPTS)
+    assert (root / "functions" / "probe" / "app.py").read_text() == textwrap.dedent(source)
 
 
 @pytest.fixture
@@ -114,6 +121,50 @@ def test_local_handler_cannot_remount_its_code(attempts: dict[str, str]) -> None
 
 def test_local_handler_cannot_mount(attempts: dict[str, str]) -> None:
     assert attempts["mount"] == "EPERM"
+
+
+def told_attempts(log: Path) -> dict[str, str] | None:
+    lines = log.read_text().splitlines() if log.exists() else []
+    found = [json.loads(line.removeprefix("ATTEMPTS ")) for line in lines if line.startswith("ATTEMPTS ")]
+    return found[0] if found else None
+
+
+def test_local_ecs_worker_task_cannot_remount_mount_or_write_the_repository(tmp_path: Path) -> None:
+    """A worker group's task (local ECS) imports the group's code, which tries the same at import."""
+    from local.ecs.services import WorkerServices
+
+    root = tmp_path / "project"
+    root.mkdir()
+    source = textwrap.dedent(ATTEMPTS) + AT_IMPORT + "handle = None\n"
+    code = make_project(root, source).code_dir
+    environment = {"SHARDLINE_STREAM": "s", "SHARDLINE_GROUP": "probe", "LEASE_TABLE": "t"}
+    spec = WorkerService(
+        "Probe", "probe", 1, code, REPO / "layers" / "shardline" / "python",
+        environment={**environment, "SHARDLINE_HANDLER": "app:handle"},
+    )  # fmt: skip
+    services = WorkerServices((spec,), endpoint_url="http://127.0.0.1:9", log_dir=tmp_path / "logs").start()
+    try:
+        log = spec.log_files(tmp_path / "logs")[0]
+        assert wait_until(lambda: told_attempts(log) is not None), log.read_text()
+    finally:
+        services.stop()
+    assert told_attempts(log) == REFUSED
+    untouched(root, source)
+
+
+def test_local_redrive_worker_cannot_remount_mount_or_write_the_repository(tmp_path: Path) -> None:
+    """The redrive command's process imports the group's code: the same attempts, the same refusals
+    (the module defines no consumer: the redrive itself is then refused, with its reason)."""
+    from local.commands.redrive import RedriveError, _Worker
+
+    root = tmp_path / "project"
+    root.mkdir()
+    source = textwrap.dedent(ATTEMPTS) + AT_IMPORT
+    function = make_project(root, source)
+    with pytest.raises(RedriveError, match="function probe: "):
+        _Worker(function, "http://127.0.0.1:9", tmp_path / "logs")
+    assert told_attempts(tmp_path / "logs" / "probe.log") == REFUSED
+    untouched(root, source)
 
 
 #: Run by the tests below in a process of their own: the local runtime's workers run the probe of

@@ -24,7 +24,7 @@ from local.lambda_.runtimes import find_interpreter
 from tests.support.workers import REPO, wait_until
 
 ATTEMPTS = """
-    import ctypes, errno, os
+    import ctypes, errno, os, tempfile
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -51,7 +51,7 @@ ATTEMPTS = """
             "remount": remount,
             "code_after_remount": write(os.path.join(code, "planted.txt")),
             "mount": outcome(libc.mount(b"tmpfs", code.encode(), b"tmpfs", 0, None)),
-            "tmp": write("/tmp/scratch"),
+            "tmp": write(os.path.join(tempfile.gettempdir(), "scratch")),  # unsandboxed: a private TMPDIR
         }
 
     def handler(event, context):

@@ -168,6 +168,7 @@ def _up(args: argparse.Namespace) -> int:
             "resources": "resources",
             "iam": "IAM",
             "functions": "functions",
+            "sandbox": "handlers",
             "api": "REST API",
             "mappings": "event-source mappings",
             "workers": "worker groups",
@@ -183,7 +184,8 @@ def _up(args: argparse.Namespace) -> int:
         }
 
         def step(name: str, detail: str) -> None:
-            console.print(f"[green]✓[/] {labels[name]:<22} {detail}")
+            mark = "[bold red]✗[/]" if detail.startswith("NOT ") else "[green]✓[/]"  # the sandbox refused
+            console.print(f"{mark} {labels[name]:<22} {detail}")
             if name in following:
                 spinner.update(following[name])
 

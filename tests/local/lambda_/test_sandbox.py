@@ -44,13 +44,16 @@ ATTEMPTS = """
     def attempts(code):
         project = os.path.dirname(os.path.dirname(code))
         remount = outcome(libc.mount(None, code.encode(), None, MS_REMOUNT | MS_BIND, None))
+        mount = outcome(libc.mount(b"tmpfs", code.encode(), b"tmpfs", 0, None))
+        if mount == "done":  # not sandboxed (the old code): leave no mount behind on the host
+            libc.umount2(code.encode(), 2)
         return {
             "project": write(os.path.join(project, "README.md")),
             "venv": write(os.path.join(project, ".venv", "planted.py")),
             "code": write(os.path.join(code, "app.py")),
             "remount": remount,
             "code_after_remount": write(os.path.join(code, "planted.txt")),
-            "mount": outcome(libc.mount(b"tmpfs", code.encode(), b"tmpfs", 0, None)),
+            "mount": mount,
             "tmp": write(os.path.join(tempfile.gettempdir(), "scratch")),  # unsandboxed: a private TMPDIR
         }
 

@@ -97,7 +97,8 @@ _refusal: list[str | None] = []
 
 def refused() -> str | None:
     """Why this machine refuses the sandbox — the kernel's setting named, and what is then not
-    enforced — or None when it sandboxes. Found once per process, by sandboxing `true`."""
+    enforced — or None when it sandboxes. Found once per process by a probe that sandboxes itself
+    (two threads asking at once may both probe: the same answer, kept once)."""
     if not _refusal:
         import subprocess
 
@@ -115,7 +116,7 @@ def describe() -> str:
     if reason is not None:
         return f"NOT sandboxed: {reason}"
     return (
-        "handlers sandboxed: a user namespace mapping uid and gid "
+        "sandboxed: a user namespace mapping uid and gid "
         f"{os.getuid()}:{os.getgid()} only, no capabilities, everything but a private /tmp read-only"
     )
 

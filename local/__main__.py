@@ -168,6 +168,7 @@ def _up(args: argparse.Namespace) -> int:
             "resources": "resources",
             "iam": "IAM",
             "functions": "functions",
+            "sandbox": "handlers",
             "api": "REST API",
             "mappings": "event-source mappings",
             "workers": "worker groups",
@@ -183,7 +184,8 @@ def _up(args: argparse.Namespace) -> int:
         }
 
         def step(name: str, detail: str) -> None:
-            console.print(f"[green]✓[/] {labels[name]:<22} {detail}")
+            mark = "[bold red]✗[/]" if detail.startswith("NOT ") else "[green]✓[/]"  # the sandbox refused
+            console.print(f"{mark} {labels[name]:<22} {detail}")
             if name in following:
                 spinner.update(following[name])
 
@@ -218,6 +220,18 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_not_as_deployed(console: Console, runtime: Runtime) -> None:
+    """What runs here otherwise than deployed: each function's and each worker group's note."""
+    functions, services = runtime.functions, runtime.services
+    notes = [(name, stats) for name, stats in (functions.stats() if functions is not None else {}).items()]
+    notes += [
+        (f"worker group {name}", stats) for name, stats in (services.stats() if services else {}).items()
+    ]
+    for name, stats in notes:
+        if stats.get("not_as_deployed"):
+            console.print(f"[bold red]not as deployed[/]: {name}: {stats['not_as_deployed']}")
+
+
 def _print_ready(console: Console, runtime: Runtime) -> None:
     app = runtime.app
     assert app is not None
@@ -237,10 +251,7 @@ def _print_ready(console: Console, runtime: Runtime) -> None:
             console.print(
                 f"  {name} ({len(ids)}: {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}): {difference}"
             )
-    functions = runtime.functions
-    for name, stats in (functions.stats() if functions is not None else {}).items():
-        if stats.get("not_as_deployed"):
-            console.print(f"[bold red]not as deployed[/]: {name}: {stats['not_as_deployed']}")
+    _print_not_as_deployed(console, runtime)
     stream = app.streams[0].name if app.streams else "?"
     route = _route_name(app)
     settings = runtime.settings

@@ -37,6 +37,7 @@ from .cloudwatch.usage import Usage, merge
 from .ecs.services import WorkerServices
 from .endpoint.handle import Endpoint
 from .iam.principals import endpoint_config, sessions_of
+from .lambda_ import sandbox
 from .lambda_.esm.runner import MappingRunner
 from .lambda_.workers import Functions
 
@@ -126,6 +127,7 @@ class Runtime:
             )
             self.functions.start()
             self._on_step("functions", f"{len(self.app.functions)} warm, logs in {settings.log_dir}")
+            self._on_step("sandbox", sandbox.describe())
             if self.app.apis:
                 api = self.app.apis[0]
                 self.api = ApiServer(

@@ -4,10 +4,11 @@ the group, while the stream still holds it.
     code = redrive_group(app, "event_sink", endpoint_url="http://127.0.0.1:4566", log_dir=Path(".local/logs"))
 
 The group's on-failure queue is its event-source mapping's destination (`status.consumer_groups`).
-Its messages are redriven by the group's own function code, packaged as Lambda runs it, in one
-process of its own (`local.lambda_.redrive_worker`, with the function's environment; its output goes to
-the function's log), through `shardline.consumer.redrive`. A message is deleted only once its
-redrive finished with nothing missing; any other is left in the queue (visible again) and said why.
+Its messages are redriven by the group's own function code, packaged as Lambda runs it, in one process
+of its own (`local.lambda_.redrive_worker`, with the function's environment, sandboxed as its workers
+are by `local.lambda_.sandbox`; its output goes to the function's log), through
+`shardline.consumer.redrive`. A message is deleted only once its redrive finished with nothing missing;
+any other is left in the queue (visible again) and said why.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from ..app import model
 from ..app.provision import client
+from ..lambda_ import sandbox
 from ..lambda_.process import log_stream_name
 from ..lambda_.runtimes import packaging_for
 from ..lambda_.workers import function_environment
@@ -63,6 +65,8 @@ def redrive_group(
     except ClientError as error:
         raise RedriveError(f"consumer group {name}: its on-failure queue {queue_url}: {error}") from None
     kept: list[str] = []  # receipt handles of messages left in the queue
+    if (refusal := sandbox.refused()) is not None:
+        say(f"not as deployed: the group's code runs not sandboxed: {refusal}")
     done = 0
     with _Worker(app.function(group["function"]), endpoint_url, log_dir) as worker:
         try:
@@ -112,19 +116,18 @@ class _Worker:
         self._log = open(log_dir / f"{function.name}.log", "ab")  # noqa: SIM115 - closed in close()
         packaging = packaging_for(function)  # as its workers run: the runtime's Python and packages
         layers = [*function.layer_dirs, *packaging.public_layers]
-        config = {
-            "code_dir": str(function.code_dir.resolve()),
-            "layer_python_dirs": [str((layer / "python").resolve()) for layer in layers],
-            "runtime_site": str(packaging.site) if packaging.site else None,
-        }
+        code_dir = str(function.code_dir.resolve())
+        layer_python_dirs = [str((layer / "python").resolve()) for layer in layers]
+        runtime_site = str(packaging.site) if packaging.site else None
+        config = {"code_dir": code_dir, "layer_python_dirs": layer_python_dirs, "runtime_site": runtime_site}
+        argv = [packaging.interpreter, "-I", *(["-S"] if packaging.site else []), str(WORKER_MAIN)]
         self.process = subprocess.Popen(
-            [
-                packaging.interpreter,
-                "-I",
-                *(["-S"] if packaging.site else []),
-                str(WORKER_MAIN),
-                json.dumps(config),
-            ],
+            sandbox.wrap(  # the group's own code: as its workers run it, without power over the repository
+                [*argv, json.dumps(config)],
+                tmp_mb=function.ephemeral_storage_mb,
+                keep=[code_dir, *layer_python_dirs, *filter(None, [runtime_site])],
+                cwd=code_dir,
+            ),
             cwd=function.code_dir,
             env=function_environment(function, endpoint_url, log_stream_name()),
             stdin=subprocess.PIPE,

@@ -389,6 +389,8 @@ def _render_workers(group: dict[str, Any], service: dict[str, Any], console: Con
         f"({service.get('replaced', 0)} replaced, {service.get('killed', 0)} killed by chaos); "
         f"behind: {lag}"
     )
+    if service.get("not_as_deployed"):
+        console.print(f"  [red]not as deployed[/]: {service['not_as_deployed']}")
     for task in tasks:
         state = "running" if task.get("alive") else "stopped"
         console.print(f"    {escape(task['task'])} ({state}): {held.pop(task['task'], 0)} leases")

@@ -5,15 +5,16 @@
     services.kill_one()    # chaos: SIGKILL one task at random; the service replaces it
     services.stop()        # SIGTERM, then SIGKILL after the container's StopTimeout
 
-Each service keeps `desired_count` tasks running, as ECS does: a task that exits (a crash, a kill)
-is replaced after `REPLACE_AFTER_S`, under a new task id (a new worker name in the lease table, as a
-new ECS task has). A task is the image's code run natively (`model.WorkerService`: the handler's
-folder as its working folder, the build context's shardline library), on the interpreter and
-packages of the runtime's Python functions (`local.lambda_.runtimes`: the runtime's boto3 and the
-Powertools layer, which the image installs at the same pins), with the container's environment, the
-endpoint's address and the local credentials. Its output — JSON logs and EMF lines — goes to
-`<log_dir>/<group>-<n>.log`, which the dashboard reads as the container's log group; each service's
-RunningTaskCount and DesiredTaskCount are published as Container Insights does (`publish`).
+Each service keeps `desired_count` tasks running, as ECS does: a task that exits (a crash, a kill) is
+replaced after `REPLACE_AFTER_S`, under a new task id (a new worker name in the lease table, as a new
+ECS task has). A task is the image's code run natively (`model.WorkerService`: the handler's folder as
+its working folder, the build context's shardline library), on the interpreter and packages of the
+runtime's Python functions (`local.lambda_.runtimes`: the runtime's boto3 and the Powertools layer,
+which the image installs at the same pins), with the container's environment, the endpoint's address and
+the local credentials, sandboxed (`local.lambda_.sandbox`: a private /tmp, the rest read-only, no power
+to remount or mount; where the machine refuses, `note` says so). Its output — JSON logs and EMF lines —
+goes to `<log_dir>/<group>-<n>.log`, which the dashboard reads as the container's log group; each
+service's RunningTaskCount and DesiredTaskCount are published as Container Insights does (`publish`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import IO, Any
 
 from ..app import model
 from ..iam.principals import session_credentials
-from ..lambda_ import runtimes
+from ..lambda_ import runtimes, sandbox
 
 __all__ = ["REPLACE_AFTER_S", "WorkerServices"]
 
@@ -41,6 +42,8 @@ REPLACE_AFTER_S = 1.0
 #: Longest wait for a task to stop after SIGTERM before SIGKILL, whatever its StopTimeout says.
 MAX_STOP_WAIT_S = 30.0
 PYTHON_RUNTIME = "python3.12"  # workers/Dockerfile's PYTHON_VERSION
+#: The task's private /tmp: Fargate's default ephemeral storage, 20 GiB (tmpfs: memory as written).
+TASK_TMP_MB = 20 * 1024
 #: How often the task counts are published (Container Insights: once a minute).
 PUBLISH_EVERY_S = 5.0
 #: (namespace, name, dimensions, value): `local.cloudwatch.monitor.Monitor.publish`.
@@ -89,7 +92,11 @@ class WorkerServices:
         self._thread: threading.Thread | None = None
         interpreter = runtimes.find_interpreter(PYTHON_RUNTIME)
         self.interpreter = interpreter or os.environ.get("PYTHON", "python3")
-        self.note = None if interpreter else f"no {PYTHON_RUNTIME} interpreter: the workers run on python3"
+        notes = [
+            None if interpreter else f"no {PYTHON_RUNTIME} interpreter: the workers run on python3",
+            (refusal := sandbox.refused()) and f"not sandboxed: {refusal}",
+        ]
+        self.note = "; ".join(filter(None, notes)) or None
         self._packages = [
             str(folder)
             for folder in (runtimes.powertools_layer_dir(), runtimes.site_dir(PYTHON_RUNTIME))
@@ -154,6 +161,7 @@ class WorkerServices:
                     "running": sum(1 for t in service.tasks.values() if t.process.poll() is None),
                     "replaced": service.replaced,
                     "killed": service.killed,
+                    "not_as_deployed": self.note,
                     "lease_table": service.spec.lease_table,
                     "stream": service.spec.stream_name,
                     "tasks": [
@@ -206,7 +214,7 @@ class WorkerServices:
     def _launch(self, service: _Service, slot: int) -> None:
         spec = service.spec
         task_id = f"{spec.name}-{slot}-{uuid.uuid4().hex[:8]}"
-        path = [str(spec.code_dir), str(spec.library_dir), *self._packages]
+        path = [str(spec.code_dir.resolve()), str(spec.library_dir.resolve()), *self._packages]
         access_key, secret = session_credentials(spec.task_role_arn, spec.name)
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -222,7 +230,13 @@ class WorkerServices:
             "WORKER_ID": task_id,
         }
         arguments = list(spec.command[2:])  # after `shardline worker`
-        command = [self.interpreter, "-S", "-m", "shardline._cli", "worker", *arguments]
+        command = sandbox.wrap(
+            [self.interpreter, "-S", "-m", "shardline._cli", "worker", *arguments],
+            tmp_mb=TASK_TMP_MB,
+            keep=path,
+            cwd=str(spec.code_dir.resolve()),
+            shm=True,  # a container has its /dev/shm
+        )
         log = open(spec.log_files(self.log_dir)[slot], "ab")  # noqa: SIM115 -- closed with the task
         process = subprocess.Popen(
             command, cwd=spec.code_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..app.model import Function, InvokeResult
+from . import sandbox
 from .runtimes import Packaging
 
 WORKER_MAIN = Path(__file__).with_name("worker.py")
@@ -140,9 +141,6 @@ class Worker:
     #: Where an injected kill struck (`local.chaos.profiles.KILL_POINTS`, or "no_commit"), told by the worker
     #: just before it died; None when no kill was injected into the last invocation.
     killed_at: str | None = None
-    #: Why this environment's /tmp is not private and bounded and its code not read-only (the kernel
-    #: refused a mount namespace), or None.
-    not_isolated: str | None = None
     _kill_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -290,21 +288,30 @@ def start_worker(
     interpreter with its site-packages, as before packaging existed (tests of the runtime itself)."""
     ours, theirs = socket.socketpair()
     layers = [*function.layer_dirs, *(packaging.public_layers if packaging else ())]
+    code_dir = str(function.code_dir.resolve())
+    layer_python_dirs = [str((layer / "python").resolve()) for layer in layers]
+    runtime_site = str(packaging.site) if packaging and packaging.site else None
     config = {
         "ipc_fd": theirs.fileno(),
         "lifeline_fd": lifeline_fd,
-        "code_dir": str(function.code_dir.resolve()),
-        "layer_python_dirs": [str((layer / "python").resolve()) for layer in layers],
-        "runtime_site": str(packaging.site) if packaging and packaging.site else None,
-        "tmp_mb": function.ephemeral_storage_mb,
+        "code_dir": code_dir,
+        "layer_python_dirs": layer_python_dirs,
+        "runtime_site": runtime_site,
+        "sandboxed": sandbox.refused() is None,
     }
     isolated = packaging is not None and packaging.site is not None
     interpreter = packaging.interpreter if packaging else sys.executable
     version = packaging.version if packaging else sys.version.split()[0]
+    argv = sandbox.wrap(
+        [interpreter, "-I", *(["-S"] if isolated else []), str(WORKER_MAIN), json.dumps(config)],
+        tmp_mb=function.ephemeral_storage_mb,
+        keep=[code_dir, *layer_python_dirs, *filter(None, [runtime_site])],
+        cwd=code_dir,
+    )
     log.write(f"INIT_START Runtime Version: {function.runtime} (local, CPython {version})")
     started = time.monotonic()  # Init Duration: the runtime's start-up and the handler's import
     process = subprocess.Popen(
-        [interpreter, "-I", *(["-S"] if isolated else []), str(WORKER_MAIN), json.dumps(config)],
+        argv,
         cwd=function.code_dir,
         env=environment,
         stdin=subprocess.DEVNULL,
@@ -327,7 +334,7 @@ def start_worker(
             header = json.loads(header_line)
             if header["ready"]:
                 init_ms = (time.monotonic() - started) * 1000
-                return Worker(function, process, conn, log, init_ms, not_isolated=header.get("not_isolated"))
+                return Worker(function, process, conn, log, init_ms)
             error = json.loads(body)
     except (EOFError, OSError):
         process.wait()

@@ -6,9 +6,9 @@ the repository may be importable here, as in Lambda). It does what Lambda's Pyth
 packages), imports the handler once, then loops: take one invocation, call the handler with a
 context, answer with the JSON result or Lambda's error object. The invocations come over a socket
 the parent passed (stdout and stderr are the function's log, already pointing at its log file).
-Before any of that it gives itself Lambda's filesystem (`isolate`: a private, bounded /tmp; code
-and layers read-only). It is one file, longer than the house's modules, because it is a program
-run by path whose own folder must not be importable by the function.
+It is started inside Lambda's filesystem (`local.lambda_.sandbox`: a private, bounded /tmp; the
+rest read-only; no power to remount or mount). It is one file, longer than the house's modules,
+because it is a program run by path whose own folder must not be importable by the function.
 
 Messages are framed by `multiprocessing.connection` (4-byte length); each is a JSON header line,
 then the body bytes: in, `{"id", "deadline_ms", "arn", "trace"}` + the event's JSON; out,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         code_dir: str
         layer_python_dirs: list[str]
         runtime_site: str | None  # the runtime's own packages (boto3, ...); None: not installed
-        tmp_mb: int  # EphemeralStorage: the size of this environment's private /tmp
+        sandboxed: bool  # started by local.lambda_.sandbox: /tmp private and bounded, the rest read-only
 
     class FaultDirective(TypedDict):
         """A chaos profile's directive for one invocation: kind "hang", "oom" or "kill" (at `point`,
@@ -385,51 +385,12 @@ def watch_parent(lifeline_fd: int) -> None:
             os._exit(0)
 
 
-# --- the execution environment's filesystem: a private /tmp of its size, code and layers read-only ---
+def private_tmp() -> None:
+    """Without the sandbox (`local.lambda_.sandbox`, refused by this machine, and said so by the
+    runtime), /tmp is at least a folder of this environment's own: TMPDIR, for tempfile."""
+    import tempfile
 
-_CLONE_NEWNS = 0x00020000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
-_MS_PRIVATE = 1 << 18
-
-
-def isolate(tmp_mb: int, read_only: list[str]) -> str | None:
-    """Give this process Lambda's filesystem: a /tmp of its own, `tmp_mb` megabytes (a full one
-    answers ENOSPC), and `read_only` folders that refuse writes (EROFS), as /var/task and /opt do.
-    Done in a mount namespace of its own, before any thread starts (the kernel wants one thread);
-    returns why it could not be done (then /tmp is a private folder of the host's, unbounded, and
-    the code is writable), or None."""
-    import ctypes  # only here: a worker that cannot isolate should not pay for it
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-
-    def mount(source: bytes | None, target: str, kind: bytes | None, flags: int, data: bytes | None) -> None:
-        if libc.mount(source, target.encode(), kind, flags, data) != 0:
-            raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
-
-    try:
-        if libc.unshare(_CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
-        mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)  # nothing here reaches the host's mounts
-        # The host's /tmp stays reachable through this descriptor: a folder of the function's that
-        # lives there (a test's) is bound back over the new, empty /tmp.
-        host_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY)
-        mount(b"tmpfs", "/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmp_mb}m,mode=1777".encode())
-        for folder in map(os.path.realpath, read_only):
-            source = folder
-            if folder.startswith("/tmp/"):
-                os.makedirs(folder, exist_ok=True)
-                source = f"/proc/self/fd/{host_tmp}/{os.path.relpath(folder, '/tmp')}"
-            mount(source.encode(), folder, None, _MS_BIND | _MS_REC, None)
-            mount(None, folder, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
-        os.close(host_tmp)
-        os.chdir(os.getcwd())  # the working folder is the code folder: now its read-only mount
-    except OSError as exc:
-        import tempfile
-
-        tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="lambda-tmp-")
-        return str(exc.strerror or exc)
-    return None
+    tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="lambda-tmp-")
 
 
 def import_path(config: WorkerConfig) -> list[str]:
@@ -449,12 +410,8 @@ def main() -> None:
     # Run by path, this file's folder heads sys.path: the runtime's own modules are not the function's.
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]
-    read_only = [
-        config["code_dir"],
-        *config["layer_python_dirs"],
-        *filter(None, [config.get("runtime_site")]),
-    ]
-    not_isolated = isolate(config["tmp_mb"], read_only)
+    if not config["sandboxed"]:
+        private_tmp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent; it stops the workers
     ipc_fd, lifeline_fd = config["ipc_fd"], config["lifeline_fd"]
     for fd in (ipc_fd, lifeline_fd):
@@ -480,7 +437,7 @@ def main() -> None:
         sys.stdout.flush()
         send(conn, {"ready": False}, json.dumps(error).encode())
         sys.exit(1)
-    send(conn, {"ready": True, "not_isolated": not_isolated})
+    send(conn, {"ready": True})
 
     encoder = _Encoder()
     while True:

@@ -38,6 +38,7 @@ from ..chaos.profiles import WorkerFaults
 from ..cloudwatch.metrics import Publish, no_metrics
 from ..cloudwatch.usage import Usage, billed_ms
 from ..iam.principals import session_credentials
+from . import sandbox
 from .chaos import WorkerChaos
 from .process import (
     FunctionLog,
@@ -103,7 +104,10 @@ class FunctionPool:
         self._closed = False
         self._stats = PoolStats()
         self._replacers: list[threading.Thread] = []
-        self._not_isolated: str | None = None
+        #: Why the handler is not sandboxed (`local.lambda_.sandbox`: the machine refuses), or None.
+        self._not_isolated = sandbox.refused()
+        if self._not_isolated:
+            self.log.write(f"local runtime: not sandboxed: {self._not_isolated}")
         self._usage = functions.usage
         self._usage.describe("lambda", function.name, memory_mb=function.memory_mb)
 
@@ -141,12 +145,6 @@ class FunctionPool:
                 )
                 self._starting.discard(worker.process)
                 self._alive.add(worker)
-                if worker.not_isolated and not self._not_isolated:
-                    self._not_isolated = worker.not_isolated
-                    self.log.write(
-                        f"local runtime: /tmp is not private or bounded and the code is writable "
-                        f"({worker.not_isolated})"
-                    )
             else:
                 self._stats.init_errors += 1
         return worker
@@ -276,7 +274,7 @@ class FunctionPool:
                         self.packaging.note
                         if self.packaging
                         else "not packaged: imports from the runtime's own site-packages",
-                        self._not_isolated and f"not isolated: {self._not_isolated}",
+                        self._not_isolated and f"not sandboxed: {self._not_isolated}",
                     ],
                 )
             )

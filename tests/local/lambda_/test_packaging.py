@@ -5,8 +5,6 @@ Each handler is written by the test into a folder of its own; the worker that ru
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 
 from local.app.model import Function
+from local.lambda_ import sandbox
 from local.lambda_.runtimes import find_interpreter, packaging_for, public_layer_dir
 from tests.support.workers import POWERTOOLS_LAYER, REPO
 
@@ -103,18 +102,13 @@ WRITES = """
 """
 
 
-def can_isolate() -> bool:
-    """Whether this machine lets a process have a mount namespace of its own (root, or CAP_SYS_ADMIN)."""
-    probe = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x20000) != 0)"
-    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
-
-
 def isolated_or_said_not(functions: Any) -> bool:
-    """True when the workers are isolated; otherwise the function is reported not as deployed."""
-    if can_isolate():
+    """True when the workers are sandboxed (`local.lambda_.sandbox`: this machine allows a user
+    namespace); otherwise the function is reported not as deployed."""
+    if sandbox.refused() is None:
         return True
     note = functions.stats()["probe"]["not_as_deployed"]
-    assert note is not None and "not isolated" in note, note
+    assert note is not None and "not sandboxed" in note, note
     return False
 
 
@@ -122,7 +116,7 @@ def test_the_code_folder_is_read_only_to_the_handler(make_functions, tmp_path):
     functions = make_functions(handler_function(tmp_path, WRITES))
     functions.invoke("probe", {"where": "list"})
     if not isolated_or_said_not(functions):
-        pytest.skip("this machine refuses mount namespaces: the function is reported not as deployed")
+        pytest.skip("this machine refuses user namespaces: the function is reported not as deployed")
     assert functions.invoke("probe", {"where": "code"}).payload == "EROFS"
     assert functions.invoke("probe", {"where": "cwd"}).payload == "EROFS"
     assert not (tmp_path / "code" / "new.txt").exists()
@@ -135,7 +129,7 @@ def test_tmp_is_private_to_each_environment_and_bounded_by_ephemeral_storage(mak
     functions = make_functions(function)
     functions.invoke("probe", {"where": "code"})
     if not isolated_or_said_not(functions):
-        pytest.skip("this machine refuses mount namespaces: the function is reported not as deployed")
+        pytest.skip("this machine refuses user namespaces: the function is reported not as deployed")
     # Empty, but for the way to the folders bound read-only into it when they live under the host's
     # /tmp (a test's code folder; a clone of the repository there, with its runtime site).
     packaging = packaging_for(function)

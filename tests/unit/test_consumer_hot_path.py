@@ -71,7 +71,7 @@ def test_property_6_the_time_budget_is_restored_after_a_handler_that_disarms_it(
 
 
 def test_property_6_an_untouched_budget_is_never_counted_as_disarmed() -> None:
-    consumer, table, _sqs = setup(time_margin=1.0)
+    consumer, _table, _sqs = setup(time_margin=1.0)
     consumer.handler(lambda record: [effect(record)])
     context = FakeLambdaContext(60_000)
     consumer.process(kinesis_event(records(50)), context)

@@ -16,7 +16,7 @@ help:
 	@echo "             and node_modules from package-lock.json (pinned Node tools)"
 	@echo "make lock    regenerate requirements.lock and requirements-dev.lock from requirements*.txt"
 	@echo "             (keeps the locked versions; LOCK_ARGS=--upgrade or --upgrade-package NAME to move them)"
-	@echo "make test    the lint gates (make lint), then pytest; PYTEST_ARGS=... to filter"
+	@echo "make test    the lint gates (make lint), pytest on every core, then bench --check; PYTEST_ARGS=... to filter"
 	@echo "             (installs Debian's chromium for the dashboard's browser tests if it is missing)"
 	@echo "make lint    ruff (lint, format, complexity), mypy (strict: library, infra, app.py, bench, local), lint-imports"
 	@echo "make unit    the fast suites only: tests/unit and tests/docs (well under a minute)"
@@ -86,9 +86,12 @@ browser:
 LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
 	&& PYTHONPATH=layers/shardline/python:. $(VENV)/bin/lint-imports --no-cache
 
+# The suite spreads over the cores (pyproject's addopts: pytest-xdist) and ends with its 25 slowest
+# tests and each folder's total; then `bench --check` fails a benchmark that misses or falls.
 test: setup browser
 	$(LINT)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(PY) -m bench --check
 
 lint: $(VENV)/.stamp
 	$(LINT)

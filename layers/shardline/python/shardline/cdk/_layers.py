@@ -73,6 +73,16 @@ def build_layer() -> tuple[Path, bool]:
     The caller removes it once the layer is staged (`release_build_folder`).
     """
     folder = private_build_folder("layer")
+    try:
+        return folder, _build_into(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # a failed build leaves nothing behind
+        raise
+
+
+def _build_into(folder: Path) -> bool:
+    """The package's files copied into `folder`, compiled if an interpreter of the runtime is here;
+    whether they were."""
     for source in sorted(PACKAGE.rglob("*")):
         relative = source.relative_to(PACKAGE)
         if (
@@ -89,14 +99,14 @@ def build_layer() -> tuple[Path, bool]:
             shutil.copyfile(source, target)
     python = runtime_python()
     if python is None:
-        return folder, False
+        return False
     compile_all = [python, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash"]
     subprocess.run(
         [*compile_all, "-d", LAYER_MOUNT, str(folder / "python")],
         check=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # no set or frozenset constant in hash order
     )
-    return folder, True
+    return True
 
 
 def powertools_parameter(version: str) -> str:

@@ -5,8 +5,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 LAMBDA_RUNTIME := .local/lambda
+# `make deploy`'s own venv: the runtime lock only (requirements.lock), none of the test tools.
+DEPLOY_VENV := .deploy-venv
+DEPLOY_PY := $(DEPLOY_VENV)/bin/python
 
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
+# Every Node use runs on the Node package-lock.json pins (node-linux-<arch>, an LTS line still
+# maintained; `npm ci` brings it, any Node >= 20 bootstraps): the cdk CLI below, jsii's kernel under
+# Python (JSII_NODE, which jsii reads when it starts its kernel), the tests' kinesis-mock and browser
+# script (tests/support/node.py). Elsewhere than Linux x64/arm64: `make NODE=node ...`.
+NODE := node_modules/.bin/node
+CDK := CDK_DISABLE_VERSION_CHECK=1 $(NODE) node_modules/aws-cdk/bin/cdk
+export JSII_NODE := $(if $(findstring /,$(NODE)),$(abspath $(NODE)),$(NODE))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lock browser test lint unit bench cost soak local dashboard status send synth deploy clean
@@ -28,8 +37,9 @@ help:
 	@echo "make status  what the running app holds: shards, consumer groups, DLQs, functions"
 	@echo "make send    POST records to the local API and check every consumer group (SEND_ARGS=--count 20000)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
-	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage)"
-	@echo "make clean   remove .venv, node_modules, cdk.out and tool caches"
+	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage);"
+	@echo "             synthesized by .deploy-venv, made from requirements.lock alone (no test tools)"
+	@echo "make clean   remove .venv, .deploy-venv, node_modules, cdk.out and tool caches"
 
 setup: $(VENV)/.stamp node_modules/.stamp $(LAMBDA_RUNTIME)/.stamp
 
@@ -113,7 +123,7 @@ cost: setup
 APP_SOURCES := app.py cdk.json $(shell find infra functions layers/shardline -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
 
 cdk.out/manifest.json: $(APP_SOURCES) | setup
-	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
+	$(CDK) synth --no-notices --quiet
 	touch $@
 
 # A million 100-byte records make about 130 invocations per consumer group: kills every 10, not 150.
@@ -136,11 +146,20 @@ send: $(VENV)/.stamp
 	$(PY) -m local send $(SEND_ARGS)
 
 synth: setup
-	CDK_DISABLE_VERSION_CHECK=1 node_modules/.bin/cdk synth --no-notices --quiet
+	$(CDK) synth --no-notices --quiet
 
-deploy: setup
-	node_modules/.bin/cdk deploy --no-notices $(if $(STAGE),-c stage=$(STAGE))
+# What is deployed is synthesized by an interpreter holding the runtime lock alone (what app.py and
+# shardline.cdk import: aws-cdk-lib, constructs, cdk-nag, boto3 ...), hash-checked, nothing unlisted,
+# never the dev lock's test tools; the Node side is the cdk CLI alone.
+$(DEPLOY_VENV)/.stamp: requirements.lock
+	test -x $(DEPLOY_PY) || $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_PY) -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(DEPLOY_PY) -m pip check
+	touch $@
+
+deploy: $(DEPLOY_VENV)/.stamp node_modules/.stamp
+	$(CDK) deploy --no-notices --app "$(DEPLOY_PY) app.py" $(if $(STAGE),-c stage=$(STAGE))
 
 clean:
-	rm -rf $(VENV) $(LOCKTOOL) node_modules cdk.out .local .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEPLOY_VENV) $(LOCKTOOL) node_modules cdk.out .local .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -14,11 +14,16 @@ from typing import Any
 # The constructs are shardline's own (`shardline.cdk`); in this repository the library's source is
 # the layer folder (no install needed to synthesize).
 sys.path.insert(0, str(Path(__file__).resolve().parent / "layers" / "shardline" / "python"))
+# jsii's kernel runs on the Node package-lock.json pins (a maintained LTS line, as the cdk CLI does
+# under make), also when the app is run directly: jsii reads JSII_NODE when `aws_cdk` first loads.
+_NODE = Path(__file__).resolve().parent / "node_modules" / ".bin" / "node"
+if _NODE.exists():
+    os.environ.setdefault("JSII_NODE", str(_NODE))
 
-import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
+import aws_cdk as cdk  # noqa: E402 (after JSII_NODE: jsii starts its kernel on this import)
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from shardline.cdk import PipelineStack, acknowledge, load_config
+from shardline.cdk import PipelineStack, acknowledge, load_config  # noqa: E402
 
 CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
 

@@ -17,6 +17,8 @@ import boto3
 import botocore.config
 import pytest
 
+from tests.support.node import NODE, use_project_node
+
 # The shared fixtures, each defined once in the support package (`tests/support/__init__.py`).
 pytest_plugins = [
     "tests.support.apigw",
@@ -29,6 +31,9 @@ pytest_plugins = [
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KINESIS_LOCAL = REPO_ROOT / "node_modules" / "kinesis-local"
+# Every Node use of the tests (jsii's kernel, the cdk CLI, kinesis-mock, the browser script) runs on
+# the pinned, maintained Node: set before any test module imports aws_cdk.
+use_project_node()
 STARTUP_DEADLINE_S = 60.0
 
 # No test may reach real AWS: dummy credentials, no profile, no config files, no instance metadata.
@@ -159,14 +164,13 @@ def kinesis_mock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "AWS_REGION": "us-east-1",
     }
     log = tmp_path_factory.mktemp("kinesis-mock") / "server.log"
-    with _server("kinesis-mock", ["node", str(main_js)], env, log, lambda: _kinesis_answers(endpoint)):
+    with _server("kinesis-mock", [str(NODE), str(main_js)], env, log, lambda: _kinesis_answers(endpoint)):
         yield endpoint
 
 
 @pytest.fixture(scope="session")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default app synthesized (in process, offline) into a cloud assembly, as `make synth` does."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     import json
 
     from app import CDK_JSON, build

@@ -29,6 +29,7 @@ from local.cloudwatch.metrics import MetricId
 from local.cloudwatch.monitor import Monitor
 from local.commands.send import send
 from local.runtime import Runtime
+from tests.support.node import NODE
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -54,7 +55,7 @@ def browse(url: str, name: str, until: str, timeout_s: float, charts: tuple[str,
     assert Path(CHROMIUM).exists(), "Debian's chromium is needed: `make setup` installs it"
     OUTPUT.mkdir(parents=True, exist_ok=True)
     screenshot = OUTPUT / f"{name}.png"
-    command = ["node", str(SCRIPT), url, str(screenshot), until, str(timeout_s), "|".join(charts)]
+    command = [str(NODE), str(SCRIPT), url, str(screenshot), until, str(timeout_s), "|".join(charts)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

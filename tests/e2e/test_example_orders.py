@@ -47,7 +47,6 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(root),
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
     # HOME is the team's own; pip keeps the machine's cache (what it downloaded for .venv).

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +36,6 @@ KILL_EVERY_S = 6.0
 @pytest.fixture(scope="module")
 def workers_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repository's app with a worker group beside its Lambda groups."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from app import CDK_JSON, build
 
     context = json.loads(CDK_JSON.read_text())["context"]

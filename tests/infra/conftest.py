@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,8 +9,6 @@ from aws_cdk.assertions import Template
 
 from app import build
 from tests.support.cdk import default_context
-
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
 @pytest.fixture(scope="session")

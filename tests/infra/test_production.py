@@ -273,7 +273,6 @@ def test_cdk_json_sets_every_recommended_feature_flag():
     env = {
         **os.environ,
         "CDK_DISABLE_VERSION_CHECK": "1",
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
     result = subprocess.run(
         [str(ROOT / "node_modules" / ".bin" / "cdk"), "flags", "--unstable=flags"],
@@ -329,7 +328,7 @@ def test_7_the_same_commit_builds_the_same_layer_asset_in_any_process(synthesize
     build folder (which held the process id: one commit gave a new layer hash per synth)."""
     from shardline.cdk._layers import LAYER_MOUNT, RUNTIME, runtime_python
 
-    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    env = dict(os.environ)
     command = [sys.executable, "-c", _LAYER_ASSET]
     hashes = set()
     for _ in range(2):

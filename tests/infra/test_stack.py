@@ -22,7 +22,6 @@ from shardline.consumer._sink_writes import sink_actions
 from tests.support.cdk import default_context, placeholders, resources
 
 ROOT = Path(__file__).resolve().parents[2]
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
 def test_the_stream_is_encrypted_with_its_own_key_and_configured_capacity(template):
@@ -512,7 +511,6 @@ def test_python_app_py_and_the_pinned_cli_synthesize_offline(tmp_path):
         "CDK_DISABLE_VERSION_CHECK": "1",
         "AWS_ACCESS_KEY_ID": "",
         "AWS_SECRET_ACCESS_KEY": "",
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
     direct = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert direct.returncode == 0, direct.stderr[-2000:]

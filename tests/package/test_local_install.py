@@ -38,8 +38,9 @@ from tests.support.team_app import team_assembly, team_template
 
 ROOT = Path(__file__).resolve().parents[2]
 _NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv", ".local", ".locktool", "node_modules", "cdk.out", "build", "dist", "*.egg-info",
-    "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis", "tests", "bench",
+    ".git", ".venv", ".deploy-venv", ".local", ".locktool", "node_modules", "cdk.out", "build", "dist",
+    "*.egg-info", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis",
+    "tests", "bench",
 )  # fmt: skip
 TIMEOUT = 240
 

@@ -47,6 +47,7 @@ _NOT_COPIED = shutil.ignore_patterns(
     ".git",
     ".venv",
     ".locktool",
+    ".deploy-venv",
     "node_modules",
     "cdk.out",
     "build",

@@ -4,7 +4,6 @@ template's substance as tests/infra/baselines/shardline-dev.substance.json (see 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -14,7 +13,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from app import CDK_JSON, build
 
     with tempfile.TemporaryDirectory() as outdir:

@@ -14,7 +14,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from shardline.cdk._function_assets import stage_handler
 from shardline.cdk._layers import ARCHITECTURE, RUNTIME, Layers
+from shardline.cdk._staging import release_build_folder
 
 _R = logs.RetentionDays
 _RETENTION = {
@@ -29,11 +31,14 @@ CodeSource = str | Path | lambda_.Code
 FIXED_PROPS = {"runtime": RUNTIME, "architecture": ARCHITECTURE}
 
 
-def handler_code(code: CodeSource) -> lambda_.Code:
-    """`code` as Lambda code: a folder becomes an asset (without its bytecode caches)."""
+def handler_code(code: CodeSource) -> tuple[lambda_.Code, Path | None]:
+    """`code` as Lambda code, and the build folder to release once it is bound: a folder becomes an
+    asset of its allow-listed files only (`shardline.cdk._function_assets`: its modules and declared
+    data files), staged from a private build folder."""
     if isinstance(code, lambda_.Code):
-        return code
-    return lambda_.Code.from_asset(str(code), exclude=["**/__pycache__"])
+        return code, None
+    staged = stage_handler(Path(code))
+    return lambda_.Code.from_asset(str(staged)), staged
 
 
 def python_function(
@@ -89,11 +94,12 @@ def python_function(
         removal_policy=log_removal,
         encryption_key=log_key,
     )
+    code_asset, staged = handler_code(code)
     defaults: dict[str, Any] = {
         "runtime": RUNTIME,
         "architecture": ARCHITECTURE,
         "handler": handler,
-        "code": handler_code(code),
+        "code": code_asset,
         "layers": [layers.shardline, layers.powertools],
         "memory_size": memory_mb,
         "timeout": Duration.seconds(timeout_seconds),
@@ -104,12 +110,15 @@ def python_function(
     }
     if "role" not in props:
         defaults["role"] = execution_role(scope, f"{construct_id}ServiceRole", log_group)
-    return lambda_.Function(
+    function = lambda_.Function(
         scope,
         construct_id,
         **{**defaults, **props},
         environment={"POWERTOOLS_METRICS_NAMESPACE": metrics_namespace, **extra_environment, **environment},
     )
+    if staged is not None:
+        release_build_folder(function, staged)  # staged into the cloud assembly when the function bound it
+    return function
 
 
 def log_removal(retain: bool) -> RemovalPolicy:

@@ -3,7 +3,8 @@
 shardline's layer ships bytecode for the runtime's Python: /opt is read-only in Lambda, so a layer
 without `.pyc` files compiles every module on every cold start. The package's own files (`*.py`
 and `py.typed`, nothing else the folder may hold; `shardline.cdk` and the worker driver left out)
-are copied to a folder of this process under the system's temporary folder and compiled there by
+are copied to a private build folder (`shardline.cdk._staging`: `mkdtemp`'s, 0700, removed once
+staged) and compiled there by
 an interpreter of the runtime's version (`SHARDLINE_LAYER_PYTHON`, `python3.12` on the
 PATH, or a pyenv install), as unchecked-hash `.pyc` files, which Python uses without comparing
 timestamps that the zip does not keep, naming their source where Lambda unpacks it
@@ -22,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from aws_cdk import Annotations
@@ -32,6 +32,7 @@ from constructs import Construct
 
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._interpreters import find_python
+from shardline.cdk._staging import private_build_folder, release_build_folder
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -49,7 +50,6 @@ WORKER_DRIVER = frozenset(
 #: The shardline package the layer ships: this one, wherever it is installed (its `cdk` subpackage
 #: stays out: it is for synthesizing, never for a function).
 PACKAGE = Path(__file__).resolve().parents[1]
-LAYER_BUILD = Path(tempfile.gettempdir()) / f"shardline-layer-{os.getuid()}"
 #: The aws-lambda-powertools version shardline is tested with, whose public layer its functions get
 #: (tests/package checks it against the repository's pin).
 POWERTOOLS_VERSION = "3.37.0"
@@ -68,17 +68,21 @@ def runtime_python() -> str | None:
 def build_layer() -> tuple[Path, bool]:
     """The layer folder to upload, compiled for the runtime if possible; and whether it was.
 
-    Each process builds its own folder (`<tmp>/shardline-layer-<uid>/<pid>`): two synths at once (a test
-    session beside `make local`) must not delete each other's files while CDK copies them. Folders of
-    processes that are gone are removed.
+    Each call builds in a new private folder (`shardline.cdk._staging`): two synths at once (a test
+    session beside `make local`) never share one, and no other local user can create, read or swap it.
+    The caller removes it once the layer is staged (`release_build_folder`).
     """
-    LAYER_BUILD.mkdir(parents=True, exist_ok=True)
-    for stale in LAYER_BUILD.iterdir():
-        alive = stale.name.isdigit() and Path(f"/proc/{stale.name}").exists()
-        if not alive:
-            shutil.rmtree(stale, ignore_errors=True)
-    folder = LAYER_BUILD / str(os.getpid())
-    shutil.rmtree(folder, ignore_errors=True)
+    folder = private_build_folder("layer")
+    try:
+        return folder, _build_into(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # a failed build leaves nothing behind
+        raise
+
+
+def _build_into(folder: Path) -> bool:
+    """The package's files copied into `folder`, compiled if an interpreter of the runtime is here;
+    whether they were."""
     for source in sorted(PACKAGE.rglob("*")):
         relative = source.relative_to(PACKAGE)
         if (
@@ -95,14 +99,14 @@ def build_layer() -> tuple[Path, bool]:
             shutil.copyfile(source, target)
     python = runtime_python()
     if python is None:
-        return folder, False
+        return False
     compile_all = [python, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash"]
     subprocess.run(
         [*compile_all, "-d", LAYER_MOUNT, str(folder / "python")],
         check=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # no set or frozenset constant in hash order
     )
-    return folder, True
+    return True
 
 
 def powertools_parameter(version: str) -> str:
@@ -131,6 +135,7 @@ class Layers(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="shardline: KPL aggregation, producer and consumer groups",
         )
+        release_build_folder(self, folder)  # staged into the cloud assembly when the layer bound it
         self.powertools_version = POWERTOOLS_VERSION
         self._powertools: lambda_.ILayerVersion | None = None
 

@@ -34,6 +34,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--profile", action="store_true", help="also print cProfile tables of shardline's hot paths"
     )
     parser.add_argument(
+        "--no-local",
+        action="store_true",
+        help="leave out the local runtime's section (it has its own command: python -m bench.local_runtime)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="the quick sections only, judged against the README's figures: "
@@ -198,7 +203,7 @@ def _imports_section(report: Report, runs: int) -> None:
     report.details["imports"] = details
 
 
-def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
+def run(quick: bool, seed: int, profile: bool, local: bool = True) -> tuple[Report, str | None]:
     """Every measurement, in order; returns the report and, with `profile`, the profile tables."""
     started = time.perf_counter()
     repeats = 3 if quick else 11
@@ -220,7 +225,8 @@ def run(quick: bool, seed: int, profile: bool) -> tuple[Report, str | None]:
     consumer_workload = consumer.make_workload(seed + 4)
     _consumer_section(report, problems, consumer_workload, repeats)
     _backlog_section(report, problems, quick)
-    _local_section(report, problems, quick)
+    if local:
+        _local_section(report, problems, quick)
     _imports_section(report, 3 if quick else 7)
     report.notes += notes.compose(report.details, problems)
     meta["seconds"] = time.perf_counter() - started
@@ -266,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL sanity: {problem}")
         print(f"(took {report.meta['seconds']:.0f} s)")
         return 1 if problems or any(finding.failed for finding in findings) else 0
-    report, profile_text = run(args.quick, args.seed, args.profile)
+    report, profile_text = run(args.quick, args.seed, args.profile, local=not args.no_local)
     print(render(report))
     if profile_text:
         print()

@@ -86,10 +86,21 @@ def command(spec: Spec, argv: list[str]) -> list[str]:
 
 def wrap(argv: list[str], *, tmp_mb: int, keep: list[str], cwd: str, shm: bool = False) -> list[str]:
     """`argv` sandboxed: a /tmp of `tmp_mb` MB, `keep` (the folders it reads) visible and read-only,
-    `cwd` its working folder; `argv` itself where the machine refuses (`refused()` says why)."""
+    `cwd` its working folder; `argv` itself where the machine refuses (`refused()` says why).
+    What the program needs to start is kept too: the folder this runtime is imported from (a venv
+    of a team's, installed under /tmp, holds `worker.py`) and the folder of every file `argv` names."""
     if refused() is not None:
         return argv
-    return command(Spec(tmp_mb=tmp_mb, keep=keep, cwd=cwd, shm=shm), argv)
+    named = [os.path.dirname(arg) for arg in argv if os.path.isabs(arg) and os.path.isfile(arg)]
+    return command(Spec(tmp_mb=tmp_mb, keep=[*keep, _import_root(), *named], cwd=cwd, shm=shm), argv)
+
+
+def _import_root() -> str:
+    """The folder the runtime's top package is imported from: this repository, or site-packages."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    while os.path.exists(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder
 
 
 _refusal: list[str | None] = []

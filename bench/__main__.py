@@ -265,8 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         from bench import check
 
+        published = check.published_rows(check.README.read_text(encoding="utf-8"))
         report, problems = run_check(args.seed)
-        findings = check.check(report.rows, check.published_rows(check.README.read_text(encoding="utf-8")))
+        findings = check.check(report.rows, published)
+        for attempt in range(2, check.RUNS + 1):
+            if not any(finding.failed for finding in findings):
+                break
+            _log(f"bench --check: a row failed; measuring again ({attempt} of {check.RUNS}) to confirm it")
+            again, _ = run_check(args.seed)
+            findings = check.confirmed(findings, check.check(again.rows, published))
         print(check.render(findings))
         for problem in problems:
             print(f"FAIL sanity: {problem}")

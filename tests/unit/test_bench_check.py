@@ -101,3 +101,18 @@ def test_property_7_a_rate_that_falls_against_its_yardstick_fails() -> None:
 
 def test_property_7_a_row_the_readme_does_not_publish_fails() -> None:
     assert failed([Row("A new row", "ms", 1.0)], readme(ENCODE)) == ["A new row"]
+
+
+def test_property_7_a_row_fails_only_if_it_fails_in_both_runs() -> None:
+    text = readme(ENCODE)
+    bad = check.check([Row("Encode, 100 B", "rec/s", 1.5 * 488e3, "aiokpl", 488e3)], published_rows(text))
+    good = check.check([Row("Encode, 100 B", "rec/s", 2.3 * 488e3, "aiokpl", 488e3)], published_rows(text))
+    assert [f.failed for f in check.confirmed(bad, good)] == [False]
+    assert [f.failed for f in check.confirmed(bad, bad)] == [True]
+
+
+def test_property_7_an_absolute_time_without_a_peer_is_printed_not_judged() -> None:
+    text = readme("| Import, cached | 9.8 ms | — | — | — | ≤ 10 ms | yes |")
+    row = Row("Import, cached", "ms", 30.0, target=Target("value", "<=", 10.0))
+    (finding,) = check.check([row], published_rows(text))
+    assert not finding.failed and "not judged" in finding.text

@@ -21,6 +21,7 @@ from bench.baseline.app import build
 from local.commands.send import SendReport, send
 from local.commands.verify import wait_and_verify
 from local.commands.verify_render import render
+from local.commands.verify_verdict import Verdict
 from local.runtime import Runtime
 from tests.support.runtime import start_runtime
 
@@ -69,11 +70,20 @@ def first_run(baseline: Runtime) -> SendReport:
     return send(f"{baseline.api_url}/streams", "events", count=RECORDS, keys=KEYS, batch=100, progress=False)
 
 
-def test_send_drives_it_unchanged_and_its_verdict_holds(baseline: Runtime, first_run: SendReport) -> None:
+@pytest.fixture(scope="module")
+def first_verdict(baseline: Runtime, first_run: SendReport) -> Verdict:
+    """The first run's verdict, once every group has drained it: what the tests after it read is
+    there whichever test runs first (xdist does not keep a module's order)."""
+    return wait_and_verify(baseline.endpoint_url, baseline.app, first_run, timeout=300, progress=False)
+
+
+def test_send_drives_it_unchanged_and_its_verdict_holds(
+    baseline: Runtime, first_run: SendReport, first_verdict: Verdict
+) -> None:
     report = first_run
     assert len(report.accepted) == RECORDS and not report.failed, report.as_dict()
     assert all(a.shard_id and a.sequence_number for a in report.accepted.values())
-    verdict = wait_and_verify(baseline.endpoint_url, baseline.app, report, timeout=300, progress=False)
+    verdict = first_verdict
     kinds = sorted((g.group.kind, g.group.source) for g in verdict.groups)
     assert kinds == [("counter", "declared"), ("records", "declared")], kinds
     assert all(g.ok for g in verdict.groups) and not verdict.timed_out, render(verdict)
@@ -87,7 +97,9 @@ def test_send_drives_it_unchanged_and_its_verdict_holds(baseline: Runtime, first
     assert stream.wrong_ids == 0 and verdict.ok
 
 
-def test_its_tables_hold_each_record_once_and_exact_counts(baseline: Runtime, first_run: SendReport) -> None:
+def test_its_tables_hold_each_record_once_and_exact_counts(
+    baseline: Runtime, first_run: SendReport, first_verdict: Verdict
+) -> None:
     """Read here: the events table (one item per record id, its data as sent), the counts table
     (the accepted records per key), the idempotency table (one COMPLETED record per record),
     and nothing in the on-failure queue."""
@@ -115,7 +127,9 @@ def test_its_tables_hold_each_record_once_and_exact_counts(baseline: Runtime, fi
     assert depth["Attributes"]["ApproximateNumberOfMessages"] == "0"
 
 
-def test_a_repost_with_the_same_ids_is_applied_once(baseline: Runtime, first_run: SendReport) -> None:
+def test_a_repost_with_the_same_ids_is_applied_once(
+    baseline: Runtime, first_run: SendReport, first_verdict: Verdict
+) -> None:
     """The same records posted again (the same run, so the same ids and keys): new Kinesis records,
     skipped by the idempotency utility — no new event item, no count moves."""
     before = processed(baseline)

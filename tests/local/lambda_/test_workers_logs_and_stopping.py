@@ -123,7 +123,9 @@ def test_close_stops_busy_workers_too(make_functions):
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_workers_exit_when_their_parent_dies(tmp_path, signal_number):
     script = f"""
-import sys, os, threading, time
+import sys, os, signal, threading, time
+# As a shell starts it: an xdist worker ignores SIGINT, and its children inherit that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [{str(REPO)!r}]
 from pathlib import Path
 from local.app.model import Function

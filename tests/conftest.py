@@ -192,28 +192,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     install()
 
 
-#: Suites whose tests each start a whole local runtime (a dozen processes): on a 2-core machine two at
-#: once starve each other's time-bound checks, so they run one after another, on one worker, first
-#: (the longest group starts first: the other worker takes everything else meanwhile).
-ONE_AT_A_TIME = ("tests/e2e/",)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For xdist (`--dist loadgroup`): a group per test file (its module fixtures set up once), and
-    one group for the suites in `ONE_AT_A_TIME`, collected first."""
-    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "no":
-        return
-    root = config.rootpath
-
-    def group(item: pytest.Item) -> str:
-        where = item.path.relative_to(root).as_posix()
-        return "one-at-a-time" if where.startswith(ONE_AT_A_TIME) else where
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: group(item) != "one-at-a-time")  # stable: the files keep their order
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Each suite folder's total test time (setup, call and teardown of its tests, summed over the
     workers), beside `--durations`' slowest tests: where the suite's minutes go."""

@@ -129,6 +129,7 @@ def _send(up: UpProcess, count: int, concurrency: int) -> tuple[Any, dict[str, A
     return report, {
         "accepted": len(report.accepted),
         "failed": len(report.failed),
+        "unconfirmed": len(report.unconfirmed),
         "retried_records": report.retried_records,
         "whole_run_per_shard": round(report.accepted_per_second / SHARDS, 1),
         "steady_per_shard": round(steady, 1),

@@ -344,7 +344,8 @@ class Extras:
     @property
     def ok(self) -> bool:
         refused = (self.fleet.refused if self.fleet else 0) + sum(
-            len(report.failed) for report in (self.callers.reports.values() if self.callers else ())
+            len(report.failed) + len(report.unconfirmed)
+            for report in (self.callers.reports.values() if self.callers else ())
         )
         started = all(
             done is not None
@@ -363,6 +364,9 @@ class Extras:
             "fleet_refused": fleet.refused if fleet else 0,
             "callers_confirmed": {c: len(r.accepted) for c, r in callers.reports.items()} if callers else {},
             "callers_refused": {c: len(r.failed) for c, r in callers.reports.items()} if callers else {},
+            "callers_unconfirmed": (
+                {c: len(r.unconfirmed) for c, r in callers.reports.items()} if callers else {}
+            ),
             "applied": applied.describe() if applied is not None else None,
         }
 
@@ -374,6 +378,7 @@ def summary(verdict: Any) -> dict[str, Any]:
         "ok": verdict.ok,
         "accepted": len(report.accepted),
         "refused": len(report.failed),
+        "unconfirmed": len(report.unconfirmed),
         "lost": verdict.lost,
         "duplicate_effects": verdict.duplicate_effects,
         "counts_exact": not any(group.wrong_counts for group in verdict.groups),

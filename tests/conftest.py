@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import botocore.config
@@ -190,6 +191,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from local.lambda_.runtimes import install
 
     install()
+
+
+#: Tests that run one at a time, one after another on one worker: each starts a whole local
+#: runtime (the endpoint, the API, a dozen workers, often a browser) that takes both cores of the build
+#: machine at moments and times drains; two at once starved each other into false failures.
+SERIAL_FOLDER = "tests/e2e/"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's by-file distribution, but every `SERIAL_FOLDER` test in one unit of work: it is the
+    largest unit, so one worker starts it first while the others take the rest file by file. An
+    explicit `--dist` other than load/loadfile is left to xdist."""
+    from xdist.scheduler import LoadFileScheduling
+
+    if config.getvalue("dist") not in ("load", "loadfile"):
+        return None
+
+    class SerialEndToEnd(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SERIAL_FOLDER if nodeid.startswith(SERIAL_FOLDER) else super()._split_scope(nodeid)
+
+    return SerialEndToEnd(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -12,12 +12,15 @@ request an `Idempotency-Key` (`<run id>-b<batch>.<n>`, the same for every post o
 so a request may be posted again as it was: the consumers apply each id once. Without ids
 (`ids=False`) records carry neither, and a record posted twice is two records to the consumers.
 
-Each record ends in one of two outcomes:
+Each record ends in one of three outcomes, each one a caller can act on:
 - accepted: a 200, or a 207 entry, with the sequence number Kinesis gave it (the API's word);
-- refused: a 4xx for the request (nothing was written), or not accepted after MAX_ATTEMPTS posts
-  (the reason says which answer came last, and whether an earlier post went unanswered).
+- refused: nothing of it was written — a 4xx for the request, or not accepted after MAX_ATTEMPTS
+  posts none of which may have been written (the reason says which answer came last);
+- unconfirmed: given up (MAX_ATTEMPTS posts, or a 4xx) after a post that may have been written,
+  so it may be in the stream once or more: post it again as it was (same id) to settle it — with
+  ids the consumers apply it once whichever posts landed. A "refused" here would hide a write.
 Everything else is posted again, the same records with the same ids and key, after a pause (the
-answer's `Retry-After`, else a growing backoff with jitter), until accepted or refused:
+answer's `Retry-After`, else a growing backoff with jitter), until it ends:
 - a 207 entry not written (`"written": false`, or a throttle or failure code) — only those entries;
 - a 207 entry that may have been written (`written` not false; `OutcomeUnknown`, `MalformedResponse`,
   `RecordCountMismatch`; no sequence number; an echoed id that is not the record's);
@@ -126,6 +129,8 @@ class SendReport:
     ids: bool = True  # records carry ids (and requests an Idempotency-Key)
     accepted: dict[int, Accepted] = field(default_factory=dict)  # seq -> where it went
     failed: dict[int, str] = field(default_factory=dict)  # seq -> why it was refused (the last answer)
+    #: seq -> why it was given up, though a post of it may have been written (see the module's doc)
+    unconfirmed: dict[int, str] = field(default_factory=dict)
     #: seq -> posts of it that may have been written (a whole failure, an unconfirmed entry); its
     #: last post may be the one accepted, so a record with an entry here had that many more posts.
     reposted: dict[int, int] = field(default_factory=dict)
@@ -183,6 +188,7 @@ class SendReport:
             "accepted": len(self.accepted),
             "refused": len(self.failed),
             "refusal_reasons": dict(Counter(self.failed.values()).most_common(5)),
+            "unconfirmed": len(self.unconfirmed),
             "reposted_records": len(self.reposted),
             "reposted_accepted": reposted_accepted,
             "whole_failures": dict(self.whole_failures.most_common(8)),
@@ -300,11 +306,8 @@ class _Sender:
             if status in (200, 207) and isinstance(entries, list) and len(entries) == len(pending):
                 retry, reason = self._take_entries(pending, entries, records, post_time, maybe, posts)
                 pause = backoff(attempt, self.rng)
-            elif 400 <= status < 500 and status != 429:  # refused: nothing was written, a retry cannot help
-                reason = f"HTTP {status}: {str(answer.get('message', ''))[:120]}"
-                with self.lock:
-                    report.failed.update((seq, self._reason(reason, seq, maybe)) for seq in pending)
-                self._note_reposted(maybe)
+            elif 400 <= status < 500 and status != 429:  # this post wrote nothing; a retry cannot help
+                self._give_up(pending, f"HTTP {status}: {str(answer.get('message', ''))[:120]}", maybe)
                 return
             else:  # failed as a whole (or an answer that does not match): posted again as it was
                 reason = f"HTTP {status}" if status else str(answer.get("message"))[:80]
@@ -317,23 +320,21 @@ class _Sender:
                 version += 1  # other records: another key (each record keeps its own id)
             pending = retry
             if pending and attempt >= MAX_ATTEMPTS:
-                last = f"{reason} (after {attempt} posts)"
-                with self.lock:
-                    report.failed.update((seq, self._reason(last, seq, maybe)) for seq in pending)
-                break
+                self._give_up(pending, f"{reason} (after {attempt} posts)", maybe)
+                return
             if pending:
                 with self.lock:
                     report.retried_records += len(pending)
                 time.sleep(pause)
-        self._note_reposted(maybe)
+        self._give_up([], "", maybe)
 
-    def _note_reposted(self, maybe: Counter[int]) -> None:
+    def _give_up(self, seqs: list[int], reason: str, maybe: Counter[int]) -> None:
+        """End a batch: `seqs` refused, or unconfirmed where a post of them may have been written."""
+        written = f"{reason}; an earlier post may have been written"
         with self.lock:
             self.report.reposted.update(maybe)
-
-    @staticmethod
-    def _reason(reason: str, seq: int, maybe: Counter[int]) -> str:
-        return f"{reason}; an earlier post may have been written" if seq in maybe else reason
+            self.report.failed.update((seq, reason) for seq in seqs if seq not in maybe)
+            self.report.unconfirmed.update((seq, written) for seq in seqs if seq in maybe)
 
     def _take_entries(
         self,
@@ -515,11 +516,12 @@ def _watch(
         with sender.lock:
             accepted, refused, reposted = len(report.accepted), len(report.failed), len(report.reposted)
             retried, throttled, sent = report.retried_records, report.throttled_entries, sender.sent
+            unconfirmed = len(report.unconfirmed)
         elapsed = max(1e-9, time.time() - report.started)
         text = (
             f"send {report.run_id}: sent {sent:,}/{report.count:,}  accepted {accepted:,} "
             f"({accepted / elapsed:,.0f}/s)  throttled {throttled:,}  retries {retried:,}  "
-            f"re-posted {reposted:,}  refused {refused:,}  {elapsed:,.1f} s"
+            f"re-posted {reposted:,}  refused {refused:,}  unconfirmed {unconfirmed:,}  {elapsed:,.1f} s"
         )
         return Text(text + (f"\n{watched['line']}" if watched["line"] else ""))
 

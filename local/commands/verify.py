@@ -18,7 +18,8 @@ records like the others, and its DLQ must hold none of the run's.
 
 By identity, record by record: every accepted record (its id) is in each event sink exactly once,
 with its own `recordId`, and counted exactly once; every refused record is in no sink and not in
-the stream. A run sent without ids claims less for a re-posted record (one a post of which may
+the stream; an unconfirmed one (given up after a post that may have landed) in each sink and count
+at most once. A run sent without ids claims less for a re-posted record (one a post of which may
 have been written, `SendReport.reposted`): at least once, and at most once per post.
 
 Then the stream itself is read (`StreamReader`): every accepted record must be in the Kinesis record
@@ -105,9 +106,7 @@ def _stream_result(copies: StreamCopies, report: SendReport) -> StreamResult:
         without_aggregate_id=copies.without_aggregate_id,
         undecodable=copies.undecodable,
         unbacked=sorted(seq for seq in report.accepted if not copies.backed[seq]),
-        refused_in_stream=sorted(
-            seq for seq in report.failed if copies.in_stream(seq) and seq not in report.reposted
-        ),
+        refused_in_stream=sorted(seq for seq in report.failed if copies.in_stream(seq)),
         wrong_ids=copies.wrong_ids,
         where=copies.where,
         duplicates=sum(n - 1 for n in copies.copies if n > 1),
@@ -227,7 +226,7 @@ class _Watch:
                 seq: len(found) for seq, found in sorted(seen.items()) if len(found) > 1 + extra.get(seq, 0)
             }
             result.duplicated_at = {seq: seen[seq] for seq in list(result.duplicated)[:WATCHED]}
-            result.refused_present = sorted(seq for seq in set(seen) & set(report.failed) if seq not in extra)
+            result.refused_present = sorted(set(seen) & set(report.failed))
             result.reposted_present = len(set(seen) & set(report.reposted))
             result.poison_in_sink = sorted(poison & set(seen))
             result.wrong_ids = dict(sorted(self.sink.wrong_ids.items()))
@@ -238,6 +237,8 @@ class _Watch:
             maybe: Counter[str] = Counter()
             for seq, posts in extra.items():
                 maybe[report.partition_key_of(seq)] += posts
+            if report.ids:  # an unconfirmed record may have landed: once, by its id
+                maybe.update(report.partition_key_of(seq) for seq in report.unconfirmed)
             for key in sorted(set(expected) | {k for k, n in self.counts.items() if n}):
                 counted, low = self.counts.get(key, 0), expected.get(key, 0)
                 if not low <= counted <= low + maybe.get(key, 0):

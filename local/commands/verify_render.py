@@ -8,6 +8,7 @@ and, while `wait_and_verify` waits, the progress line it shows (`progress_line`)
 from __future__ import annotations
 
 import io
+from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
@@ -21,7 +22,8 @@ def render(verdict: Verdict) -> str:
     report = verdict.report
     table = Table(
         title=f"run {report.run_id}: {len(report.accepted):,} accepted, {len(report.failed):,} refused, "
-        f"{len(report.reposted):,} re-posted ({sum(report.whole_failures.values()):,} requests failed as "
+        + (f"{len(report.unconfirmed):,} unconfirmed, " if report.unconfirmed else "")
+        + f"{len(report.reposted):,} re-posted ({sum(report.whole_failures.values()):,} requests failed as "
         f"a whole, {report.replies_lost:,} replies lost), {report.accepted_per_second:,.0f}/s"
         + ("" if report.ids else " — without ids: at least once for re-posted records")
     )
@@ -57,6 +59,12 @@ def render(verdict: Verdict) -> str:
     )
     note = f"latency: POST -> first poll that saw it in the sink (resolution {verdict.poll_interval_s} s)"
     lines = [console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
+    report = verdict.report
+    if report.whole_failures:  # why, so that a slow or failing API is told from a consumer fault
+        why = ", ".join(f"{reason} ×{n:,}" for reason, n in report.whole_failures.most_common(4))
+        lines.append(f"requests failed as a whole: {why}")
+    for why, n in Counter([*report.failed.values(), *report.unconfirmed.values()]).most_common(3):
+        lines.append(f"  given up ×{n:,}: {why}")
     lines += [group_note(g) for g in verdict.groups if group_note(g)]
     for denial in verdict.access_denied[:10]:
         lines.append(f"  ACCESS DENIED ({denial['who']}): {denial['message']}")

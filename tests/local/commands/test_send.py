@@ -98,15 +98,17 @@ def test_an_entry_echoing_another_id_is_not_taken_as_the_records_answer(stub_api
     assert len(report.accepted) == 4
 
 
-def test_posts_are_bounded_and_a_record_never_accepted_is_refused_saying_why(
+def test_posts_are_bounded_and_a_record_never_accepted_is_refused_or_unconfirmed_saying_why(
     stub_api: StubApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(local.commands.send, "MAX_ATTEMPTS", 3)
-    stub_api.script = ["500", "500", "500", "500"]
-    report = _send(stub_api, 3, batch=3, concurrency=1)
-    assert len(stub_api.received) == 3 and not report.accepted
-    assert sorted(report.failed) == [0, 1, 2]
-    assert report.failed[0] == "HTTP 500 (after 3 posts); an earlier post may have been written"
+    stub_api.script = ["500", "500", "500", "429", "429", "429"]
+    report = _send(stub_api, 6, batch=3, concurrency=1)
+    assert len(stub_api.received) == 6 and not report.accepted
+    # a 500 may have written the batch: unconfirmed (post it again as it was); a 429 wrote nothing
+    assert sorted(report.unconfirmed) == [0, 1, 2] and sorted(report.failed) == [3, 4, 5]
+    assert report.unconfirmed[0] == "HTTP 500 (after 3 posts); an earlier post may have been written"
+    assert report.failed[3] == "HTTP 429 (after 3 posts)"
     assert MAX_ATTEMPTS == 20
 
 
@@ -139,12 +141,17 @@ def test_each_entry_is_accepted_not_written_or_maybe_written(entry, outcome) -> 
     assert entry_outcome(entry, "a") == outcome
 
 
-def test_no_outcome_is_unknown(stub_api: StubApi) -> None:
-    stub_api.script = ["drop", ("207?", [0])]
-    report = _send(stub_api, 4, batch=4, concurrency=1)
+def test_every_record_ends_accepted_refused_or_unconfirmed(stub_api: StubApi) -> None:
+    stub_api.script = ["drop", ("207?", [0]), "200", "400", "drop", "400"]
+    report = _send(stub_api, 12, batch=4, concurrency=1)
     assert not hasattr(report, "unknown") and "unknown" not in SendReport.__dataclass_fields__
     assert not any("unknown" in key for key in report.as_dict())
-    assert len(report.accepted) + len(report.failed) == 4
+    # a lost reply and an unknown entry, re-posted as they were until accepted; a 400 refused;
+    # a 400 after a lost reply: the lost post may have landed, so unconfirmed, not refused
+    assert sorted(report.accepted) == [0, 1, 2, 3] and sorted(report.failed) == [4, 5, 6, 7]
+    assert sorted(report.unconfirmed) == [8, 9, 10, 11]
+    why = report.unconfirmed[8]
+    assert why.startswith("HTTP 400") and why.endswith("may have been written")
 
 
 def test_send_retries_a_429(stub_api: StubApi) -> None:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import local.commands.send
 from local.app.provision import client
 from local.commands.send import parse_payload
 from local.commands.verify_readers import SinkReader
@@ -99,7 +100,7 @@ def test_verify_detects_a_healthy_record_in_the_dlq(stub_api: StubApi, pipeline:
     pipeline.count([w for w in stub_api.written if w is not dead])
     pipeline.dead_letter(dead, "event-sink")
     pipeline.dead_letter(dead, "key-counter")
-    verdict = _verify(pipeline, report)
+    verdict = _verify(pipeline, report, timeout=3)  # never drains: the record is in no sink
     assert not verdict.ok
     seq = parse_payload(dead.data)["seq"]
     assert _group(verdict, "event-sink").dead_lettered == [seq] and _group(verdict, "event-sink").lost == []
@@ -193,3 +194,24 @@ def test_verify_measures_latency_from_post_to_first_seen_and_drain_after_the_las
     assert 1.0 <= sink.latency_s["p50"] <= sink.latency_s["p99"] <= sink.latency_s["max"]
     assert sink.drain_s >= 1.0 and counter.drain_s >= 1.0
     assert verdict.as_dict()["latency_resolution_s"] == 0.1
+
+
+def test_a_record_given_up_after_posts_that_may_have_landed_is_unconfirmed_and_may_be_applied_once(
+    stub_api: StubApi, pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose every reply is lost is written on every post and never confirmed: send gives it
+    up as *unconfirmed* (post it again as it was), not refused, and the verdict lets its ids be in
+    the sink and the counts once each — as the consumers, deduplicating by id, apply them."""
+    monkeypatch.setattr(local.commands.send, "MAX_ATTEMPTS", 3)
+    stub_api.script = ["drop"] * 3
+    report = _send(stub_api, 20, keys=4, batch=10, concurrency=1)
+    assert len(report.accepted) == 10 and not report.failed
+    assert sorted(report.unconfirmed) == list(range(10))
+    assert report.unconfirmed[0].endswith("(after 3 posts); an earlier post may have been written")
+    assert len(stub_api.written) == 10 * 3 + 10  # each unconfirmed record landed three times
+    once = list({w.id: w for w in stub_api.written}.values())  # the consumers apply each id once
+    pipeline.write_sink(once)
+    pipeline.count(once)
+    verdict = _verify(pipeline, report)
+    assert verdict.ok, render(verdict)
+    assert report.as_dict()["unconfirmed"] == 10 and "10 unconfirmed" in render(verdict)

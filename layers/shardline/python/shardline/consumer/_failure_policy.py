@@ -52,6 +52,11 @@ class FailurePolicy:
         self.table = checkpoint.table
         checkpoint.give_up = self.give_up_on  # a refused sink write is a failure of its record
 
+    def retrying(self) -> bool:
+        """Did a record fail before this run (so that `backed_off` may have to wait for it)?"""
+        lease = self.checkpoint.lease
+        return lease is not None and lease.failed_at is not None and lease.failed_time is not None
+
     def backed_off(self, record: ConsumedRecord) -> bool:
         """Before running a record that failed before: wait out its backoff. False when this
         invocation has no time for that wait (the mapping then retries from it; nothing counted)."""

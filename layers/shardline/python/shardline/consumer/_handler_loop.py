@@ -68,6 +68,9 @@ class HandlerLoop:
         checkpoint_every = self.settings.checkpoint_every or float("inf")
         checkpoint_interval = self.settings.checkpoint_interval
         condemned = failures.condemned()
+        # Only a run that begins after a failure has a backoff to ask about (a record failing in
+        # this run stops it, or is dead-lettered and passed): the common run skips the ask.
+        retrying = failures.retrying()
         processed = 0
         try:
             for record in records:
@@ -79,7 +82,9 @@ class HandlerLoop:
                     continue
                 # A careful span exists only after a crash: the common run skips its three asks.
                 careful = checkpoint.careful is not None
-                if not failures.backed_off(record) or (careful and not self.start_careful(record)):
+                if (retrying and not failures.backed_off(record)) or (
+                    careful and not self.start_careful(record)
+                ):
                     return record.sequence_number
                 try:
                     deadline.in_handler = True
@@ -93,7 +98,7 @@ class HandlerLoop:
                 if deadline.rearm():
                     self.budget_disarmed()
                 try:
-                    writes = checked_writes(returned, keys)
+                    writes = checked_writes(returned, keys) if returned else []  # most return none
                 except ValueError as exc:
                     if failures.give_up_on(record, exc):
                         continue

@@ -131,7 +131,18 @@ def _kinesis_answers(endpoint_url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto server on 127.0.0.1; yields its endpoint URL."""
+    """A moto server on 127.0.0.1 shared by a worker's tests; yields its endpoint URL."""
+    yield from _moto(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def own_moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto server for one module alone: for tests that create resources under fixed names (a
+    deployed stack's) that another module, run earlier on the same worker, may have created."""
+    yield from _moto(tmp_path_factory)
+
+
+def _moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (port,) = _free_ports(1)
     endpoint = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]

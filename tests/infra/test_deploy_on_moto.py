@@ -38,6 +38,13 @@ SKIPPED = {
 
 
 @pytest.fixture(scope="module")
+def moto_server(own_moto_server: str) -> str:
+    """The stack's names are fixed (`shardline-dev-events`, ...): a server of this module's own,
+    whichever module ran before it on this worker."""
+    return own_moto_server
+
+
+@pytest.fixture(scope="module")
 def deployed(moto_server, tmp_path_factory):
     outdir = tmp_path_factory.mktemp("cdk.out")
     app, stack = build(None, outdir=str(outdir))

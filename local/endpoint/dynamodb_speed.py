@@ -23,6 +23,15 @@ refusals as moto's own: what an event sink's, a counter's and a lease table's wr
   visits, the hooks (`pre_processing_of_child`) and the processor chosen are moto's;
 - `Node.__deepcopy__`: the AST's copy went through `copy`'s generic `__reduce_ex__` path; it copies
   the node's `__dict__` directly, memo first as `copy` does (parents point back into the copy);
+- `create_condition_expression_parser` (ConditionExpressions and FilterExpressions): moto lexed
+  and parsed an expression twice for every item it guards (once to validate the request, once to
+  apply it) — a transaction of 99 guarded Puts parsed `attribute_not_exists(pk)` 198 times, a
+  quarter of the endpoint's busy CPU in a drain. The parsed condition and the names and values it
+  uses depend on the expression, its names and its values alone, and evaluating it only reads it
+  (no node assigns to itself outside `__init__`): parsed once per distinct (expression, names,
+  values), a bounded cache keyed by their JSON, each caller getting lists of its own; values that
+  JSON cannot spell (B) and expressions that fail to parse (not cached: raised at `parse()` as
+  before) take moto's parse every time;
 - `copy.deepcopy` of an Item inside moto's `update_item`: that copy (`orig_item`) only feeds the
   table's stream (`stream_shard.add(orig_item, item)`); for a table without a stream it is skipped.
 """
@@ -31,10 +40,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from moto.dynamodb import comparisons
+from moto.dynamodb import responses as dynamodb_responses
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
@@ -87,6 +99,49 @@ def _cached_make(original: Callable[..., Any]) -> Any:
         return original(cls, expression)
 
     return classmethod(make)
+
+
+#: A parsed condition, and the expression attribute names and values it uses.
+Parsed = tuple[Any, tuple[str, ...], tuple[str, ...]]
+
+
+class _ConditionParser:
+    """moto's `ConditionExpressionParser` as its callers use it (`parse()`, then the names and values
+    it found), answered from `_parsed_condition`: the found lists are this parser's own, as callers
+    extend them."""
+
+    def __init__(self, expression: Any, names: Any, values: Any) -> None:
+        self._arguments = expression, names, values
+        self.expr_attr_names_found: list[str] = []
+        self.expr_attr_values_found: list[str] = []
+
+    def parse(self) -> Any:
+        condition, names_found, values_found = _parsed_condition(*self._arguments)
+        self.expr_attr_names_found.extend(names_found)
+        self.expr_attr_values_found.extend(values_found)
+        return condition
+
+
+def _parsed_condition(expression: Any, names: Any, values: Any) -> Parsed:
+    """(the condition, the names and values it uses), parsed by moto once per distinct arguments."""
+    try:
+        key = json.dumps(names), json.dumps(values)
+    except (TypeError, ValueError):  # bytes among the values: not spelled, not cached
+        return _parse_condition(expression, names, values)
+    if type(expression) is not str:
+        return _parse_condition(expression, names, values)
+    return _parse_condition_spelled(expression, *key)
+
+
+@functools.lru_cache(maxsize=_EXPRESSIONS_CACHED)
+def _parse_condition_spelled(expression: str, names: str, values: str) -> Parsed:
+    return _parse_condition(expression, json.loads(names), json.loads(values))
+
+
+def _parse_condition(expression: Any, names: Any, values: Any) -> Parsed:
+    parser = comparisons.ConditionExpressionParser(expression, names, values)
+    condition = parser.parse()
+    return condition, tuple(parser.expr_attr_names_found), tuple(parser.expr_attr_values_found)
 
 
 #: Per node class: whether it is a moto AST `Node` (an ABC: `isinstance` on it is slow).
@@ -177,4 +232,8 @@ def apply(models: Any) -> None:
     ast_nodes.Node.__deepcopy__ = _node_deepcopy
     models.copy = _ModelsCopy(models.copy)
     DynamoDBBackend.update_item = _update_item(DynamoDBBackend.update_item)  # type: ignore[method-assign]
+    # `get_filter_expression` looks its parser up in its own module at each call
+    holders: tuple[Any, ...] = (comparisons, models, dynamodb_responses)  # moto's imports, not exports
+    for module in holders:
+        module.create_condition_expression_parser = _ConditionParser
     _APPLIED = True

@@ -143,6 +143,27 @@ def _cache_action_names() -> None:
     core_responses.method_names_from_class = method_names_from_class
 
 
+def _backend_lookups_without_the_lock() -> None:
+    """moto's `BackendDict[account]` takes its process-wide backend lock on every request of every
+    service, lists the dict's keys, and checks its registration with `in` over every BackendDict
+    (a Python `__eq__` each): a tenth of the endpoint's busy CPU in a drain, and a lock every
+    request thread queued on. An account's backend in the dict was registered when it was created
+    (`_create_account_specific_backend` does both under the lock; only moto's reset undoes them, and
+    the endpoint never resets: `/moto-api/` is 404): that look-up is answered from the dict, any
+    other goes through moto's own."""
+    from moto.core.base_backend import BackendDict
+
+    create_and_get = BackendDict.__getitem__
+
+    def getitem(self: Any, account_id: str) -> Any:
+        try:
+            return dict.__getitem__(self, account_id)
+        except KeyError:
+            return create_and_get(self, account_id)
+
+    BackendDict.__getitem__ = getitem  # type: ignore[method-assign]
+
+
 def _subclasses(cls: type) -> list[type]:
     found: list[type] = cls.__subclasses__()
     return found + [sub for child in found for sub in _subclasses(child)]
@@ -225,6 +246,7 @@ def serve(
     moto_backends.list_of_moto_modules = lambda: moto_modules
     _cache_action_names()
     _stop_tracking_model_instances()
+    _backend_lookups_without_the_lock()
 
     class QuietHandler(MotoRequestHandler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -198,3 +200,49 @@ def test_property_3_api_records_written_but_not_recorded_are_answered_as_written
     assert refused.refused >= 1
     status, _, body = api.post([record(b"two", "pk-unrecorded", "unrecorded-1")])
     assert status == 200, body
+
+
+class InFlight:
+    """The idempotency table's client, counting its calls and the most ever in flight at once (each
+    held a little, so that calls made together overlap)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+        self.calls: Counter[str] = Counter()
+
+    def _call(self, name: str, **kwargs: Any) -> Any:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.calls[name] += 1
+        try:
+            time.sleep(0.02)
+            return getattr(self.client, name)(**kwargs)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        return self._call("batch_get_item", **kwargs)
+
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        return self._call("batch_write_item", **kwargs)
+
+
+def test_a_requests_reads_and_writes_of_the_table_are_made_together_not_one_after_another(moto_server):
+    """A 500-record request reads its ids in 5 calls and records them in 20: up to 8 in flight at
+    once, every hash recorded and read back (one after another, they were most of the producer's
+    latency: about a second per request behind the local endpoint's other writes)."""
+    inflight = InFlight(create_idempotency_table(moto_server, "ids-in-flight"))
+    store = IdempotencyStore(lambda: inflight, "ids-in-flight")
+    records = [UserRecord(f"pk{i}", b"body", None, f"id-{i}") for i in range(500)]
+    shard = "shardId-000000000000"
+    written = [RecordResult(True, shard_id=shard, sequence_number=str(i)) for i in range(500)]
+    assert store.remember("s", records, written) == 0
+    assert inflight.calls["batch_write_item"] == 20 and 1 < inflight.most <= 8
+    inflight.most = 0
+    others = [record._replace(data=b"another body") for record in records]
+    assert [c.record_index for c in store.conflicts("s", others)] == list(range(500))
+    assert inflight.calls["batch_get_item"] == 5 and 1 < inflight.most <= 5

@@ -16,9 +16,11 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.dynamodb import comparisons
 
 from local.app.model import REGION
 from local.app.provision import client
+from local.endpoint import dynamodb_speed
 
 pytestmark = pytest.mark.integration
 
@@ -163,6 +165,23 @@ def _script(dynamodb: Any, suffix: str) -> list[Any]:
     call("put_item", TableName=numbers, Item={"n": {"N": "7"}, "c": {"N": "7"}})
     seven = {"TableName": numbers, "Key": {"n": {"N": "7.0"}}, "ReturnValues": "ALL_NEW"}
     call("update_item", **seven, UpdateExpression="ADD c :one", ExpressionAttributeValues=one)
+    # one condition's text with other names and values: each answered for its own (a parse cached
+    # per text alone would answer the first)
+    for name in ("pk", "n", "pk"):
+        names = {"#k": name}
+        call("put_item", TableName=sink, Item=_sink_item("001", n={"N": "4"}),
+             ConditionExpression="attribute_not_exists(#k)", ExpressionAttributeNames=names)  # fmt: skip
+    for value in ("3", "4", "3"):
+        call("put_item", TableName=sink, Item=_sink_item("001", n={"N": "5"}), ConditionExpression="n = :v",
+             ExpressionAttributeValues={":v": {"N": value}},
+             ReturnValuesOnConditionCheckFailure="ALL_OLD")  # fmt: skip
+    for data in (b"\x00\x01" * 150, b"\x00\x02" * 150):  # a B value: JSON cannot key it
+        call("put_item", TableName=sink, Item=_sink_item("001", n={"N": "6"}), ConditionExpression="#d = :d",
+             ExpressionAttributeNames={"#d": "data"},
+             ExpressionAttributeValues={":d": {"B": data}})  # fmt: skip
+    for low in ("103", "120", "103"):
+        call("query", TableName=sink, KeyConditionExpression="pk = :p", FilterExpression="sk < :s",
+             ExpressionAttributeValues={":p": {"S": "shard-1"}, ":s": {"S": low}})  # fmt: skip
     call("get_item", TableName=numbers, Key={"n": {"N": "7"}}, ConsistentRead=True)
     call("get_item", TableName=leases, Key={"leaseKey": {"S": "k1"}}, ConsistentRead=True)
     call("query", TableName=sink, KeyConditionExpression="pk = :p AND sk > :s",
@@ -225,3 +244,35 @@ def test_one_update_expression_from_two_threads_with_their_own_values(local_endp
                 TableName=table, Key={"leaseKey": {"S": f"t{thread}-{i}"}}, ConsistentRead=True
             )
             assert got["Item"]["count"] == {"N": str(rounds * (thread + 1))}
+
+
+def test_a_condition_that_fails_to_parse_fails_every_time_as_moto_fails_it() -> None:
+    """Condition refusals moto itself raises in-process (no ClientError to compare through the
+    endpoint): the cached parse raises them too, at `parse()`, every time, and caches no answer."""
+    cases = [
+        ("attribute_not_exists(", None, None),
+        ("n = :missing", None, {":v": {"N": "1"}}),
+        ("#undefined = :v", {"#k": "n"}, {":v": {"N": "1"}}),
+    ]
+    for _ in range(2):
+        for expression, names, values in cases:
+            with pytest.raises(Exception) as moto_raised:
+                comparisons.ConditionExpressionParser(expression, names, values).parse()
+            ours = dynamodb_speed._ConditionParser(expression, names, values)  # built without raising
+            with pytest.raises(type(moto_raised.value)) as raised:
+                ours.parse()
+            assert str(raised.value) == str(moto_raised.value)
+
+
+def test_each_caller_of_a_cached_condition_gets_lists_of_its_own() -> None:
+    """moto's callers extend the names a parser found (`+=` with a projection's): a cached parse
+    must not hand two callers one list."""
+    arguments = ("#a = :v AND attribute_exists(#b)", {"#a": "x", "#b": "y"}, {":v": {"S": "1"}})
+    first, second = dynamodb_speed._ConditionParser(*arguments), dynamodb_speed._ConditionParser(*arguments)
+    reference = comparisons.ConditionExpressionParser(*arguments)
+    reference.parse()
+    first.parse()
+    first.expr_attr_names_found += ["#projected"]
+    second.parse()
+    assert second.expr_attr_names_found == reference.expr_attr_names_found == ["#a", "#b"]
+    assert second.expr_attr_values_found == reference.expr_attr_values_found

@@ -30,7 +30,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from shardline.aws_lambda._environment import DEFAULT_IDEMPOTENCY_TTL_SECONDS
 from shardline.kinesis._payload import payload_hash as kinesis_payload_hash
@@ -60,8 +61,13 @@ _GET_BATCH = 100
 _WRITE_BATCH = 25
 #: Rounds for a batch's unprocessed keys or items (throttling), with jittered backoff between.
 _MAX_ROUNDS = 5
+#: A request's DynamoDB calls in flight at once (its reads, then its writes).
+_CALLS_IN_FLIGHT = 8
 _BACKOFF_BASE_S = 0.02
 _BACKOFF_CAP_S = 0.5
+
+
+_Answer = TypeVar("_Answer")
 
 
 class IdempotencyClient(Protocol):
@@ -134,8 +140,10 @@ class IdempotencyStore:
         }
         known: dict[str, str] = {}
         keys = list(wanted)
-        for start in range(0, len(keys), _GET_BATCH):
-            known |= self._read(keys[start : start + _GET_BATCH])
+        for answer in self._each(
+            self._read, [keys[at : at + _GET_BATCH] for at in range(0, len(keys), _GET_BATCH)]
+        ):
+            known |= answer
         found: list[IdConflict] = []
         for key, index in wanted.items():
             record = records[index]
@@ -165,10 +173,21 @@ class IdempotencyStore:
             for record, result in zip(records, results, strict=True)
             if record.id and (result.success or result.unconfirmed)
         ]
-        lost = 0
-        for start in range(0, len(items), _WRITE_BATCH):
-            lost += self._write(items[start : start + _WRITE_BATCH])
-        return lost
+        return sum(
+            self._each(
+                self._write, [items[at : at + _WRITE_BATCH] for at in range(0, len(items), _WRITE_BATCH)]
+            )
+        )
+
+    def _each(self, call: Callable[[list[Any]], _Answer], batches: list[list[Any]]) -> list[_Answer]:
+        """`call` on every batch, up to `_CALLS_IN_FLIGHT` at once, answers in order; the first
+        error raised is raised. One after another, a 500-record request's 25 round trips (5 reads,
+        20 writes) were most of its latency, deployed and locally alike."""
+        if len(batches) <= 1:
+            return [call(batch) for batch in batches]
+        self._client()  # made once, here, not by the threads at once (a client is thread-safe)
+        with ThreadPoolExecutor(min(_CALLS_IN_FLIGHT, len(batches)), "shardline-idempotency") as pool:
+            return list(pool.map(call, batches))
 
     def _read(self, keys: list[str]) -> dict[str, str]:
         """Hash by key of the live items among `keys` (at most 100)."""

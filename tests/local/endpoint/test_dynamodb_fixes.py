@@ -77,7 +77,31 @@ def test_a_read_never_sees_the_writes_of_a_transaction_that_is_cancelled(table):
     """moto writes a transaction's items one by one and puts them back when a later condition
     fails: a Query or GetItem in between must not see them (DynamoDB never shows them)."""
     dynamodb, name = table
-    dynamodb.put_item(TableName=name, Item=item("guard", "x", shardlineOnce={"N": "1"}))
+    assert_reads_never_see_cancelled_writes(dynamodb, name, guard_table=name)
+
+
+def test_a_read_of_one_table_never_sees_a_cancelled_transaction_that_spans_two(table):
+    """The endpoint locks per table: a transaction holds every table it names until it has
+    committed or been rolled back, whichever table its failing condition is in."""
+    dynamodb, name = table
+    guards = f"{name[:40]}-guards"
+    dynamodb.create_table(
+        TableName=guards,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    try:
+        assert_reads_never_see_cancelled_writes(dynamodb, name, guard_table=guards)
+    finally:
+        dynamodb.delete_table(TableName=guards)
+
+
+def assert_reads_never_see_cancelled_writes(dynamodb, name: str, *, guard_table: str) -> None:
+    dynamodb.put_item(TableName=guard_table, Item=item("guard", "x", shardlineOnce={"N": "1"}))
     seen: list[str] = []
     stop = threading.Event()
 
@@ -101,7 +125,7 @@ def test_a_read_never_sees_the_writes_of_a_transaction_that_is_cancelled(table):
         for _ in range(60):
             data = {"B": b"x" * 2000}  # moto writes slower: a wider window between write and rollback
             writes = [{"Put": {"TableName": name, "Item": item("items", str(n), d=data)}} for n in range(98)]
-            guard = {"Put": {"TableName": name, "Item": item("guard", "x", shardlineOnce={"N": "1"})}}
+            guard = {"Put": {"TableName": guard_table, "Item": item("guard", "x", shardlineOnce={"N": "1"})}}
             guard["Put"]["ConditionExpression"] = "attribute_not_exists(shardlineOnce)"  # fails
             with pytest.raises(ClientError, match="TransactionCanceledException"):
                 dynamodb.transact_write_items(TransactItems=[*writes, guard])

@@ -343,7 +343,7 @@ class Extras:
 
     @property
     def ok(self) -> bool:
-        refused = (self.fleet.refused if self.fleet else 0) + sum(
+        not_confirmed = (self.fleet.unconfirmed if self.fleet else 0) + sum(
             len(report.failed) + len(report.unconfirmed)
             for report in (self.callers.reports.values() if self.callers else ())
         )
@@ -353,7 +353,7 @@ class Extras:
                                  (self.callers, self.args.callers))
             if wanted
         )  # fmt: skip
-        return started and refused == 0 and (self.applied is None or self.applied.ok)
+        return started and not_confirmed == 0 and (self.applied is None or self.applied.ok)
 
     def summary(self) -> dict[str, Any]:
         fleet, callers, applied = self.fleet, self.callers, self.applied
@@ -361,7 +361,7 @@ class Extras:
             "ok": self.ok,
             "fleet_processes": fleet.processes if fleet else 0,
             "fleet_confirmed": len(fleet.confirmed) if fleet else 0,
-            "fleet_refused": fleet.refused if fleet else 0,
+            "fleet_unconfirmed": fleet.unconfirmed if fleet else 0,
             "callers_confirmed": {c: len(r.accepted) for c, r in callers.reports.items()} if callers else {},
             "callers_refused": {c: len(r.failed) for c, r in callers.reports.items()} if callers else {},
             "callers_unconfirmed": (

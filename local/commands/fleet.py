@@ -81,7 +81,9 @@ class FleetReport:
     processes: int
     per_process: int
     confirmed: list[Expected] = field(default_factory=list)
-    refused: int = 0  # records not confirmed (all of a forked copy's that died without an answer)
+    # records without Kinesis's word: refused, or a forked copy's that died before it answered (those
+    # may be in the stream): 0 in a whole run
+    unconfirmed: int = 0
     elapsed: float = 0.0
 
 
@@ -152,7 +154,7 @@ def forked_fleet(
             child.join()
         report.confirmed += [Expected(NO_CALLER_SCOPE, *entry) for entry in confirmed]
     put = max(1, per_process // 10) + per_process * (processes + 1)
-    report.refused = put - len(report.confirmed)
+    report.unconfirmed = put - len(report.confirmed)
     report.elapsed = time.monotonic() - began
     return report
 

@@ -52,7 +52,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,7 +307,7 @@ class _Sender:
                 retry, reason = self._take_entries(pending, entries, records, post_time, maybe, posts)
                 pause = backoff(attempt, self.rng)
             elif 400 <= status < 500 and status != 429:  # this post wrote nothing; a retry cannot help
-                self._give_up(pending, f"HTTP {status}: {str(answer.get('message', ''))[:120]}", maybe)
+                self._end(maybe, pending, f"HTTP {status}: {str(answer.get('message', ''))[:120]}")
                 return
             else:  # failed as a whole (or an answer that does not match): posted again as it was
                 reason = f"HTTP {status}" if status else str(answer.get("message"))[:80]
@@ -320,21 +320,22 @@ class _Sender:
                 version += 1  # other records: another key (each record keeps its own id)
             pending = retry
             if pending and attempt >= MAX_ATTEMPTS:
-                self._give_up(pending, f"{reason} (after {attempt} posts)", maybe)
+                self._end(maybe, pending, f"{reason} (after {attempt} posts)")
                 return
             if pending:
                 with self.lock:
                     report.retried_records += len(pending)
                 time.sleep(pause)
-        self._give_up([], "", maybe)
+        self._end(maybe)
 
-    def _give_up(self, seqs: list[int], reason: str, maybe: Counter[int]) -> None:
-        """End a batch: `seqs` refused, or unconfirmed where a post of them may have been written."""
+    def _end(self, maybe: Counter[int], given_up: Sequence[int] = (), reason: str = "") -> None:
+        """End a batch: its reposts (`maybe`) counted, and each record `given_up` refused, or
+        unconfirmed where a post of it may have been written."""
         written = f"{reason}; an earlier post may have been written"
         with self.lock:
             self.report.reposted.update(maybe)
-            self.report.failed.update((seq, reason) for seq in seqs if seq not in maybe)
-            self.report.unconfirmed.update((seq, written) for seq in seqs if seq in maybe)
+            self.report.failed.update((seq, reason) for seq in given_up if seq not in maybe)
+            self.report.unconfirmed.update((seq, written) for seq in given_up if seq in maybe)
 
     def _take_entries(
         self,

@@ -73,7 +73,7 @@ def first_run(baseline: Runtime) -> SendReport:
 @pytest.fixture(scope="module")
 def first_verdict(baseline: Runtime, first_run: SendReport) -> Verdict:
     """The first run's verdict, once every group has drained it: what the tests after it read is
-    there whichever test runs first (xdist does not keep a module's order)."""
+    there whichever of them runs alone (`-k`)."""
     return wait_and_verify(baseline.endpoint_url, baseline.app, first_run, timeout=300, progress=False)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from shardline.aws_lambda._environment import DEFAULT_IDEMPOTENCY_TTL_SECONDS
@@ -130,6 +130,7 @@ class IdempotencyStore:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._pool: ThreadPoolExecutor | None = None  # made at the first request of several calls, kept warm
 
     def conflicts(self, stream: str, records: Sequence[UserRecord], *, caller: str = "") -> list[IdConflict]:
         """The records of a request whose id is known with another payload hash; raises
@@ -186,8 +187,11 @@ class IdempotencyStore:
         if len(batches) <= 1:
             return [call(batch) for batch in batches]
         self._client()  # made once, here, not by the threads at once (a client is thread-safe)
-        with ThreadPoolExecutor(min(_CALLS_IN_FLIGHT, len(batches)), "shardline-idempotency") as pool:
-            return list(pool.map(call, batches))
+        if self._pool is None:  # its threads start as calls need them and outlive an invocation
+            self._pool = ThreadPoolExecutor(_CALLS_IN_FLIGHT, "shardline-idempotency")
+        calls = [self._pool.submit(call, batch) for batch in batches]
+        wait(calls)  # every call ended before the invocation does, as with one after another
+        return [answer.result() for answer in calls]
 
     def _read(self, keys: list[str]) -> dict[str, str]:
         """Hash by key of the live items among `keys` (at most 100)."""

@@ -279,7 +279,10 @@ def _clean_venv(tmp_path: Path) -> Path:
 
 
 def _pip_install(python: Path, target: str, cwd: Path) -> None:
+    # --no-compile: byte-compiling botocore and Powertools is most of an install's time, and no check
+    # here depends on it (the interpreter compiles what the smoke script imports)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check"]
+    pip.append("--no-compile")
     _run([*pip, target], cwd)
 
 

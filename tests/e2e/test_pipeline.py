@@ -62,17 +62,19 @@ def records_url(runtime, stream: str = "events") -> str:
     return f"{runtime.api_url}/streams/{stream}/records"
 
 
-def test_send_of_20000_records_reaches_both_consumer_groups_exactly_once(runtime):
-    report = send(f"{runtime.api_url}/streams", "events", count=20_000, progress=False)
+def test_send_of_5000_records_reaches_both_consumer_groups_exactly_once(runtime):
+    """10 requests of 500 over 4 shards: several batches a shard for each group, as 20,000 gave
+    (4× the time on the suite's critical path); the heavy chaos run sends 20,000."""
+    report = send(f"{runtime.api_url}/streams", "events", count=5_000, progress=False)
     verdict = wait_and_verify(runtime.endpoint_url, runtime.app, report, timeout=900, progress=False)
     print(render(verdict))
     assert verdict.ok, render(verdict)
-    assert len(report.accepted) == 20_000 and not report.failed
+    assert len(report.accepted) == 5_000 and not report.failed
     groups = {result.group.name: result for result in verdict.groups}
     assert set(groups) == {"event-sink", "key-counter"}
     assert groups["event-sink"].group.kind == "records" and groups["key-counter"].group.kind == "counter"
     for result in groups.values():
-        assert result.processed == result.expected == 20_000, result.group.name
+        assert result.processed == result.expected == 5_000, result.group.name
         assert not result.lost and not result.duplicated and not result.wrong_counts, result.group.name
         assert result.dlq_depth == 0, result.group.name
 

@@ -172,6 +172,51 @@ def test_a_bad_request_gets_its_4xx_and_writes_nothing(runtime, case, body, cont
     assert records_in_stream(runtime, "shardline-dev-events") == before
 
 
+GOOD = {"partitionKey": "k", "data": "AA=="}
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        pytest.param({**GOOD, "id": "an id"}, "id", id="id-with-a-space"),
+        pytest.param({**GOOD, "id": ""}, "id", id="empty-id"),
+        pytest.param({**GOOD, "id": "i" * 129}, "id", id="id-of-129"),
+        pytest.param({**GOOD, "id": 7}, "id", id="id-a-number"),
+        pytest.param({**GOOD, "partitionKey": ""}, "partitionKey", id="empty-partition-key"),
+        pytest.param({**GOOD, "partitionKey": "k" * 300}, "partitionKey", id="partition-key-of-300"),
+        pytest.param({**GOOD, "partitionKey": 7}, "partitionKey", id="partition-key-a-number"),
+        pytest.param({"data": "AA=="}, "partitionKey", id="no-partition-key"),
+        pytest.param({**GOOD, "explicitHashKey": "0x1f"}, "explicitHashKey", id="hash-key-not-decimal"),
+        pytest.param({**GOOD, "explicitHashKey": "01"}, "explicitHashKey", id="hash-key-leading-zero"),
+        pytest.param({**GOOD, "data": 7}, "data", id="data-a-number"),
+        pytest.param("text", "record", id="record-not-an-object"),
+    ],
+)
+def test_4_every_refused_record_is_named_by_index_and_field_and_nothing_is_written(runtime, record, field):
+    """Issue 42, 4: nothing in front of the function refuses a record (API Gateway's model answered
+    a bare "Invalid request body" for 4 of these); the function names the record and the field."""
+    before = records_in_stream(runtime, "shardline-dev-events")
+    status, answer = post(records_url(runtime), json.dumps({"records": [GOOD, record]}).encode())
+    assert status == 400, answer
+    assert {(error["index"], error["field"]) for error in answer["errors"]} == {(1, field)}, answer
+    assert records_in_stream(runtime, "shardline-dev-events") == before
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        pytest.param(b'{"records": []}', "no records", id="no-records"),
+        pytest.param(b'{"items": []}', '"records" array', id="no-records-field"),
+        pytest.param(b'{"records": {}}', '"records" array', id="records-not-an-array"),
+        pytest.param(b'{"records": [', "not valid JSON", id="not-json"),
+    ],
+)
+def test_4_a_refused_body_says_what_is_wrong_with_it(runtime, body, words):
+    status, answer = post(records_url(runtime), body)
+    assert status == 400, answer
+    assert words in answer["message"], answer
+
+
 def test_an_unknown_stream_gets_404_and_writes_nothing(runtime):
     before = records_in_stream(runtime, "shardline-dev-events")
     body = json.dumps({"records": [{"partitionKey": "k", "data": "AA=="}]}).encode()

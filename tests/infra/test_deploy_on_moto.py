@@ -27,7 +27,6 @@ ACCOUNT, REGION = "123456789012", "us-east-1"
 #: Resource types moto's CloudFormation skips (it answers CREATE_COMPLETE without a resource).
 SKIPPED = {
     "AWS::ApiGateway::Account",
-    "AWS::ApiGateway::Model",
     "AWS::ApiGateway::RequestValidator",
     "AWS::ApiGateway::Stage",
     "AWS::CloudWatch::Alarm",

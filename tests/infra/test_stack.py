@@ -115,19 +115,19 @@ def test_6_the_account_wide_api_logging_role_trusts_api_gateway_for_this_account
     assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
-def test_the_api_requires_iam_validates_requests_throttles_logs_and_traces(template):
+def test_the_api_requires_iam_validates_its_parameters_throttles_logs_and_traces(template):
     template.has_resource_properties(
         "AWS::ApiGateway::Method",
         {
             "HttpMethod": "POST",
             "AuthorizationType": "AWS_IAM",
             "RequestValidatorId": Match.any_value(),
-            "RequestModels": {"application/json": Match.any_value()},
+            "RequestModels": Match.absent(),
             "RequestParameters": {"method.request.path.stream": True},
         },
     )
     template.has_resource_properties(
-        "AWS::ApiGateway::RequestValidator", {"ValidateRequestBody": True, "ValidateRequestParameters": True}
+        "AWS::ApiGateway::RequestValidator", {"ValidateRequestBody": False, "ValidateRequestParameters": True}
     )
     template.has_resource_properties(
         "AWS::ApiGateway::Stage",

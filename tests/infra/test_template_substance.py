@@ -44,6 +44,17 @@ EXPLAINED: dict[str, str] = {
     "changed ProducerApiCloudWatchRoleC4AEE341 (AWS::IAM::Role): ManagedPolicyArns, Policies": "issue 40: no "
     "AWS-managed policy: API Gateway's logging role gets the log writes it makes, inline, on this account "
     "and region's log groups (AmazonAPIGatewayPushToCloudWatchLogs gave reads too, on '*').",
+    "removed ProducerApiRecordsBCD5CCF9 (AWS::ApiGateway::Model)": "issue 42, 4: no request model: its "
+    "refusal named no record and no field; the function validates every record and names both.",
+    "changed ProducerApistreamsstreamrecordsPOST8817251C (AWS::ApiGateway::Method): RequestModels": "issue "
+    "42, 4: as above.",
+    "changed ProducerApiValidator87650BCB (AWS::ApiGateway::RequestValidator): ValidateRequestBody": "issue "
+    "42, 4: the validator checks the parameters only.",
+    "removed ProducerApiDeployment6AD08EFFede011dfc4c2f515d3bcf5de14b86ae5 (AWS::ApiGateway::Deployment)": ""
+    "a new deployment of the API (its logical id hashes the API's definition): issue 42, 4.",
+    "added ProducerApiDeployment6AD08EFF054b30395629a6a2eb27d63d854724bd (AWS::ApiGateway::Deployment)": ""
+    "the same.",
+    "changed ProducerApiDeploymentStagev1523C3B2D (AWS::ApiGateway::Stage): DeploymentId": "the same.",
     **{
         f"changed {key} (AWS::KMS::Key): KeyPolicy": "issue 40: the key's policy names its key users (the "
         "roles granted it, with their actions, through their service), beside the root's statement."

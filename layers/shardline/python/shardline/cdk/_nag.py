@@ -38,6 +38,10 @@ API = {
     "AwsSolutions::AwsSolutions-APIG3": "WAF is an organisation-level choice; every caller is "
     "authorized (IAM by default, admitted by the resource policy's principals, or a client's API key) "
     "and throttled per stage and, with clients, per key with a daily quota.",
+    "AwsSolutions::AwsSolutions-APIG2": "The method validates its parameters; the body's records are "
+    "validated by the function, which names each invalid record's index and field and writes nothing "
+    "(a request model's refusal is a bare 'Invalid request body': the caller could not tell which "
+    "record to fix).",
 }
 #: shardline's DLQ and the mapping's on-failure queue.
 DEAD_LETTER_QUEUE = {

@@ -35,35 +35,6 @@ from shardline.cdk._stream import Stream
 from shardline.cdk._tables import attribute, table
 from shardline.consumer._once import SQS_MAX_RETENTION_SECONDS, guard_ttl_seconds
 
-RECORDS_MODEL: dict[str, Any] = {
-    "type": apigw.JsonSchemaType.OBJECT,
-    "required": ["records"],
-    "properties": {
-        "records": apigw.JsonSchema(
-            type=apigw.JsonSchemaType.ARRAY,
-            min_items=1,
-            items=apigw.JsonSchema(
-                type=apigw.JsonSchemaType.OBJECT,
-                required=["partitionKey"],
-                properties={
-                    "partitionKey": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=256
-                    ),
-                    "data": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    "explicitHashKey": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.STRING, pattern="^(0|[1-9][0-9]{0,38})$"
-                    ),
-                    # The client's id of the record: shardline consumers apply each id once.
-                    "id": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=128, pattern="^[!-~]+$"
-                    ),
-                },
-            ),
-        )
-    },
-}
-
-
 #: The access log: who called (IAM identity, API key id, organization, address), what and when, and
 #: the request id under which the producer logs the shard and sequence numbers of what it wrote.
 ACCESS_LOG_FIELDS = {
@@ -361,11 +332,12 @@ class ProducerApi(Construct):
             retention=log_retention(log_retention_days),
             encryption_key=log_key,
         )
+        # The parameters only, not the body: a request model's refusal is API Gateway's bare
+        # {"message": "Invalid request body"}, naming no record and no field. The function checks
+        # every record (`shardline.kinesis.find_problems`: one set of rules, for JSON and NDJSON
+        # alike) and names each problem's index and field, writing nothing.
         validator = self.api.add_request_validator(
-            "Validator", validate_request_body=True, validate_request_parameters=True
-        )
-        model = self.api.add_model(
-            "Records", content_type="application/json", schema=apigw.JsonSchema(**RECORDS_MODEL)
+            "Validator", validate_request_body=False, validate_request_parameters=True
         )
         records = self.api.root.add_resource("streams").add_resource("{stream}").add_resource("records")
         self.method = records.add_method(
@@ -376,7 +348,6 @@ class ProducerApi(Construct):
             else apigw.AuthorizationType.NONE,
             api_key_required=bool(config.clients),  # each client's own key, with IAM or alone
             request_validator=validator,
-            request_models={"application/json": model},
             # Idempotency-Key (optional): records without an id get "<key>:<index>" (shardline.aws_lambda).
             request_parameters={
                 "method.request.path.stream": True,

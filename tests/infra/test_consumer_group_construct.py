@@ -250,14 +250,55 @@ AT = datetime(2026, 11, 1, tzinfo=UTC)
         ({"function_props": {"runtime": lambda_.Runtime.PYTHON_3_13}}, r"function_props\.runtime: must stay"),
         (
             {"function_props": {"environment": {"LEASE_TABLE": "x"}}},
-            r"function_props\.environment: \['LEASE_TABLE'\] are shardline's own",
+            r"function_props\.environment: LEASE_TABLE \(set from what the construct makes or derives\) "
+            r"are shardline's own",
         ),
+        ({"failure_detail": "everything"}, r"failure_detail: must be one of fingerprint, message"),
+        ({"time_margin_seconds": 60}, r"time_margin_seconds: must be within 0\.1\.\.59"),
         ({"log_retention_days": 5000}, r"log_retention_days: must be within 1\.\.3653"),
     ],
 )
 def test_today_s_refusals_hold_for_the_construct_naming_the_group_and_the_prop(props, message):
     with pytest.raises(ValueError, match=rf"ConsumerGroup 'order-writer': {message}"):
         alone(lambda stack: group_in(stack, **props), nag=False)
+
+
+def test_6_failure_detail_and_time_margin_are_props_that_reach_the_function():
+    template = alone(lambda stack: group_in(stack, failure_detail="message", time_margin_seconds=5))
+    assert (variables(template)["FAILURE_DETAIL"], variables(template)["TIME_MARGIN"]) == ("message", "5")
+    default = alone(lambda stack: group_in(stack))
+    assert (variables(default)["FAILURE_DETAIL"], variables(default)["TIME_MARGIN"]) == ("fingerprint", "2")
+
+
+@pytest.mark.parametrize(
+    ("variable", "prop"),
+    [
+        ("FAILURE_DETAIL", "failure_detail"),
+        ("TIME_MARGIN", "time_margin_seconds"),
+        ("MAX_ATTEMPTS", "max_attempts"),
+    ],
+)
+def test_6_extra_environment_that_would_set_shardline_s_variable_is_refused_naming_the_prop(variable, prop):
+    with pytest.raises(
+        ValueError, match=rf"function_props\.environment: {variable} \(set by {prop}=\)"
+    ) as refused:
+        alone(lambda stack: group_in(stack, function_props={"environment": {variable: "x"}}), nag=False)
+    assert prop in ConsumerGroup.__init__.__code__.co_varnames, f"the refusal points at {prop}, a real prop"
+    assert "are shardline's own; set them through its props" in str(refused.value)
+
+
+def test_6_the_configuration_s_failure_detail_reaches_the_group_and_a_wrong_one_is_refused():
+    from shardline.cdk._config import load
+    from shardline.cdk._config_reader import ConfigError
+    from tests.support.cdk import default_context
+
+    context = default_context()
+    context["shardline"]["consumerGroups"][0]["failureDetail"] = "message"
+    groups = load(context["shardline"]).consumer_groups
+    assert [group.failure_detail for group in groups][:2] == ["message", "fingerprint"]
+    context["shardline"]["consumerGroups"][0]["failureDetail"] = "all"
+    with pytest.raises(ConfigError, match=r"consumerGroups\[0\]\.failureDetail: must be one of"):
+        load(context["shardline"])
 
 
 def test_a_group_may_start_at_a_time():

@@ -538,13 +538,26 @@ def test_overrides_reach_the_service_the_task_and_the_container():
         ),
         (
             {"container_props": {"environment": {"LEASE_TABLE": "x"}}},
-            r"\['LEASE_TABLE'\] are shardline's own",
+            r"container_props\.environment: LEASE_TABLE \(set from what the construct makes or derives\)",
+        ),
+        ({"failure_detail": "all"}, r"failure_detail: must be one of fingerprint, message"),
+        (
+            {"container_props": {"environment": {"FAILURE_DETAIL": "message"}}},
+            r"container_props\.environment: FAILURE_DETAIL \(set by failure_detail=\)",
         ),
     ],
 )
 def test_the_construct_refuses_what_would_not_run(props, message):
     with pytest.raises(ValueError, match=message):
         alone(lambda stack: worker_in(stack, **props), nag=False)
+
+
+def test_6_failure_detail_is_a_prop_that_reaches_the_worker():
+    assert (
+        environment(alone(lambda stack: worker_in(stack, failure_detail="message")))["FAILURE_DETAIL"]
+        == "message"
+    )
+    assert environment(alone(lambda stack: worker_in(stack)))["FAILURE_DETAIL"] == "fingerprint"
 
 
 def test_a_team_image_is_taken_as_it_is():

@@ -35,6 +35,12 @@ WORKER_SETTINGS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--dlq-bucket", "DLQ_BUCKET", None, "where a dead letter over SQS's 1 MiB is stored whole"),
     ("--max-attempts", "MAX_ATTEMPTS", "3", "failed attempts before a record is dead-lettered"),
     ("--checkpoint-interval", "CHECKPOINT_INTERVAL", "5", "seconds between checkpoints within a batch"),
+    (
+        "--failure-detail",
+        "FAILURE_DETAIL",
+        "fingerprint",
+        "what is kept of a handler's exception: fingerprint or message",
+    ),
     ("--lease-duration", "LEASE_DURATION_SECONDS", "10", "seconds without renewal before a lease expires"),
     ("--renew-interval", "RENEW_INTERVAL_SECONDS", None, "seconds between renewals (default a third)"),
     ("--max-leases", "MAX_LEASES_PER_WORKER", None, "at most this many leases per worker"),
@@ -47,16 +53,23 @@ WORKER_SETTINGS: tuple[tuple[str, str, str | None, str], ...] = (
 )
 
 
+def parser(
+    prog: str = "shardline worker", environ: Mapping[str, str] = os.environ
+) -> argparse.ArgumentParser:
+    """The command's flags, each defaulting to its variable in `environ`, then to shardline's default."""
+    parser = argparse.ArgumentParser(prog=prog, description="One worker of a consumer group.")
+    for flag, variable, default, text in WORKER_SETTINGS:
+        parser.add_argument(flag, default=environ.get(variable, default), help=f"{text} (${variable})")
+    parser.add_argument("--batch", action="store_true", help="the handler function takes a list of records")
+    parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: boto3's)")
+    return parser
+
+
 def main(argv: list[str], prog: str = "shardline worker") -> int:
     """Run one worker; the exit status."""
     from shardline.errors import ConfigurationError
 
-    parser = argparse.ArgumentParser(prog=prog, description="One worker of a consumer group.")
-    for flag, variable, default, text in WORKER_SETTINGS:
-        parser.add_argument(flag, default=os.environ.get(variable, default), help=f"{text} (${variable})")
-    parser.add_argument("--batch", action="store_true", help="the handler function takes a list of records")
-    parser.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: boto3's)")
-    args = parser.parse_args(argv)
+    args = parser(prog).parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), stream=sys.stderr, format="%(message)s")
     for chatty in ("botocore", "boto3", "urllib3"):  # their INFO lines say which endpoint, per client
         logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -138,6 +151,7 @@ def _consumer_of(function: Callable[..., Any], args: argparse.Namespace, client:
         dlq=_dead_letters(args, client),
         max_attempts=int(args.max_attempts),
         checkpoint_interval=float(args.checkpoint_interval),
+        failure_detail=args.failure_detail,
     )
     if args.batch:
         consumer.batch_handler(function)

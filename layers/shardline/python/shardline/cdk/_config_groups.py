@@ -33,6 +33,7 @@ from shardline.cdk._group_rules import (
     default_max_record_age,
     group_reservation,
 )
+from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 from shardline.consumer._sink_writes import sink_writes_problem
 
 SINKS = ("events", "counter")
@@ -109,7 +110,10 @@ class ConsumerGroupConfig:
     checkpoint_interval_seconds: float
     memory_mb: int
     timeout_seconds: int
-    reserved_concurrency: int = 4  # the group function's (see `group_reservation`)
+    reserved_concurrency: int = 4
+    #: `failureDetail`: what the lease row, the dead letter and the log keep of a handler's exception
+    #: (`fingerprint`: its type and a hash of its message; `message`: the message too, bounded).
+    failure_detail: str = "fingerprint"  # the group function's (see `group_reservation`)
     #: `startingPositionTimestamp` (AT_TIMESTAMP): where a new group begins, epoch seconds, instead of
     #: replaying the stream's whole retention (TRIM_HORIZON) or skipping all of it (LATEST).
     starting_position_timestamp: float | None = None
@@ -233,6 +237,7 @@ def read_group(data: Any, path: str, streams: dict[str, StreamConfig]) -> Consum
         max_record_age_seconds=max_record_age,
         max_attempts=max_attempts,
         checkpoint_interval_seconds=read.number("checkpointIntervalSeconds", 5.0, low=0.1, high=900),
+        failure_detail=read.str("failureDetail", "fingerprint", choices=FAILURE_DETAIL_CHOICES),
         memory_mb=read.int("memoryMb", 512, low=128, high=10240),
         timeout_seconds=read.int("timeoutSeconds", 60, low=3, high=900),
         reserved_concurrency=reservation,

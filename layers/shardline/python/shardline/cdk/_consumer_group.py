@@ -95,6 +95,8 @@ class ConsumerGroup(Construct):
         max_record_age_seconds: int | None = None,
         max_attempts: int = 3,
         checkpoint_interval_seconds: float = 5.0,
+        failure_detail: str = "fingerprint",
+        time_margin_seconds: float = 2.0,
         memory_mb: int = 512,
         timeout_seconds: int = 60,
         reserved_concurrency: int | None = None,
@@ -134,10 +136,12 @@ class ConsumerGroup(Construct):
             ),
             ("memoryMb", "memory_mb", memory_mb, 128, 10240),
             ("timeoutSeconds", "timeout_seconds", timeout_seconds, 3, 900),
+            ("timeMarginSeconds", "time_margin_seconds", time_margin_seconds, 0.1, timeout_seconds - 1),
         ):
             if key == "maxAttempts":
                 rules.check_max_attempts(where, max_attempts)
             rules.within(where, key, prop, value, low, high)
+        rules.check_failure_detail(where, failure_detail)
         self.max_attempts = max_attempts
         self.key = retained_key(
             self, "Key", description=f"shardline consumer group {name}: tables, queues, dead letters",
@@ -208,6 +212,8 @@ class ConsumerGroup(Construct):
             dlq_bucket=self.dead_letter_bucket.bucket_name,
             max_attempts=max_attempts,
             checkpoint_interval=checkpoint_interval_seconds,
+            time_margin=time_margin_seconds,
+            failure_detail=failure_detail,
             sink_ttl_days=sink_ttl_days,
             guard_ttl_seconds=self.guard_ttl_seconds,
             starting_position=mapping["starting_position"],

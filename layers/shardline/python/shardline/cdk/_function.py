@@ -15,6 +15,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from shardline.cdk._function_assets import stage_handler
+from shardline.cdk._group_rules import refuse_own_variables
 from shardline.cdk._layers import ARCHITECTURE, RUNTIME, Layers
 from shardline.cdk._staging import release_build_folder
 
@@ -78,11 +79,7 @@ def python_function(
                 f"{owner}: function_props.{name}: must stay {fixed} (shardline's layer is built for it)"
             )
     extra_environment = dict(props.pop("environment", None) or {})
-    overridden = sorted(set(extra_environment) & set(contract))
-    if overridden:
-        raise ValueError(
-            f"{owner}: function_props.environment: {overridden} are shardline's own (its props set them)"
-        )
+    refuse_own_variables(owner, "function_props.environment", sorted(set(extra_environment) & set(contract)))
     try:
         retention = log_retention(log_retention_days)
     except ValueError as error:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from shardline.cdk._config_reader import ConfigError
+from shardline.consumer._failure_text import FAILURE_DETAIL_CHOICES
 
 #: shardline's attempts per record: a record is dead-lettered only on evidence against it (its own
 #: failure when it runs alone), which takes a second attempt after whatever failed first.
@@ -40,6 +41,52 @@ def construct_prop(kind: str, name: str) -> Where:
 def within(where: Where, key: str, prop: str, value: float, low: float, high: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise ConfigError(f"{where(key, prop)}: must be within {low}..{high}, got {value!r}")
+
+
+def check_failure_detail(where: Where, failure_detail: str) -> None:
+    if failure_detail not in FAILURE_DETAIL_CHOICES:
+        raise ConfigError(
+            f"{where('failureDetail', 'failure_detail')}: must be one of {', '.join(FAILURE_DETAIL_CHOICES)} "
+            f"(what the lease row, the dead letter and the log keep of a handler's exception), "
+            f"got {failure_detail!r}"
+        )
+
+
+#: The prop that sets each variable of a group's environment contract; a variable not listed is set
+#: from what the construct makes (its tables, queues, bucket) or derives.
+VARIABLE_PROPS: dict[str, str] = {
+    "SHARDLINE_GROUP": "name",
+    "POWERTOOLS_SERVICE_NAME": "name",
+    "SHARDLINE_STREAM": "stream",
+    "SHARDLINE_HANDLER": "handler_object",
+    "POWERTOOLS_METRICS_NAMESPACE": "metrics_namespace",
+    "MAX_ATTEMPTS": "max_attempts",
+    "CHECKPOINT_INTERVAL": "checkpoint_interval_seconds",
+    "TIME_MARGIN": "time_margin_seconds",
+    "FAILURE_DETAIL": "failure_detail",
+    "SINK_TTL_DAYS": "sink_ttl_days",
+    "SHARDLINE_SINKS": "sinks",
+    "SHARDLINE_STARTING_POSITION": "starting_position",
+    "INITIAL_POSITION": "starting_position",
+    "SHARDLINE_STARTING_POSITION_TIMESTAMP": "starting_position_timestamp",
+    "SHARDLINE_MAX_RECORD_AGE_SECONDS": "max_record_age_seconds",
+    "LEASE_DURATION_SECONDS": "lease_duration_seconds",
+    "MAX_LEASES_PER_WORKER": "max_leases_per_worker",
+    "STREAM_CONSUMER_ARN": "enhanced_fan_out",
+}
+
+
+def refuse_own_variables(owner: str, where: str, overridden: list[str]) -> None:
+    """Refuse extra environment that would override shardline's, naming the prop that sets each."""
+    if not overridden:
+        return
+    named = [
+        f"{variable} (set by {VARIABLE_PROPS[variable]}=)"
+        if variable in VARIABLE_PROPS
+        else f"{variable} (set from what the construct makes or derives)"
+        for variable in overridden
+    ]
+    raise ValueError(f"{owner}: {where}: {', '.join(named)} are shardline's own; set them through its props")
 
 
 def default_max_record_age(retention_hours: int) -> int:

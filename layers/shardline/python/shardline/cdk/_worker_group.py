@@ -82,6 +82,7 @@ WORKER_VARIABLES = (
     "DLQ_BUCKET",
     "MAX_ATTEMPTS",
     "CHECKPOINT_INTERVAL",
+    "FAILURE_DETAIL",
     "LEASE_DURATION_SECONDS",
     "MAX_LEASES_PER_WORKER",
     "INITIAL_POSITION",
@@ -203,6 +204,7 @@ class WorkerGroup(Construct):
         starting_position: str = "TRIM_HORIZON",
         max_attempts: int = 3,
         checkpoint_interval_seconds: float = 5.0,
+        failure_detail: str = "fingerprint",
         stop_timeout_seconds: int = STOP_TIMEOUT_S,
         sink_ttl_days: int | None = None,
         dead_letter_readers: Sequence[str] = (),
@@ -252,6 +254,7 @@ class WorkerGroup(Construct):
             )
         rules.check_fargate_size(where, cpu, memory_mb)
         rules.check_handler_object(where, handler_object)
+        rules.check_failure_detail(where, failure_detail)
         rules.check_worker_starting_position(where, starting_position)
         if cpu_architecture not in PLATFORMS:
             raise ValueError(f"{owner}: cpu_architecture: ARM64 or X86_64, got {cpu_architecture!r}")
@@ -335,8 +338,8 @@ class WorkerGroup(Construct):
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com")
         )
         environment = self._environment(
-            handler_object, starting_position, checkpoint_interval_seconds, lease_duration_seconds,
-            max_leases_per_worker, sinks, sink_ttl_days,
+            handler_object, starting_position, checkpoint_interval_seconds, failure_detail,
+            lease_duration_seconds, max_leases_per_worker, sinks, sink_ttl_days,
         )  # fmt: skip
         self.task_definition = ecs.FargateTaskDefinition(
             self,
@@ -427,6 +430,7 @@ class WorkerGroup(Construct):
         handler_object: str,
         starting_position: str,
         checkpoint_interval_seconds: float,
+        failure_detail: str,
         lease_duration_seconds: int,
         max_leases_per_worker: int | None,
         sinks: Sequence[Sink],
@@ -442,6 +446,7 @@ class WorkerGroup(Construct):
             "DLQ_BUCKET": self.dead_letter_bucket.bucket_name,
             "MAX_ATTEMPTS": str(self.max_attempts),
             "CHECKPOINT_INTERVAL": f"{checkpoint_interval_seconds:g}",
+            "FAILURE_DETAIL": failure_detail,
             "LEASE_DURATION_SECONDS": str(lease_duration_seconds),
             "INITIAL_POSITION": starting_position,
             "AWS_REGION": Aws.REGION,
@@ -482,11 +487,9 @@ class WorkerGroup(Construct):
         metrics to the log group, and time to hand its leases back when stopped."""
         props = dict(container_props or {})
         extra = dict(props.pop("environment", None) or {})
-        overridden = sorted(set(extra) & {*WORKER_VARIABLES, *HANDLER_VARIABLES})
-        if overridden:
-            raise ValueError(
-                f"{owner}: container_props.environment: {overridden} are shardline's own (its props set them)"
-            )
+        rules.refuse_own_variables(
+            owner, "container_props.environment", sorted(set(extra) & {*WORKER_VARIABLES, *HANDLER_VARIABLES})
+        )
         container = self.task_definition.add_container(
             "Worker",
             **{

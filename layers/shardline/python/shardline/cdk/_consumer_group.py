@@ -32,6 +32,7 @@ from shardline.cdk._function import CodeSource, add_tags, python_function
 from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_function
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table, table
@@ -60,6 +61,7 @@ KEY_ACTIONS_VIA = {
 }
 
 
+@shows_its_props
 class ConsumerGroup(Construct):
     """Everything one consumer group owns; it reads only its stream and writes only its own.
 

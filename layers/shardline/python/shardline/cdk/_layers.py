@@ -32,6 +32,7 @@ from constructs import Construct
 
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._interpreters import find_python
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._staging import private_build_folder, release_build_folder
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
@@ -114,6 +115,7 @@ def powertools_parameter(version: str) -> str:
     return f"/aws/service/powertools/python/{ARCHITECTURE.name}/{RUNTIME.name}/{version}"
 
 
+@shows_its_props
 class Layers(Construct):
     """`shardline` (layers/shardline) and `powertools` (the pinned version, by its SSM parameter)."""
 

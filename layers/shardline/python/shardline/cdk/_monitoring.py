@@ -30,6 +30,7 @@ from shardline.cdk._metrics import (
     workers_missing,
 )
 from shardline.cdk._producer_api import ProducerApi
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._stream import Stream
 from shardline.cdk._worker_group import WorkerGroup
 
@@ -74,6 +75,7 @@ def _duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
+@shows_its_props
 class Monitoring(Construct):
     """Alarms on what loses or delays data, each with its runbook line, and a dashboard, for the
     `streams`, `api` and `groups` it is given (any of them; a stream by ARN is drawn by its name).

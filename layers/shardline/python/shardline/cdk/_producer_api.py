@@ -31,6 +31,7 @@ from shardline.cdk._function import add_tags, log_retention, python_function
 from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._nag import API, acknowledge_function, acknowledge_rules
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import attribute, table
 from shardline.consumer._once import SQS_MAX_RETENTION_SECONDS, guard_ttl_seconds
@@ -87,6 +88,7 @@ API_INTEGRATION_SECONDS = 29
 PRODUCER_HANDLER = Path(__file__).resolve().parent / "_producer_handler"
 
 
+@shows_its_props
 class ProducerApi(Construct):
     """The producer function, its least-privilege grants, and the REST API with its stage:
     `POST /v1/streams/{route}/records` for each of `streams` (a mapping route -> `Stream`, or a list,

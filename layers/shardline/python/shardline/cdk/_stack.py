@@ -20,6 +20,7 @@ from shardline.cdk._keys import alarm_topic_key, logs_key
 from shardline.cdk._layers import Layers
 from shardline.cdk._monitoring import Monitoring
 from shardline.cdk._producer_api import ProducerApi
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import EXAMPLE_SINK_KEYS, attribute
@@ -40,6 +41,7 @@ EXAMPLE_SINK_HOLDS: dict[str, dict[str, Any]] = {
 }
 
 
+@shows_its_props
 class PipelineStack(Stack):
     """Everything `cdk deploy` ships, built from the pipeline configuration."""
 

@@ -15,6 +15,7 @@ from constructs import Construct
 from shardline.cdk._feature_flags import pin_feature_flags
 from shardline.cdk._function import add_tags
 from shardline.cdk._keys import retained_key
+from shardline.cdk._signatures import shows_its_props
 
 Encryption = Literal["customer-managed", "aws-managed"]
 #: cdk-nag's KDS3 asks for the aws/kinesis key; a stream under a key of ours is stricter.
@@ -30,6 +31,7 @@ def _within(owner: str, prop: str, value: int, low: int, high: int) -> int:
     return value
 
 
+@shows_its_props
 class Stream(Construct):
     """A stream shardline's producer writes and its consumer groups read.
 

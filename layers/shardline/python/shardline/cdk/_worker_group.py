@@ -37,6 +37,7 @@ from shardline.cdk._function import add_tags, log_retention
 from shardline.cdk._group_rules import Egress, check_egress
 from shardline.cdk._keys import grant_via, logs_key, retained_key
 from shardline.cdk._nag import DEAD_LETTER_QUEUE, acknowledge_rules
+from shardline.cdk._signatures import shows_its_props
 from shardline.cdk._sink import Sink
 from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table as new_lease_table
@@ -118,6 +119,7 @@ STOP_TIMEOUT_S = 60
 LOG_BUFFER = Size.mebibytes(25)
 
 
+@shows_its_props
 class WorkerGroup(Construct):
     """A consumer group whose records `shardline worker` processes: `worker_count` long-running tasks
     of one ECS Fargate service, each taking leases on the stream's shards from the group's lease

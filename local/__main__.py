@@ -43,7 +43,11 @@ COMMAND = "python -m local" if home.IN_REPOSITORY else "shardline local"
 
 
 def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a synthesized CDK app on this machine: up | status | send | redrive | usage.",
+        epilog=f"{prog} up (from the app's folder, cdk.out there), then {prog} send and {prog} status.",
+    )
     _where(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -23,6 +23,8 @@ from pathlib import Path
 PACKAGE = __package__ or "local"
 #: Run from this repository's source folder (not installed as `shardline.local`).
 IN_REPOSITORY = PACKAGE == "local"
+#: What starts the local runtime, in the words of how it is installed (for the lines it prints).
+UP_COMMAND = "make local" if IN_REPOSITORY else "shardline local up"
 #: The repository's root (in the repository only).
 REPOSITORY = Path(__file__).resolve().parents[1] if IN_REPOSITORY else None
 

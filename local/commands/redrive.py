@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from .. import home
 from ..app import model
 from ..app.provision import client
 from ..lambda_ import sandbox
@@ -61,7 +62,8 @@ def redrive_group(
     try:
         sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     except EndpointConnectionError:
-        raise RedriveError(f"no AWS endpoint answers at {endpoint_url}: is `make local` running?") from None
+        where = f"no AWS endpoint answers at {endpoint_url}"
+        raise RedriveError(f"{where}: is `{home.UP_COMMAND}` running?") from None
     except ClientError as error:
         raise RedriveError(f"consumer group {name}: its on-failure queue {queue_url}: {error}") from None
     kept: list[str] = []  # receipt handles of messages left in the queue

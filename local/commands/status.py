@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .. import home
 from ..app import environments, model
 from ..app.provision import client
 from .status_iam import render_iam
@@ -269,7 +270,7 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
     now = time.time() if now is None else now
     kinesis = report["kinesis"]
     if "error" in kinesis:
-        console.print(f"[red]endpoint not answering[/]: {kinesis['error']} (is `make local` running?)")
+        console.print(f"[red]endpoint not answering[/]: {kinesis['error']} (is `{home.UP_COMMAND}` running?)")
     else:
         for stream, summary in kinesis.get("streams", {}).items():
             table = Table(title=f"stream {stream} ({summary.get('status', '?')})", title_justify="left")

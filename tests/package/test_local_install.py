@@ -122,6 +122,8 @@ def test_the_console_script_runs_the_local_runtimes_command_line(wheel: Path, tm
     assert "usage: shardline local" in local_help
     for command in ("up", "status", "send", "redrive"):
         assert command in local_help
+    # issue 42, 8: the installed command speaks in its own words, not the repository's
+    assert "python -m local" not in local_help and "make " not in local_help, local_help
     status_help = _run([shardline, "local", "status", "--help"], empty).stdout
     assert "usage: shardline local status" in status_help and "--json" in status_help
     up_help = _run([shardline, "local", "up", "--help"], empty).stdout
@@ -148,7 +150,7 @@ finally:
     endpoint.stop()
 print(json.dumps({"module": home.module("endpoint"), "root": str(handle.IMPORT_ROOT),
                   "cache": str(runtimes.ROOT), "state": str(home.state_dir()),
-                  "repository": home.IN_REPOSITORY, "url": url}))
+                  "repository": home.IN_REPOSITORY, "url": url, "up": home.UP_COMMAND}))
 """
     found = json.loads(
         _run(
@@ -159,6 +161,7 @@ print(json.dumps({"module": home.module("endpoint"), "root": str(handle.IMPORT_R
     assert Path(found["root"]).name == "site-packages", found
     assert found["cache"] == str(tmp_path / "cache" / "lambda") and found["state"] == ".shardline"
     assert found["url"].startswith("http://127.0.0.1:")
+    assert found["up"] == "shardline local up"  # what `status` and `redrive` tell to run when nothing answers
 
 
 def test_without_the_extra_the_console_script_names_it(wheel: Path, tmp_path: Path) -> None:

@@ -311,7 +311,8 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
             "checkpoint",
             "health",
             "mapping",
-            "records",
+            # what the mapping delivered: Kinesis records (aggregates count one), for a Lambda group
+            "Kinesis records",
             "iterator age (ms)",
             "errors",
         ):
@@ -328,9 +329,9 @@ def render(report: dict[str, Any], console: Console, *, now: float | None = None
                 lease.get("checkpoint", "")[-24:],
                 lease_health(lease, now) if lease else "",
                 shard.get("state", ""),
-                f"{shard.get('records', 0):,}",
-                f"{shard.get('iterator_age_ms') or 0:,.0f}",
-                str(shard.get("function_errors", 0)),
+                f"{shard['records']:,}" if shard else "",  # no mapping: a worker group's shard
+                f"{shard.get('iterator_age_ms') or 0:,.0f}" if shard else "",
+                str(shard.get("function_errors", 0)) if shard else "",
                 style="red" if held_back else None,
             )
         console.print(table)

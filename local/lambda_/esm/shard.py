@@ -48,7 +48,9 @@ class ShardStats:
     parents: tuple[str, ...] = ()
     state: str = POLLING
     position: str | None = None  # the last checkpointed sequence number
-    iterator_age_ms: float | None = None  # Lambda's IteratorAge: last record's age when its batch ended
+    # Lambda's IteratorAge: the last record's age when its batch ended; 0 once a read at the tip
+    # finds nothing more (not the drain's last value, kept for good)
+    iterator_age_ms: float | None = None
     millis_behind_latest: int | None = None
     get_records: int = 0
     throttles: int = 0
@@ -242,6 +244,8 @@ class ShardPoller(threading.Thread):
             self._buffer += records
         behind_ms = response.get("MillisBehindLatest", 0)
         self.stats.millis_behind_latest = behind_ms
+        if not records and not self._buffer and behind_ms == 0 and self.stats.iterator_age_ms:
+            self.stats.iterator_age_ms = 0.0  # at the tip with nothing to deliver: behind by nothing
         self._iterator = response.get("NextShardIterator")
         if self._iterator is None:
             self._ended = True

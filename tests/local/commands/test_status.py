@@ -152,3 +152,13 @@ def test_a_skipped_list_that_does_not_parse_is_still_a_redrive_owed_shown_as_it_
     text, _ = _shown(report)
     assert "REDRIVE NEEDED shardId-000000000007: the mapping discarded 1 stalled batch" in text
     assert "skippedByMapping (not as expected): [oops" in text  # the raw value, not taken for markup
+
+
+def test_8_the_group_table_says_its_counts_are_the_mappings_kinesis_records(report):
+    """A Lambda group's mapping counts Kinesis records (an aggregate is one), where a worker group
+    counts user records: the column says which; a shard no mapping reads shows none (not 0)."""
+    text, _ = _shown(report)
+    header = next(line for line in text.splitlines() if "lease" in line and "health" in line)
+    assert "Kinesis records" in header and "iterator age (ms)" in header
+    row = next(line for line in text.splitlines() if "shardId-000000000001" in line and "req-1" in line)
+    assert not re.search(r"\s0\s", row), row  # no runtime answering: no mapping figures, not zeros

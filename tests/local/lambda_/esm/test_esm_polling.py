@@ -102,6 +102,25 @@ def test_an_expired_iterator_is_renewed_without_losing_or_repeating_records(loca
     assert [s for batch in invoker.batches() for s in batch] == first + second
 
 
+def test_8_the_iterator_age_falls_to_zero_once_the_shard_is_drained(local_endpoint, kinesis):
+    """Lambda's IteratorAge is the age of the last record a batch delivered; at the tip of the
+    shard the mapping is behind by nothing, and `status` must not keep the drain's last value."""
+    stream = create_stream(kinesis)
+    put(kinesis, stream, b"a", b"b")
+    time.sleep(1.5)  # the records' age when their batch is delivered: over a second
+    invoker = CallableInvoker(FUNCTION, succeed)
+    runner = MappingRunner(mapping(stream), invoker, endpoint_url=local_endpoint, function_role_arn=ROLE_ARN)
+    runner.start()
+    try:
+        delivered = wait_until(
+            lambda: runner.stats()[ONLY_SHARD]["records"] == 2 and runner.stats(), what="both"
+        )
+        assert delivered[ONLY_SHARD]["iterator_age_ms"] >= 1500  # as the batch ended
+        wait_until(lambda: runner.stats()[ONLY_SHARD]["iterator_age_ms"] == 0, what="an age of 0 at the tip")
+    finally:
+        runner.stop()
+
+
 def test_stop_is_prompt_even_during_a_retry_backoff(local_endpoint, kinesis):
     stream = create_stream(kinesis, shards=2)
     put(kinesis, stream, b"poison")

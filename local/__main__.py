@@ -134,6 +134,20 @@ def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     parser.add_argument("--api-port", type=int, default=default(DEFAULT_API_PORT))
 
 
+#: How `up` names each step of `Runtime.start` (`local.runtime.STEPS`).
+STEP_LABELS = {
+    "endpoint": "AWS endpoint",
+    "resources": "resources",
+    "iam": "IAM",
+    "functions": "functions",
+    "sandbox": "handlers",
+    "api": "REST API",
+    "mappings": "event-source mappings",
+    "workers": "worker groups",
+    "dashboard": "dashboard and alarms",
+}
+
+
 def _up(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
@@ -167,17 +181,7 @@ def _up(args: argparse.Namespace) -> int:
     # a program with SIGINT ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with console.status("starting the AWS endpoint", spinner="dots") as spinner:
-        labels = {
-            "endpoint": "AWS endpoint",
-            "resources": "resources",
-            "iam": "IAM",
-            "functions": "functions",
-            "sandbox": "handlers",
-            "api": "REST API",
-            "mappings": "event-source mappings",
-            "workers": "worker groups",
-            "dashboard": "dashboard and alarms",
-        }
+        labels = STEP_LABELS
         following = {
             "endpoint": "creating the template's resources",
             "resources": "authorizing every principal",
@@ -205,6 +209,8 @@ def _up(args: argparse.Namespace) -> int:
             return 130
         except Exception as error:  # a port in use, a template the runtime cannot read: say which
             console.print(f"[red]could not start[/]: {type(error).__name__}: {error}")
+            if not isinstance(error, OSError | ValueError):  # not the machine's or the app's: ours
+                console.print_exception(max_frames=8)  # what a report of the defect needs
             console.print("stopped everything it had started")
             return 1
     STATE_DIR.mkdir(exist_ok=True)

@@ -47,6 +47,10 @@ STATUS_ROUTE = "/_shardline/runtime"  # on the API port: what `python -m local s
 USAGE_ROUTE = "/_shardline/usage"  # on the API port: what `python -m local usage` reads
 
 
+#: The steps `start` reports through `on_step`, in order (`shardline local up` prints each).
+STEPS = ("endpoint", "resources", "iam", "functions", "sandbox", "api", "mappings", "workers", "dashboard")
+
+
 @dataclass
 class Settings:
     """How `Runtime` starts; the defaults are `make local`'s."""
@@ -71,7 +75,7 @@ class Runtime:
 
     def __init__(self, settings: Settings, *, on_step: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
-        self._on_step = on_step or (lambda name, detail: None)
+        self._report = on_step or (lambda name, detail: None)
         self.endpoint: Endpoint | None = None
         self.app: model.LocalApp | None = None
         self.functions: Functions | None = None
@@ -91,6 +95,11 @@ class Runtime:
         """The base URL of the first REST API (its stage path included), as the ApiUrl output names it."""
         assert self.api is not None and self.app is not None
         return f"{self.api.url}/{self.app.apis[0].stage}"
+
+    def _on_step(self, name: str, detail: str) -> None:
+        if name not in STEPS:  # a caller shows each step by its name: a new one is named in STEPS first
+            raise AssertionError(f"runtime step {name!r} is not in STEPS")
+        self._report(name, detail)
 
     def start(self) -> Runtime:
         began = time.monotonic()

@@ -39,24 +39,15 @@ log = logging.getLogger(__name__)
 DASHBOARD_ROUTE = "/_dashboard"
 RANGES_S = (300, 900, 3600)
 WEB = Path(__file__).with_name("web")
-NODE_MODULES = Path(__file__).resolve().parents[2] / "node_modules"
-#: Installed, the chart and markdown libraries ship in the package (setup.py copies them there).
+#: The chart and markdown libraries (uPlot, marked), kept in the source tree at package-lock.json's
+#: versions: every way of installing ships them (`tests/local/cloudwatch` checks them against npm's).
 VENDOR = WEB / "vendor"
 
 
-def _library(installed: Path) -> Path:
-    """A library of the page: npm's copy in this repository, else the one the package ships."""
-    return (
-        installed
-        if installed.is_file() or not (VENDOR / installed.name).is_file()
-        else VENDOR / installed.name
-    )
-
-
 ASSETS = {
-    "uPlot.iife.min.js": _library(NODE_MODULES / "uplot" / "dist" / "uPlot.iife.min.js"),
-    "uPlot.min.css": _library(NODE_MODULES / "uplot" / "dist" / "uPlot.min.css"),
-    "marked.umd.js": _library(NODE_MODULES / "marked" / "lib" / "marked.umd.js"),
+    "uPlot.iife.min.js": VENDOR / "uPlot.iife.min.js",
+    "uPlot.min.css": VENDOR / "uPlot.min.css",
+    "marked.umd.js": VENDOR / "marked.umd.js",
     "dashboard.js": WEB / "dashboard.js",
     "dashboard.css": WEB / "dashboard.css",
     "favicon.svg": WEB / "favicon.svg",
@@ -185,9 +176,7 @@ def _asset(name: str) -> HttpResponse:
     if path is None:
         return _text(404, f"no such asset: {name}")
     if not path.is_file():
-        return _text(
-            503, f"{name} is not installed ({path}): run `make setup` (npm ci) in shardline's repository"
-        )
+        return _text(503, f"{name} is missing from this installation of shardline ({path}): reinstall it")
     kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
     return HttpResponse(200, (("Content-Type", kind), ("Cache-Control", "max-age=300")), path.read_bytes())
 

@@ -167,6 +167,24 @@ def _an_hour_of_every_metric(monitor: Monitor, now: float) -> int:
     return len(metrics)
 
 
+def test_3_a_burst_within_one_period_is_drawn(cdk_out: Path, tmp_path: Path) -> None:
+    """One datapoint in the range (a burst shorter than the period): no line joins it to anything,
+    and uPlot hides points when the range holds many periods; the page draws it as a point."""
+    app = load(cdk_out, endpoint_url="http://127.0.0.1:9")
+    monitor = Monitor(app, endpoint_url="http://127.0.0.1:9", log_dir=tmp_path)
+    title = "Traffic in: API requests"
+    widget = next(w for w in monitor.dashboards[0].widgets if w.get("properties", {}).get("title") == title)
+    namespace, name, *pairs = [v for v in widget["properties"]["metrics"][0] if not isinstance(v, dict)]
+    metric = MetricId.of(namespace, name, dict(zip(pairs[::2], pairs[1::2], strict=False)))
+    monitor.store.put_id(metric, [40.0], int(time.time()) - 30)
+    with _serve(monitor) as base:
+        report = browse(f"{base}/_dashboard?range=900&period=1", "dashboard-burst", "render", 60)
+    (shown,) = [w for w in report["widgets"] if w["title"] == title]
+    assert shown["points"] == 1, shown
+    assert shown["colored"] > 0, f"the burst's one datapoint was not drawn: {shown}"
+    assert not report["errors"], report["errors"]
+
+
 def test_an_hour_of_one_second_data_for_every_metric_stays_responsive(cdk_out: Path, tmp_path: Path) -> None:
     app = load(cdk_out, endpoint_url="http://127.0.0.1:9")
     monitor = Monitor(app, endpoint_url="http://127.0.0.1:9", log_dir=tmp_path)

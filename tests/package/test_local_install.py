@@ -1,7 +1,7 @@
 """The local runtime as a team installs it: `shardline[local]`'s wheel, its `shardline` console script.
 
-One wheel is built (no isolation, the pinned setuptools of .venv) from a copy of the repository that
-sees `node_modules` (the dashboard's libraries are vendored from it) and installed with `--no-deps`
+One wheel is built (no isolation, the pinned setuptools of .venv) from a copy of the repository
+without `node_modules` (the dashboard's libraries are in the source tree) and installed with `--no-deps`
 into fresh virtualenvs: one that finds the `local` extra's packages through a `.pth` naming .venv's
 site-packages (which holds neither shardline nor a `local`), one with nothing. Every command runs
 from an empty folder with PYTHONPATH and friends removed, so the source tree cannot be imported.
@@ -66,8 +66,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("local-wheel")
     copy = folder / "repository"
     shutil.copytree(ROOT, copy, ignore=_NOT_COPIED, symlinks=True)
-    if (ROOT / "node_modules").exists():
-        (copy / "node_modules").symlink_to((ROOT / "node_modules").resolve())
+    assert not (copy / "node_modules").exists(), "the wheel must not need npm's folder"
     dist = folder / "dist"
     _run(
         [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(dist), str(copy)], folder
@@ -105,10 +104,24 @@ def test_the_wheel_ships_the_runtime_as_shardline_local_and_no_top_level_local(w
     }
     assert source <= shipped, f"not in the wheel: {sorted(source - shipped)}"
     assert {"cloudwatch/web/index.html", "lambda_/pins.txt", "lambda_/worker.py"} <= shipped
-    if (ROOT / "node_modules" / "uplot").exists():
-        vendored = {"uPlot.iife.min.js", "uPlot.min.css", "marked.umd.js", "uPlot.LICENSE", "marked.LICENSE"}
-        assert {f"cloudwatch/web/vendor/{name}" for name in vendored} <= shipped
+    # issue 42, 3: the dashboard's libraries, whichever way the package is built
+    vendored = {"uPlot.iife.min.js", "uPlot.min.css", "marked.umd.js", "uPlot.LICENSE", "marked.LICENSE"}
+    assert {f"cloudwatch/web/vendor/{name}" for name in vendored} <= shipped
     assert b"shardline = shardline._cli:main" in entry_points
+
+
+def test_3_a_git_install_ships_the_dashboards_libraries(tmp_path: Path) -> None:
+    """`pip install git+...` builds from a clone of the committed tree, without node_modules: the
+    dashboard's libraries are part of that tree (`pip install .` and the wheel: above)."""
+    dist = tmp_path / "dist"
+    source = f"git+file://{ROOT}"
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+          str(dist), source], tmp_path)  # fmt: skip
+    (built,) = dist.glob("*.whl")
+    with zipfile.ZipFile(built) as archive:
+        names = set(archive.namelist())
+    vendored = {"uPlot.iife.min.js", "uPlot.min.css", "marked.umd.js", "uPlot.LICENSE", "marked.LICENSE"}
+    assert {f"shardline/local/cloudwatch/web/vendor/{name}" for name in vendored} <= names
 
 
 def test_the_console_script_runs_the_local_runtimes_command_line(wheel: Path, tmp_path: Path) -> None:

@@ -209,11 +209,9 @@ def _files(folder: Path) -> set[str]:
 
 
 def _library_files() -> set[str]:
-    """The source package's files and the local runtime's, as paths inside the wheel (`shardline/...`,
-    `shardline/local/...`); the runtime's vendored dashboard libraries are checked where npm is."""
-    local = {
-        f"shardline/local/{name}" for name in _files(LOCAL) if not name.startswith("cloudwatch/web/vendor/")
-    }
+    """The source package's files and the local runtime's (its dashboard's libraries included), as
+    paths inside the wheel (`shardline/...`, `shardline/local/...`)."""
+    local = {f"shardline/local/{name}" for name in _files(LOCAL)}
     return {f"shardline/{name}" for name in _files(LIBRARY)} | local
 
 

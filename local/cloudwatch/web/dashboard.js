@@ -101,6 +101,17 @@ function drawWidgets(board) {
   }
 }
 
+// Gaps are spanned, so only a series with one datapoint (a burst within one period) has no line:
+// uPlot hides points when the range holds many periods, and that one would not be drawn at all.
+function lonePoint(u, seriesIdx, show) {
+  if (show) return null;
+  const at = [];
+  for (const [i, y] of u.data[seriesIdx].entries()) {
+    if (y !== null && y !== undefined && at.push(i) > 1) return null;
+  }
+  return at.length ? at : null;
+}
+
 function drawChart(widget, body, box) {
   const visible = widget.series.filter((s) => s.visible !== false);
   const times = visible.length ? visible[0].points.map((p) => p[0]) : [];
@@ -117,6 +128,7 @@ function drawChart(widget, body, box) {
     body.replaceChildren();
     const series = [{}, ...visible.map((s, i) => ({
       label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, spanGaps: true,  // as CloudWatch joins the datapoints it has
+      points: { size: 6, filter: lonePoint },
     }))];
     const axes = [{}, { size: 64 }];  // room for "100,000"
     const options = { width, height, series, axes, scales: { x: { time: true } }, legend: { live: false } };
@@ -144,7 +156,20 @@ function drawLog(rows, body, box) {
   body.replaceChildren(table);
 }
 
+// The page's libraries are files of the installed package: a missing one is named, not blamed on the runtime.
+function missingLibrary() {
+  if (typeof uPlot === "undefined") return "uPlot.iife.min.js";
+  if (typeof marked === "undefined") return "marked.umd.js";
+  return null;
+}
+
 async function loop() {
+  const missing = missingLibrary();
+  if (missing) {
+    $("timing").textContent = `the page's ${missing} did not load (GET /_dashboard/assets/${missing}): ` +
+      "this installation of shardline lacks it; reinstall shardline[local]";
+    return;
+  }
   try { await refresh(); } catch (error) { $("timing").textContent = `cannot reach the runtime: ${error}`; }
   setTimeout(() => { if ($("live").checked) loop(); else waitForLive(); }, POLL_MS);
 }

@@ -2,7 +2,7 @@
 // what a person would see, as JSON on stdout:
 //   node dashboard.mjs <url> <screenshot.png> <until> <timeout s> [chart title|chart title...]
 // <until>: "traffic" (every chart named has MIN_POINTS datapoints or more), "alarm" (an alarm in ALARM), "render"
-// (five renders). The report: each widget (kind, title, points, rows), the alarms' states, the
+// (five renders). The report: each widget (kind, title, points, rows, coloured pixels of its chart), the alarms' states, the
 // renders' page and server times, and the browser's console errors.
 import { chromium } from "playwright-core";
 
@@ -29,11 +29,22 @@ try {
   let seen = 0;
   while (Date.now() < deadline) {
     const state = await page.evaluate(() => {
+      // Pixels of a colour (a series' line or point), not the grays of the grid, axes and text.
+      const colored = (canvas) => {
+        if (!canvas) return 0;
+        const { data } = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height);
+        let n = 0;
+        for (let i = 0; i < data.length; i += 4) {
+          if (data[i + 3] > 0 && Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 60) n++;
+        }
+        return n;
+      };
       const s = window.shardlineDashboard;
       const widgets = [...document.querySelectorAll(".widget")].map((w) => ({
         index: Number(w.dataset.widgetIndex), kind: w.dataset.kind, type: w.dataset.type,
         title: w.querySelector("h2").textContent, points: Number(w.dataset.points || 0),
         rows: Number(w.dataset.rows || 0), canvas: !!w.querySelector("canvas"),
+        colored: colored(w.querySelector("canvas")),
         text: w.querySelector(".body").textContent.slice(0, 200),
       }));
       const alarms = [...document.querySelectorAll("[data-alarm-id]")].map((a) => ({

@@ -178,7 +178,13 @@ class ShardRun:
             lease = checkpoint.lease
         checkpoint.dedup = DedupRun(stored, metrics, lease.checkpoint)
         self._consult_redrives(lease)
-        records = user_records(self.records, hash_range=hash_range, metrics=metrics, dedup=checkpoint.dedup)
+        records = user_records(
+            self.records,
+            hash_range=hash_range,
+            metrics=metrics,
+            dedup=checkpoint.dedup,
+            sub_counts=checkpoint.sub_counts,
+        )
         fresh = checkpoint.fresh = records[_first_after(records, lease.checkpoint) :]
         metrics.count("DuplicatesSkipped", len(records) - len(fresh))
         if fresh:

@@ -63,13 +63,22 @@ class HandlerLoop:
 
     def records(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
         """Run `handler` on each record in order; where the mapping retries from, or None."""
+        failures = self.failures
+        # Only a run that begins after a failure has a condemned record or a backoff to ask about
+        # (a record failing in this run stops it, or is dead-lettered and passed), and only one
+        # after a crash a careful span: the common run asks none of them, per record.
+        if failures.condemned() is None and not failures.retrying() and self.checkpoint.careful is None:
+            return self._plain_records(handler, records)
+        return self._records_after_failure(handler, records)
+
+    def _records_after_failure(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
+        """`records` in a run after a failure or a crash: each record asks whether it is condemned,
+        must wait for its backoff, or runs in a careful span."""
         checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
         out_of_time, keys = self.out_of_time, checkpoint.pending.keys
         checkpoint_every = self.settings.checkpoint_every or float("inf")
         checkpoint_interval = self.settings.checkpoint_interval
         condemned = failures.condemned()
-        # Only a run that begins after a failure has a backoff to ask about (a record failing in
-        # this run stops it, or is dead-lettered and passed): the common run skips the ask.
         retrying = failures.retrying()
         processed = 0
         try:
@@ -111,6 +120,54 @@ class HandlerLoop:
                     checkpoint.since_checkpoint >= checkpoint_every
                     or checkpoint.clock() - checkpoint.checkpointed_at >= checkpoint_interval
                     or (checkpoint.careful is not None and checkpoint.careful.ends_span(record.position))
+                ):
+                    checkpoint.commit()
+            checkpoint.pass_tail(self.last)
+            return None
+        finally:
+            self.metrics.count("RecordsProcessed", processed)
+
+    def _plain_records(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
+        """`records` in the common run: no record condemned, none to back off for, no careful span
+        (a crash). The same steps as `records` with what only those runs ask left out, and the
+        per-record calls a record needs only when it returned writes or failed made only then."""
+        checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
+        out_of_time, keys, rearm = self.out_of_time, checkpoint.pending.keys, deadline.rearm
+        checkpoint_every = self.settings.checkpoint_every or float("inf")
+        checkpoint_interval = self.settings.checkpoint_interval
+        clock = checkpoint.clock
+        processed = 0
+        try:
+            for record in records:
+                if out_of_time():
+                    checkpoint.commit()
+                    return record.sequence_number
+                try:
+                    deadline.in_handler = True
+                    returned = handler(record)
+                    deadline.in_handler = False
+                except (Exception, HandlerTimedOut) as exc:
+                    deadline.in_handler = False
+                    if failures.give_up_on(record, exc):
+                        continue
+                    return record.sequence_number
+                if rearm():
+                    self.budget_disarmed()
+                if returned:  # most return none: `done_with` without writes is these two lines
+                    try:
+                        writes = checked_writes(returned, keys)
+                    except ValueError as exc:
+                        if failures.give_up_on(record, exc):
+                            continue
+                        return record.sequence_number
+                    checkpoint.done_with(record, writes)
+                else:
+                    checkpoint.done = record
+                    checkpoint.since_checkpoint += 1
+                processed += 1
+                if (
+                    checkpoint.since_checkpoint >= checkpoint_every
+                    or clock() - checkpoint.checkpointed_at >= checkpoint_interval
                 ):
                     checkpoint.commit()
             checkpoint.pass_tail(self.last)

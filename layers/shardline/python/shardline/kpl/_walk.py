@@ -18,12 +18,14 @@ what the generic reader would read for it in a canonical body.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import NamedTuple
 
 from shardline.errors import AggregationError
 from shardline.kpl._identity import AGGREGATE_TAG, CALLER_TAG, DERIVED_ID_TAG, RECORD_ID_TAG
 
 _HASH_KEYS = 2**128
+_AFTER_LENGTH = itemgetter(slice(1, None))  # a key table entry's text after its length byte
 _ID_TAG_HEAD = b"\x0a\x05" + RECORD_ID_TAG.encode() + b"\x12"  # a tag's key "sl.id", then its value
 _DERIVED_TAG_HEAD = b"\x0a\x04" + DERIVED_ID_TAG.encode() + b"\x12"  # a tag's key "sl.k", then its value
 
@@ -64,18 +66,24 @@ def walk(buf: bytes, pos: int, end: int, read_record: RecordReader) -> Columns |
     """The columns of the canonical body `buf[pos:end]`, or None where it is not canonical.
     `read_record` is the generic reader of one record, for a record that deviates within itself.
     A read may run past `end` into the MD5 trailer, but the records must end exactly at `end`."""
-    key_table: list[str] = []
-    hash_table: list[str] = []
-    add_key = key_table.append
     # The partition key table, then the hash key table. A key of at most 127 bytes is at most 127
-    # UTF-16 code units: within Kinesis's 256, so only an empty one breaks its rules.
+    # UTF-16 code units: within Kinesis's 256, so only an empty one breaks its rules. Its entries
+    # (0A <length> <key>) are stepped over, then decoded at once and split at their tags; where a
+    # key or a length (10) holds a 0A byte too, there are more pieces than entries, and the
+    # entries are decoded one by one.
+    table_start, entries = pos, 0
     while pos < end and buf[pos] == 0x0A:
         n = buf[pos + 1]
         if n >= 0x80 or n == 0:
             return None
-        pos += 2
-        add_key(buf[pos : pos + n].decode("utf-8"))
-        pos += n
+        pos += n + 2
+        entries += 1
+    pieces = buf[table_start:pos].decode("utf-8").split("\n")
+    if len(pieces) == entries + 1:
+        key_table = list(map(_AFTER_LENGTH, pieces[1:]))
+    else:
+        key_table = _entries(buf, table_start, pos)
+    hash_table: list[str] = []
     while pos < end and buf[pos] == 0x12:
         n = buf[pos + 1]
         pos += 2
@@ -146,6 +154,16 @@ def walk(buf: bytes, pos: int, end: int, read_record: RecordReader) -> Columns |
     caller = first.get(CALLER_TAG) if first else None
     aggregate_id = next((tags[AGGREGATE_TAG] for tags in tags_of.values() if AGGREGATE_TAG in tags), None)
     return Columns(keys, data, odd, caller, aggregate_id)
+
+
+def _entries(buf: bytes, pos: int, end: int) -> list[str]:
+    """The keys of the checked key table entries `buf[pos:end]`, one by one."""
+    keys = []
+    while pos < end:
+        n = buf[pos + 1]
+        keys.append(buf[pos + 2 : pos + 2 + n].decode("utf-8"))
+        pos += n + 2
+    return keys
 
 
 def _odd_record(

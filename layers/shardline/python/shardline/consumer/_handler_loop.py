@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from time import monotonic
 from typing import Any
 
 from shardline.consumer._checkpoint import Checkpoint, Rerun
 from shardline.consumer._chunks import Chunk, around, first_chunks, halves, index_of, rerun_chunks
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord
 from shardline.consumer._failure_policy import FailurePolicy
-from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
+from shardline.consumer._handler_deadline import SIGALRM, HandlerDeadline, HandlerTimedOut, getsignal
 from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler, call_bound
 from shardline.consumer._transaction import KeyLookup, checked_writes
 from shardline.errors import ClientIdConflict, ConfigurationError, DependencyUnavailable
@@ -67,9 +68,13 @@ class HandlerLoop:
         # Only a run that begins after a failure has a condemned record or a backoff to ask about
         # (a record failing in this run stops it, or is dead-lettered and passed), and only one
         # after a crash a careful span: the common run asks none of them, per record.
-        if failures.condemned() is None and not failures.retrying() and self.checkpoint.careful is None:
-            return self._plain_records(handler, records)
-        return self._records_after_failure(handler, records)
+        try:
+            if failures.condemned() is None and not failures.retrying() and self.checkpoint.careful is None:
+                return self._plain_records(handler, records)
+            return self._records_after_failure(handler, records)
+        finally:
+            if self.deadline.settle():
+                self.budget_disarmed()
 
     def _records_after_failure(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
         """`records` in a run after a failure or a crash: each record asks whether it is condemned,
@@ -130,12 +135,16 @@ class HandlerLoop:
     def _plain_records(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
         """`records` in the common run: no record condemned, none to back off for, no careful span
         (a crash). The same steps as `records` with what only those runs ask left out, and the
-        per-record calls a record needs only when it returned writes or failed made only then."""
+        per-record calls a record needs only when it returned writes or failed made only then.
+        The time budget is checked as `HandlerDeadline.due` and `check` say (inlined here): the
+        SIGALRM handler after every call, the timer itself after a fast call only now and then."""
         checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
-        out_of_time, keys, rearm = self.out_of_time, checkpoint.pending.keys, deadline.rearm
+        out_of_time, keys = self.out_of_time, checkpoint.pending.keys
         checkpoint_every = self.settings.checkpoint_every or float("inf")
         checkpoint_interval = self.settings.checkpoint_interval
         clock = checkpoint.clock
+        shared_clock = clock is monotonic  # the default: one clock read serves both
+        installed, timer_due = deadline.installed, deadline.timer_due
         processed = 0
         try:
             for record in records:
@@ -151,8 +160,13 @@ class HandlerLoop:
                     if failures.give_up_on(record, exc):
                         continue
                     return record.sequence_number
-                if rearm():
-                    self.budget_disarmed()
+                now = clock()
+                if installed is not None:
+                    at = now if shared_clock else monotonic()
+                    if at >= timer_due or getsignal(SIGALRM) is not installed:
+                        if deadline.check(at):
+                            self.budget_disarmed()
+                        installed, timer_due = deadline.installed, deadline.timer_due
                 if returned:  # most return none: `done_with` without writes is these two lines
                     try:
                         writes = checked_writes(returned, keys)
@@ -167,7 +181,7 @@ class HandlerLoop:
                 processed += 1
                 if (
                     checkpoint.since_checkpoint >= checkpoint_every
-                    or clock() - checkpoint.checkpointed_at >= checkpoint_interval
+                    or now - checkpoint.checkpointed_at >= checkpoint_interval
                 ):
                     checkpoint.commit()
             checkpoint.pass_tail(self.last)
@@ -227,6 +241,8 @@ class HandlerLoop:
                     )
         finally:
             self.metrics.count("RecordsProcessed", self._processed)
+            if self.deadline.settle():
+                self.budget_disarmed()
 
     def _drain(self, handler: BatchHandler, stack: list[Chunk]) -> str | None:
         """Run the chunks of `stack` (popped as they run) to the end of the batch, or a stop."""

@@ -153,6 +153,17 @@ def test_the_watchdog_stands_in_for_a_cleared_timer_and_only_for_one() -> None:
     assert signal.getsignal(signal.SIGALRM) is previous
 
 
+def test_a_budget_nested_in_a_handler_leaves_the_outer_one_watched() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    with HandlerDeadline(0.3) as outer:
+        with HandlerDeadline(30):  # a handler processing an event of its own; its exit clears the timer
+            pass
+        outer.in_handler = True
+        with pytest.raises(HandlerTimedOut):
+            time.sleep(3)
+    assert outer.stood_in and signal.getsignal(signal.SIGALRM) is previous
+
+
 def test_the_watchdog_sends_nothing_once_the_budget_is_over() -> None:
     previous = signal.getsignal(signal.SIGALRM)
     received: list[int] = []

@@ -16,6 +16,7 @@ without a timeout, for the next.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -31,19 +32,18 @@ class _Budget(Protocol):
 
 
 class BudgetWatchdog:
-    """Sends SIGALRM to the arming thread when the armed budget's deadline passes unexpired."""
+    """Sends SIGALRM to a budget's arming thread when its deadline passes unexpired. Budgets may
+    nest (a handler that processes an event of its own): each armed one is watched."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition(threading.Lock())
-        self._budget: _Budget | None = None
-        self._ends_at = 0.0
-        self._target = 0
+        self._budgets: dict[_Budget, tuple[float, int]] = {}  # budget: (fires at, its thread)
         self._thread: threading.Thread | None = None
 
     def arm(self, budget: _Budget, ends_at: float) -> None:
         """Watch `budget` until `disarm`: it expires at `ends_at` (`time.monotonic`)."""
         with self._changed:
-            self._budget, self._ends_at, self._target = budget, ends_at + GRACE_S, threading.get_ident()
+            self._budgets[budget] = (ends_at + GRACE_S, threading.get_ident())
             if self._thread is None or not self._thread.is_alive():  # the first budget, or after a fork
                 self._thread = threading.Thread(target=self._run, name="shardline-budget", daemon=True)
                 self._thread.start()
@@ -55,24 +55,31 @@ class BudgetWatchdog:
         reaches its thread by that thread's next system call at the latest, so the caller puts
         the previous SIGALRM handler back only after one (`HandlerDeadline.__exit__`)."""
         with self._changed:
-            if self._budget is budget:
-                self._budget = None  # no notify: the thread finds out when it wakes
+            self._budgets.pop(budget, None)  # no notify: the thread finds out when it wakes
 
     def _run(self) -> None:
         with self._changed:
             while True:
-                budget = self._budget
-                if budget is None:
+                if not self._budgets:
                     self._changed.wait()
                     continue
-                left = self._ends_at - time.monotonic()
+                budget, (fires_at, target) = min(self._budgets.items(), key=lambda item: item[1][0])
+                left = fires_at - time.monotonic()
                 if left > 0:
                     self._changed.wait(left)
                     continue
-                self._budget = None
+                del self._budgets[budget]
                 if not budget.expired:  # the timer did not fire: a handler cleared it
                     budget.stood_in = True
-                    signal.pthread_kill(self._target, signal.SIGALRM)
+                    signal.pthread_kill(target, signal.SIGALRM)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the thread is gone and its lock may have been held at the fork."""
+        self._changed = threading.Condition(threading.Lock())
+        self._budgets = {}
+        self._thread = None
 
 
 WATCHDOG = BudgetWatchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=WATCHDOG._after_fork)

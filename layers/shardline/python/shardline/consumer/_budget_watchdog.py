@@ -6,7 +6,8 @@ asking the timer is a system call (`getitimer`, ~0.4 µs: more than a no-op hand
 a loop of fast handler calls asks it only now and then (`HandlerDeadline.watch`). If a call
 cleared it in between and a later one hangs, the budget must still interrupt it: at the
 deadline (and a grace after it, so that the timer, when it runs, fires first) this thread sends
-SIGALRM to the thread that armed the budget, unless the budget already expired. It is the same
+SIGALRM to the thread that armed the budget, unless the budget already expired or its timer
+still runs (one that fired reloads: its SIGALRM may still be on its way to a busy thread). It is the same
 signal the timer sends, into the same handler, so what follows is the same.
 
 One daemon thread per process, started with the first armed budget (starting a thread costs
@@ -29,6 +30,8 @@ GRACE_S = 0.01
 class _Budget(Protocol):
     expired: bool
     stood_in: bool  # set when the watchdog sent the SIGALRM its timer did not
+
+    def timer_stopped(self) -> bool: ...
 
 
 class BudgetWatchdog:
@@ -69,7 +72,9 @@ class BudgetWatchdog:
                     self._changed.wait(left)
                     continue
                 del self._budgets[budget]
-                if not budget.expired:  # the timer did not fire: a handler cleared it
+                # Not expired and its timer stopped: a handler cleared it. (A timer that fired
+                # reloads, so a SIGALRM still on its way to a busy thread is not taken for that.)
+                if not budget.expired and budget.timer_stopped():
                     budget.stood_in = True
                     signal.pthread_kill(target, signal.SIGALRM)
 

@@ -50,6 +50,9 @@ _ITIMER_REAL = getattr(signal, "ITIMER_REAL", 0)
 #: FULL_CHECKS calls after one that disarmed it), then once TIMER_CHECK_S passed since it last did.
 FULL_CHECKS = 16
 TIMER_CHECK_S = 0.001
+#: The timer reloads with this after it fires (and never fires again within an invocation): a
+#: timer that fired still reads as running, so the watchdog can tell it from one a handler cleared.
+_RELOAD_S = 86_400.0
 
 
 class HandlerTimedOut(BaseException):
@@ -86,7 +89,7 @@ class HandlerDeadline:
             return self
         self._installed = self._fire  # the very object `signal` holds: compared by identity
         self._previous = signal.signal(signal.SIGALRM, self._installed)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, _RELOAD_S)
         self._ends_at = time.monotonic() + self.seconds
         self._armed = True
         WATCHDOG.arm(self, self._ends_at)
@@ -128,8 +131,13 @@ class HandlerDeadline:
         if left <= 0:
             self.expired = True
         else:
-            signal.setitimer(signal.ITIMER_REAL, left)
+            signal.setitimer(signal.ITIMER_REAL, left, _RELOAD_S)
         return True
+
+    def timer_stopped(self) -> bool:
+        """Is the timer not running — cleared by a handler (a timer that fired reloads)? Asked by
+        the watchdog, from its thread: the timer is the process's."""
+        return signal.getitimer(_ITIMER_REAL)[0] == 0
 
     def settle(self) -> bool:
         """At the end of a loop of handler calls: was the budget disarmed in a way no check saw —
@@ -151,3 +159,22 @@ class HandlerDeadline:
         if self.in_handler:
             self.in_handler = False  # once: the code that handles it is shardline's
             raise HandlerTimedOut(f"the handler was still running {self.seconds:.1f} s into the time budget")
+
+
+class OutOfTime:
+    """Must the invocation stop before the next record? Its budget expired, or the Lambda context
+    (`remaining_ms`, None without one) has less than `margin_ms` left. A callable; the common run
+    of a record handler reads its parts and asks them itself (`HandlerLoop`): no call per record."""
+
+    __slots__ = ("deadline", "margin_ms", "remaining_ms")
+
+    def __init__(
+        self, deadline: HandlerDeadline, remaining_ms: Callable[[], float] | None, margin_ms: float
+    ) -> None:
+        self.deadline = deadline
+        self.remaining_ms = remaining_ms
+        self.margin_ms = margin_ms
+
+    def __call__(self) -> bool:
+        remaining_ms = self.remaining_ms
+        return self.deadline.expired or (remaining_ms is not None and remaining_ms() < self.margin_ms)

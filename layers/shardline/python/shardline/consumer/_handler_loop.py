@@ -21,7 +21,13 @@ from shardline.consumer._checkpoint import Checkpoint, Rerun
 from shardline.consumer._chunks import Chunk, around, first_chunks, halves, index_of, rerun_chunks
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord
 from shardline.consumer._failure_policy import FailurePolicy
-from shardline.consumer._handler_deadline import SIGALRM, HandlerDeadline, HandlerTimedOut, getsignal
+from shardline.consumer._handler_deadline import (
+    SIGALRM,
+    HandlerDeadline,
+    HandlerTimedOut,
+    OutOfTime,
+    getsignal,
+)
 from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler, call_bound
 from shardline.consumer._transaction import KeyLookup, checked_writes
 from shardline.errors import ClientIdConflict, ConfigurationError, DependencyUnavailable
@@ -145,10 +151,11 @@ class HandlerLoop:
         clock = checkpoint.clock
         shared_clock = clock is monotonic  # the default: one clock read serves both
         installed, timer_due = deadline.installed, deadline.timer_due
+        remaining_ms, margin_ms = _time_left(out_of_time, deadline)
         processed = 0
         try:
             for record in records:
-                if out_of_time():
+                if deadline.expired or remaining_ms() < margin_ms:  # `out_of_time()`, inlined
                     checkpoint.commit()
                     return record.sequence_number
                 try:
@@ -355,6 +362,19 @@ class HandlerLoop:
             "the time budget; it was re-armed (do not use SIGALRM in handlers)",
             self.settings.group,
         )
+
+
+def _time_left(
+    out_of_time: Callable[[], bool], deadline: HandlerDeadline
+) -> tuple[Callable[[], float], float]:
+    """What the common run asks before each record instead of calling `out_of_time`: it stops when
+    `deadline` expired or the first answers less than the second. An `OutOfTime` of `deadline`
+    is read into its parts; any other test of time is asked as it is."""
+    if isinstance(out_of_time, OutOfTime) and out_of_time.deadline is deadline:
+        if out_of_time.remaining_ms is None:  # no context: only the deadline
+            return float, 0.0  # float() is 0.0, never below 0.0
+        return out_of_time.remaining_ms, out_of_time.margin_ms
+    return (lambda: -1.0 if out_of_time() else 0.0), 0.0
 
 
 def writes_by_record(

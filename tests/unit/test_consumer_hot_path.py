@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shardline.consumer import ConsumedRecord
+from shardline.consumer._handler_deadline import FULL_CHECKS, TIMER_CHECK_S, HandlerDeadline, HandlerTimedOut
 from shardline.testing import FakeLambdaContext, kinesis_event
 from tests.support.consumer import effect, record_id, records, setup
 
@@ -77,3 +78,122 @@ def test_property_6_an_untouched_budget_is_never_counted_as_disarmed() -> None:
     consumer.process(kinesis_event(records(50)), context)
     snapshot = consumer.metrics.snapshot()
     assert snapshot["TimeBudgetDisarmed"] == 0 and snapshot["RecordsProcessed"] == 50
+
+
+# -- the timer asked now and then in a fast run (HandlerDeadline.due/check, _budget_watchdog) ----
+
+
+def test_property_6_a_fast_run_that_clears_the_timer_past_its_first_calls_is_counted_and_rearmed() -> None:
+    consumer, _table, _sqs = setup(time_margin=1.0)
+    previous = signal.getsignal(signal.SIGALRM)
+    armed_after: list[bool] = []
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        number = int(record_id(record)[1:])
+        if number == 40:  # past the first calls, which are asked in full
+            _clear_timer()
+        if number == 41:
+            time.sleep(0.003)  # the next ask is due after it
+        if number == 42:
+            armed_after.append(signal.getitimer(signal.ITIMER_REAL)[0] > 0)
+        return [effect(record)]
+
+    consumer.handler(handle)
+    try:
+        consumer.process(kinesis_event(records(60)), FakeLambdaContext(60_000))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    snapshot = consumer.metrics.snapshot()
+    assert armed_after == [True], "the timer was put back before r42 ran"
+    assert snapshot["TimeBudgetDisarmed"] == 1 and snapshot["RecordsProcessed"] == 60
+    assert signal.getsignal(signal.SIGALRM) is previous
+
+
+def test_property_6_a_call_that_hangs_right_after_an_unseen_clear_is_interrupted_all_the_same() -> None:
+    consumer, _table, _sqs = setup(time_margin=1.0)
+    previous = signal.getsignal(signal.SIGALRM)
+
+    def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
+        number = int(record_id(record)[1:])
+        if number == 40:
+            _clear_timer()  # between two asks of the timer: nothing sees it before r41 runs
+        if number == 41:
+            time.sleep(5)  # hangs past the budget: the watchdog sends the SIGALRM the timer does not
+        return [effect(record)]
+
+    consumer.handler(handle)
+    ends = time.monotonic() + 1.5  # a 0.5 s budget before the 1 s margin
+    context = FakeLambdaContext(lambda: int((ends - time.monotonic()) * 1000))
+    started = time.monotonic()
+    try:
+        consumer.process(kinesis_event(records(60)), context)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 4, "r41 was interrupted, not left to sleep 5 s"
+    snapshot = consumer.metrics.snapshot()
+    assert snapshot["HandlerTimeouts"] == 1 and snapshot["RecordsProcessed"] == 41
+    assert snapshot["TimeBudgetDisarmed"] == 1, "the clear is counted once, though no ask saw it"
+
+
+def test_the_watchdog_stands_in_for_a_cleared_timer_and_only_for_one() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    with HandlerDeadline(0.2) as deadline:
+        _clear_timer()
+        deadline.in_handler = True
+        with pytest.raises(HandlerTimedOut):
+            time.sleep(3)
+    assert deadline.expired and deadline.stood_in and deadline.settle()
+    with HandlerDeadline(0.05) as running:
+        running.in_handler = True
+        with pytest.raises(HandlerTimedOut):
+            time.sleep(3)
+    assert running.expired and not running.stood_in, "a running timer fires first: no stand-in"
+    assert signal.getsignal(signal.SIGALRM) is previous
+
+
+def test_a_budget_nested_in_a_handler_leaves_the_outer_one_watched() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    with HandlerDeadline(0.3) as outer:
+        with HandlerDeadline(30):  # a handler processing an event of its own; its exit clears the timer
+            pass
+        outer.in_handler = True
+        with pytest.raises(HandlerTimedOut):
+            time.sleep(3)
+    assert outer.stood_in and signal.getsignal(signal.SIGALRM) is previous
+
+
+def test_the_watchdog_sends_nothing_once_the_budget_is_over() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    received: list[int] = []
+    signal.signal(signal.SIGALRM, lambda signum, _frame: received.append(signum))
+    try:
+        with HandlerDeadline(0.05) as deadline:
+            _clear_timer()
+        time.sleep(0.3)  # past its deadline and the watchdog's grace
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert received == [] and not deadline.stood_in and not deadline.expired
+
+
+def test_the_timer_is_asked_after_each_first_call_and_after_a_disarming_then_now_and_then() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    try:
+        with HandlerDeadline(60) as deadline:
+            assert not deadline.settle(), "an untouched budget settles to nothing"
+            assert deadline.due(time.monotonic(), deadline.installed), "the first call is asked"
+            for _ in range(FULL_CHECKS - 1):
+                now = time.monotonic()
+                assert not deadline.check(now) and deadline.timer_due == now
+            now = time.monotonic()
+            assert not deadline.check(now) and deadline.timer_due == now + TIMER_CHECK_S
+            assert not deadline.due(now, deadline.installed), "then only once TIMER_CHECK_S passed"
+            _replace_handler()
+            assert deadline.due(now, deadline.installed), "a replaced SIGALRM handler: at once"
+            assert deadline.check(now) and deadline.timer_due == now, "after a disarming: every call again"
+            assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        with HandlerDeadline(None) as unarmed:
+            assert unarmed.installed is None and not unarmed.settle()
+    finally:
+        signal.signal(signal.SIGALRM, previous)

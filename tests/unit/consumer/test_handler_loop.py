@@ -8,7 +8,7 @@ import pytest
 from shardline.consumer._careful import CarefulSpans
 from shardline.consumer._checkpoint import RetryFrom
 from shardline.consumer._failure_policy import FailurePolicy
-from shardline.consumer._handler_deadline import HandlerDeadline
+from shardline.consumer._handler_deadline import HandlerDeadline, OutOfTime
 from shardline.consumer._handler_loop import HandlerLoop, writes_by_record
 from shardline.consumer._settings import call_bound
 from shardline.errors import ConfigurationError
@@ -181,3 +181,30 @@ def test_the_batch_path_keeps_the_same_room_for_a_careful_record_alone():
     run = careful_loop([10.0, 1.0])
     assert run.batch(lambda chunk: None, RECORDS) == RECORDS[0].sequence_number
     assert not run.checkpoint.table.row(KEY).span_started
+
+
+@pytest.mark.parametrize("kind", ["OutOfTime with a context", "OutOfTime without one", "a callable"])
+def test_the_common_run_stops_before_the_record_where_time_runs_out_however_time_is_asked(kind):
+    part = checkpoint()
+    deadline = HandlerDeadline(None)
+    left = {"ms": 60_000.0}
+    asked = {"after": 0}
+    out_of_time = {
+        "OutOfTime with a context": OutOfTime(deadline, lambda: left["ms"], 2_000.0),
+        "OutOfTime without one": OutOfTime(deadline, None, 2_000.0),
+        "a callable": lambda: asked["after"] >= 3,
+    }[kind]
+    run = HandlerLoop(part, FailurePolicy(part, None, lambda: float("inf")), deadline, out_of_time, LAST)
+    seen = []
+
+    def handle(r):
+        seen.append(number(r))
+        asked["after"] += 1
+        if len(seen) == 3:
+            left["ms"] = 1_000.0  # below the margin from now on
+            if kind == "OutOfTime without one":
+                deadline.expired = True  # the budget's timer fired
+        return None
+
+    assert run.records(handle, RECORDS) == RECORDS[3].sequence_number
+    assert seen == [1, 2, 3] and part.lease.checkpoint == RECORDS[2].position

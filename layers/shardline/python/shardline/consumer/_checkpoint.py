@@ -116,6 +116,9 @@ class Checkpoint:
         self.dedup: DedupRun | None = None  # the applied-aggregate state, from the lease row
         self.arbiters: Arbiters | None = None  # redrive rows whose claims ride along (`_redrive_claims`)
         self.fresh: list[ConsumedRecord] = []  # the run's records past the checkpoint it began at
+        #: User records per aggregate, by sequence number, as de-aggregation counted them: the
+        #: tail's count without decoding the last aggregate again (`pass_tail`).
+        self.sub_counts: dict[str, int] = {}
         self.claim_retries = 0
 
     # -- what is done --------------------------------------------------------------------------
@@ -140,7 +143,9 @@ class Checkpoint:
         """Every record of the batch is done: the checkpoint passes the last user record of its
         last Kinesis record — even where no handler ran (an empty aggregate, a copy skipped whole,
         members outside the shard's range) — so a closed shard's checkpoint reads as finished."""
-        count = sub_record_count(last.data)
+        count = self.sub_counts.get(last.sequence_number)
+        if count is None:
+            count = sub_record_count(last.data)
         sub = count - 1 if count > 1 else None
         tail = Position(last.sequence_number, sub or 0)
         if self.done is None or self.done.position < tail:

@@ -27,15 +27,17 @@ import binascii
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import count, repeat
 from typing import Any, NamedTuple, Protocol
 
 from shardline.errors import AggregationError, EventError
 from shardline.kinesis._payload import payload_hash
 from shardline.kinesis._positions import Position
 from shardline.kinesis._records import hash_key
-from shardline.kpl._decode import decode, decode_aggregate, is_aggregated
+from shardline.kpl._decode import decode, decode_columns, is_aggregated, members
 from shardline.kpl._identity import AggregateId, caller_scope
+from shardline.kpl._walk import Columns
 
 logger = logging.getLogger(__name__)
 
@@ -247,11 +249,14 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
     hash_range: _HashRange | None = None,
     metrics: _Counter | None = None,
     dedup: _Dedup | None = None,
+    sub_counts: dict[str, int] | None = None,
 ) -> list[ConsumedRecord]:
     """The user records of checked Kinesis records (`read_event`), in order: see `deaggregate`.
 
     With `dedup`, each shardline aggregate is first offered to `dedup.admit` (False: a copy of an
-    aggregate already applied, skipped whole), then told where its last delivered member is."""
+    aggregate already applied, skipped whole), then told where its last delivered member is.
+    `sub_counts` gets, by sequence number, the user records of each aggregate decoded
+    (`sub_record_count`, without decoding it again)."""
     out: list[ConsumedRecord] = []
     append = out.append
     make = tuple.__new__  # ConsumedRecord is a NamedTuple: skip its Python-level __new__
@@ -259,9 +264,9 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
     for stream, shard_id, sequence, key, explicit, data, arrival in records:
         if is_aggregated(data):
             try:
-                users, aggregate_id = decode_aggregate(data)
+                columns: Columns | None = decode_columns(data)
             except AggregationError as corrupt:
-                users = None
+                columns = None
                 passed_through += 1
                 logger.warning(
                     "shard %s: Kinesis record %s looks like a KPL aggregate but is not one (%s): "
@@ -270,31 +275,25 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
                     sequence,
                     corrupt,
                 )
-            if users is not None:
+            if columns is not None:
+                size, aggregate_id = len(columns.data), columns.aggregate_id
+                if sub_counts is not None:
+                    sub_counts[sequence] = size
                 covered = None
                 if aggregate_id is not None and dedup is not None:
-                    if not dedup.admit(aggregate_id, sequence, arrival, users[0][4] if users else None):
+                    if not dedup.admit(aggregate_id, sequence, arrival, columns.caller if size else None):
                         if dedup.replayed(sequence):
-                            replayed += len(users)
+                            replayed += size
                         else:
                             copies += 1
                         continue
                     before, outside = len(out), skipped_out_of_range
                     covered = dedup.covered()
-                if hash_range is None and covered is None:  # a comprehension: the hot path
-                    out += [
-                        make(
-                            ConsumedRecord,
-                            (
-                                stream, shard_id, sequence, sub, user_key, user_explicit,
-                                user_data, arrival, aggregate_id, user_id, caller, derived,
-                            ),
-                        )
-                        for sub, (user_key, user_data, user_explicit, user_id, caller, derived)
-                        in enumerate(users)
-                    ]  # fmt: skip
+                if hash_range is None and covered is None:  # the hot path: no object per member here
+                    out += _consumed(columns, stream, shard_id, sequence, arrival)
                 else:
                     skip_outside = aggregate_id is not None and _is_shardline_id(aggregate_id)
+                    users = members(columns)
                     for sub, user in enumerate(users):
                         key_hash = hash_key(user)
                         if hash_range is not None and key_hash not in hash_range:
@@ -331,3 +330,22 @@ def user_records(  # noqa: C901 -- over the gate before it existed; issue 26 cut
         metrics.count("AggregateCopiesSkipped", copies)
         metrics.count("DuplicatesSkipped", replayed)
     return out
+
+
+def _consumed(
+    columns: Columns, stream: str, shard_id: str, sequence: str, arrival: float
+) -> Iterator[ConsumedRecord]:
+    """An aggregate's members as `ConsumedRecord`s, made by `map` and `zip` in C: one tuple per
+    member, no Python frame per member (ConsumedRecord's own __new__ is Python's: skipped)."""
+    hash_keys: Iterator[str | None] | list[str | None]
+    ids: Iterator[str | None] | list[str | None]
+    derived: Iterator[bool] | list[bool]
+    if columns.odd:
+        hash_keys, (ids, derived) = columns.hash_keys(), columns.ids()
+    else:  # the common aggregate: no member has a hash key or an id
+        hash_keys, ids, derived = repeat(None), repeat(None), repeat(False)
+    fields = zip(
+        repeat(stream), repeat(shard_id), repeat(sequence), count(), columns.keys, hash_keys,
+        columns.data, repeat(arrival), repeat(columns.aggregate_id), ids, repeat(columns.caller), derived,
+    )  # fmt: skip
+    return map(tuple.__new__, repeat(ConsumedRecord), fields)

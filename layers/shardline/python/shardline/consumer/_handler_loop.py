@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from time import monotonic
 from typing import Any
 
 from shardline.consumer._checkpoint import Checkpoint, Rerun
 from shardline.consumer._chunks import Chunk, around, first_chunks, halves, index_of, rerun_chunks
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord
 from shardline.consumer._failure_policy import FailurePolicy
-from shardline.consumer._handler_deadline import HandlerDeadline, HandlerTimedOut
+from shardline.consumer._handler_deadline import (
+    SIGALRM,
+    HandlerDeadline,
+    HandlerTimedOut,
+    OutOfTime,
+    getsignal,
+)
 from shardline.consumer._settings import BatchHandler, BatchWrites, RecordHandler, call_bound
 from shardline.consumer._transaction import KeyLookup, checked_writes
 from shardline.errors import ClientIdConflict, ConfigurationError, DependencyUnavailable
@@ -63,13 +70,26 @@ class HandlerLoop:
 
     def records(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
         """Run `handler` on each record in order; where the mapping retries from, or None."""
+        failures = self.failures
+        # Only a run that begins after a failure has a condemned record or a backoff to ask about
+        # (a record failing in this run stops it, or is dead-lettered and passed), and only one
+        # after a crash a careful span: the common run asks none of them, per record.
+        try:
+            if failures.condemned() is None and not failures.retrying() and self.checkpoint.careful is None:
+                return self._plain_records(handler, records)
+            return self._records_after_failure(handler, records)
+        finally:
+            if self.deadline.settle():
+                self.budget_disarmed()
+
+    def _records_after_failure(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
+        """`records` in a run after a failure or a crash: each record asks whether it is condemned,
+        must wait for its backoff, or runs in a careful span."""
         checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
         out_of_time, keys = self.out_of_time, checkpoint.pending.keys
         checkpoint_every = self.settings.checkpoint_every or float("inf")
         checkpoint_interval = self.settings.checkpoint_interval
         condemned = failures.condemned()
-        # Only a run that begins after a failure has a backoff to ask about (a record failing in
-        # this run stops it, or is dead-lettered and passed): the common run skips the ask.
         retrying = failures.retrying()
         processed = 0
         try:
@@ -111,6 +131,64 @@ class HandlerLoop:
                     checkpoint.since_checkpoint >= checkpoint_every
                     or checkpoint.clock() - checkpoint.checkpointed_at >= checkpoint_interval
                     or (checkpoint.careful is not None and checkpoint.careful.ends_span(record.position))
+                ):
+                    checkpoint.commit()
+            checkpoint.pass_tail(self.last)
+            return None
+        finally:
+            self.metrics.count("RecordsProcessed", processed)
+
+    def _plain_records(self, handler: RecordHandler, records: list[ConsumedRecord]) -> str | None:
+        """`records` in the common run: no record condemned, none to back off for, no careful span
+        (a crash). The same steps as `records` with what only those runs ask left out, and the
+        per-record calls a record needs only when it returned writes or failed made only then.
+        The time budget is checked as `HandlerDeadline.due` and `check` say (inlined here): the
+        SIGALRM handler after every call, the timer itself after a fast call only now and then."""
+        checkpoint, failures, deadline = self.checkpoint, self.failures, self.deadline
+        out_of_time, keys = self.out_of_time, checkpoint.pending.keys
+        checkpoint_every = self.settings.checkpoint_every or float("inf")
+        checkpoint_interval = self.settings.checkpoint_interval
+        clock = checkpoint.clock
+        shared_clock = clock is monotonic  # the default: one clock read serves both
+        installed, timer_due = deadline.installed, deadline.timer_due
+        remaining_ms, margin_ms = _time_left(out_of_time, deadline)
+        processed = 0
+        try:
+            for record in records:
+                if deadline.expired or remaining_ms() < margin_ms:  # `out_of_time()`, inlined
+                    checkpoint.commit()
+                    return record.sequence_number
+                try:
+                    deadline.in_handler = True
+                    returned = handler(record)
+                    deadline.in_handler = False
+                except (Exception, HandlerTimedOut) as exc:
+                    deadline.in_handler = False
+                    if failures.give_up_on(record, exc):
+                        continue
+                    return record.sequence_number
+                now = clock()
+                if installed is not None:
+                    at = now if shared_clock else monotonic()
+                    if at >= timer_due or getsignal(SIGALRM) is not installed:
+                        if deadline.check(at):
+                            self.budget_disarmed()
+                        installed, timer_due = deadline.installed, deadline.timer_due
+                if returned:  # most return none: `done_with` without writes is these two lines
+                    try:
+                        writes = checked_writes(returned, keys)
+                    except ValueError as exc:
+                        if failures.give_up_on(record, exc):
+                            continue
+                        return record.sequence_number
+                    checkpoint.done_with(record, writes)
+                else:
+                    checkpoint.done = record
+                    checkpoint.since_checkpoint += 1
+                processed += 1
+                if (
+                    checkpoint.since_checkpoint >= checkpoint_every
+                    or now - checkpoint.checkpointed_at >= checkpoint_interval
                 ):
                     checkpoint.commit()
             checkpoint.pass_tail(self.last)
@@ -170,6 +248,8 @@ class HandlerLoop:
                     )
         finally:
             self.metrics.count("RecordsProcessed", self._processed)
+            if self.deadline.settle():
+                self.budget_disarmed()
 
     def _drain(self, handler: BatchHandler, stack: list[Chunk]) -> str | None:
         """Run the chunks of `stack` (popped as they run) to the end of the batch, or a stop."""
@@ -282,6 +362,19 @@ class HandlerLoop:
             "the time budget; it was re-armed (do not use SIGALRM in handlers)",
             self.settings.group,
         )
+
+
+def _time_left(
+    out_of_time: Callable[[], bool], deadline: HandlerDeadline
+) -> tuple[Callable[[], float], float]:
+    """What the common run asks before each record instead of calling `out_of_time`: it stops when
+    `deadline` expired or the first answers less than the second. An `OutOfTime` of `deadline`
+    is read into its parts; any other test of time is asked as it is."""
+    if isinstance(out_of_time, OutOfTime) and out_of_time.deadline is deadline:
+        if out_of_time.remaining_ms is None:  # no context: only the deadline
+            return float, 0.0  # float() is 0.0, never below 0.0
+        return out_of_time.remaining_ms, out_of_time.margin_ms
+    return (lambda: -1.0 if out_of_time() else 0.0), 0.0
 
 
 def writes_by_record(

@@ -53,7 +53,7 @@ from shardline.consumer._dead_letters import DeadLetterQueue
 from shardline.consumer._deaggregation import ConsumedRecord, KinesisRecord, user_records
 from shardline.consumer._dedup_run import DedupRun
 from shardline.consumer._failure_policy import FailurePolicy
-from shardline.consumer._handler_deadline import HandlerDeadline
+from shardline.consumer._handler_deadline import HandlerDeadline, OutOfTime
 from shardline.consumer._handler_loop import HandlerLoop
 from shardline.consumer._lease_store import Lease, LeaseStore
 from shardline.consumer._metrics import ConsumerMetrics
@@ -178,7 +178,13 @@ class ShardRun:
             lease = checkpoint.lease
         checkpoint.dedup = DedupRun(stored, metrics, lease.checkpoint)
         self._consult_redrives(lease)
-        records = user_records(self.records, hash_range=hash_range, metrics=metrics, dedup=checkpoint.dedup)
+        records = user_records(
+            self.records,
+            hash_range=hash_range,
+            metrics=metrics,
+            dedup=checkpoint.dedup,
+            sub_counts=checkpoint.sub_counts,
+        )
         fresh = checkpoint.fresh = records[_first_after(records, lease.checkpoint) :]
         metrics.count("DuplicatesSkipped", len(records) - len(fresh))
         if fresh:
@@ -271,12 +277,9 @@ class ShardRun:
 
     # -- the time budget -----------------------------------------------------------------------
 
-    def _out_of_time(self, deadline: HandlerDeadline) -> Callable[[], bool]:
+    def _out_of_time(self, deadline: HandlerDeadline) -> OutOfTime:
         remaining_ms = getattr(self.context, "get_remaining_time_in_millis", None)
-        margin_ms = self.settings.time_margin * 1000.0
-        if remaining_ms is None:
-            return lambda: deadline.expired
-        return lambda: deadline.expired or remaining_ms() < margin_ms
+        return OutOfTime(deadline, remaining_ms, self.settings.time_margin * 1000.0)
 
     def _room(self) -> float:
         """Seconds this invocation may still spend before its time margin (inf without a context)."""

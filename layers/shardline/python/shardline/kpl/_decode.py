@@ -1,20 +1,21 @@
-"""Decoding KPL aggregated records (the wire format is drawn in `_encode`): a fast path for the
-layout every KPL writes, and a generic protobuf reader that skips unknown fields and names the fault.
+"""Decoding KPL aggregated records (the wire format is drawn in `_encode`): a fast walk of the
+layout every KPL writes (`_walk`), and a generic protobuf reader that skips unknown fields and
+names the fault.
 """
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import overload
 
 from shardline.errors import AggregationError
 from shardline.kinesis._limits import MAX_PARTITION_KEY_LENGTH
 from shardline.kinesis._records import UserRecord, partition_key_length
 from shardline.kpl._encode import DIGEST_SIZE, FRAMING_SIZE, MAGIC, _md5, varint_size
-from shardline.kpl._identity import AGGREGATE_TAG, CALLER_TAG, DERIVED_ID_TAG, RECORD_ID_TAG
+from shardline.kpl._identity import AGGREGATE_TAG, CALLER_TAG
+from shardline.kpl._walk import Columns, id_of, walk
 
 _HASH_KEYS = 2**128
-_ID_TAG_HEAD = b"\x0a\x05" + RECORD_ID_TAG.encode() + b"\x12"  # a tag's key "sl.id", then its value
-_DERIVED_TAG_HEAD = b"\x0a\x04" + DERIVED_ID_TAG.encode() + b"\x12"  # a tag's key "sl.k", then its value
 
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -72,6 +73,24 @@ def decode(payload: bytes) -> list[UserRecord]:
 
 def decode_aggregate(payload: bytes) -> tuple[list[UserRecord], str | None]:
     """`decode`, and the aggregate's id (the `sl.a` tag of its first record that has one), or None."""
+    columns = decode_columns(payload)
+    return members(columns), columns.aggregate_id
+
+
+def members(columns: Columns) -> list[UserRecord]:
+    """An aggregate's columns (`decode_columns`) as its user records."""
+    keys, data, caller = columns.keys, columns.data, columns.caller
+    if columns.odd:
+        ids, derived = columns.ids()
+        fields = zip(keys, data, columns.hash_keys(), ids, repeat(caller), derived)
+    else:  # the common aggregate: no hash keys, no ids
+        fields = zip(keys, data, repeat(None), repeat(None), repeat(caller), repeat(False))
+    # tuple.__new__ per zipped row, in C: UserRecord is a NamedTuple (its __new__ is Python's)
+    return list(map(tuple.__new__, repeat(UserRecord), fields))
+
+
+def decode_columns(payload: bytes) -> Columns:
+    """`decode_aggregate` by column (`_walk.Columns`): what a consumer wraps without a `UserRecord`."""
     if not is_aggregated(payload):
         raise AggregationError("not a KPL aggregated record (missing magic F3 89 9A C2)")
     payload = bytes(payload)  # a no-op for bytes; slices of it below are the records' data
@@ -79,10 +98,15 @@ def decode_aggregate(payload: bytes) -> tuple[list[UserRecord], str | None]:
     if _md5(memoryview(payload)[4:end]).digest() != payload[end:]:
         raise AggregationError("MD5 trailer does not match the aggregated record body")
     try:
-        decoded = _decode_canonical(payload, 4, end)
+        columns = walk(payload, 4, end, _decode_record)
     except (IndexError, UnicodeDecodeError, AggregationError):  # let the generic decoder name the fault
-        decoded = None
-    return decoded if decoded is not None else _decode_generic(payload[4:end])
+        columns = None
+    if columns is not None:
+        return columns
+    records, aggregate_id = _decode_generic(payload[4:end])
+    odd = {at: (r[2], r[3], r[5]) for at, r in enumerate(records) if r[2] is not None or r[3] is not None}
+    caller = records[0].caller if records else None
+    return Columns([r[0] for r in records], [r[1] for r in records], odd, caller, aggregate_id)
 
 
 def _check_keys(partition_keys: list[str], hash_keys: list[str]) -> None:
@@ -100,131 +124,6 @@ def _check_keys(partition_keys: list[str], hash_keys: list[str]) -> None:
     for hash_key in hash_keys:
         if not (hash_key.isascii() and hash_key.isdigit() and int(hash_key) < _HASH_KEYS):
             raise AggregationError(f"explicit hash key {hash_key[:50]!r} is not a decimal below 2**128")
-
-
-def _id_of(tags: dict[str, str], number: int) -> tuple[str | None, bool]:
-    """A record's (id, id_derived) from its tags: an explicit id and a derived one are two
-    namespaces, and a record claiming both is not one shardline wrote."""
-    record_id = tags.get(RECORD_ID_TAG)
-    derived = tags.get(DERIVED_ID_TAG)
-    if derived is None:
-        return record_id, False
-    if record_id is not None:
-        raise AggregationError(
-            f"record {number}: both an explicit id ({RECORD_ID_TAG}) and a derived one ({DERIVED_ID_TAG})"
-        )
-    return derived, True
-
-
-def _decode_canonical(buf: bytes, pos: int, end: int) -> tuple[list[UserRecord], str | None] | None:  # noqa: C901 -- over the gate before it existed; issue 26 cuts it
-    """Fast path for the layout every KPL writes: tables first, then records with fields 1, 2, 3
-    in order (then tags, if any), varints of at most two bytes. Reads `buf[pos:end]` in place
-    (no copy of the body).
-    Returns None at the first deviation (the generic decoder then decides), so this function
-    never has to be right about malformed input. A read may run past `end` into the MD5
-    trailer, but every record must end exactly where its length says, within `end`."""
-    pk_table: list[str] = []
-    ehk_table: list[str] = []
-    while pos < end:
-        tag = buf[pos]
-        if tag != 0x0A and tag != 0x12:
-            break
-        n = buf[pos + 1]
-        pos += 2
-        if n >= 0x80 or pos + n > end:
-            return None
-        (pk_table if tag == 0x0A else ehk_table).append(buf[pos : pos + n].decode("utf-8"))
-        pos += n
-    _check_keys(pk_table, ehk_table)
-    out: list[UserRecord] = []
-    append = out.append
-    make = tuple.__new__
-    aggregate_id: str | None = None
-    caller: str | None = None  # the first record's `sl.c`: known before any record is appended
-    while pos < end:
-        if buf[pos] != 0x1A:
-            return None
-        n = buf[pos + 1]
-        pos += 2
-        if n >= 0x80:
-            b = buf[pos]
-            pos += 1
-            if b >= 0x80:
-                return None
-            n = (n & 0x7F) | (b << 7)
-        rec_end = pos + n
-        if rec_end > end or buf[pos] != 0x08:
-            return None
-        k = buf[pos + 1]
-        pos += 2
-        if k >= 0x80:
-            b = buf[pos]
-            pos += 1
-            if b >= 0x80:
-                return None
-            k = (k & 0x7F) | (b << 7)
-        t = buf[pos]
-        if t == 0x10:
-            e = buf[pos + 1]
-            pos += 2
-            if e >= 0x80:
-                return None
-            ehk = ehk_table[e]
-            t = buf[pos]
-        else:
-            ehk = None
-        if t != 0x1A:
-            return None
-        n = buf[pos + 1]
-        pos += 2
-        if n >= 0x80:
-            b = buf[pos]
-            pos += 1
-            if b >= 0x80:
-                return None
-            n = (n & 0x7F) | (b << 7)
-        data_end = pos + n
-        if data_end == rec_end:
-            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, None, caller, False)))
-            pos = data_end
-            continue
-        if data_end > rec_end:
-            return None
-        # shardline's own layout of a record's id alone: 22 L 0A 05 "sl.id" 12 N <id> (N < 128)
-        if (
-            buf[data_end] == 0x22
-            and buf[data_end + 10] < 0x80
-            and buf[data_end + 2 : data_end + 10] == _ID_TAG_HEAD
-            and buf[data_end + 1] == buf[data_end + 10] + 9
-            and data_end + 11 + buf[data_end + 10] == rec_end
-        ):
-            record_id = buf[data_end + 11 : rec_end].decode("utf-8")
-            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id, caller, False)))
-            pos = rec_end
-            continue
-        # ... and of a derived id alone: 22 L 0A 04 "sl.k" 12 N <id> (N < 128)
-        if (
-            buf[data_end] == 0x22
-            and buf[data_end + 9] < 0x80
-            and buf[data_end + 2 : data_end + 9] == _DERIVED_TAG_HEAD
-            and buf[data_end + 1] == buf[data_end + 9] + 8
-            and data_end + 10 + buf[data_end + 9] == rec_end
-        ):
-            record_id = buf[data_end + 10 : rec_end].decode("utf-8")
-            append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, record_id, caller, True)))
-            pos = rec_end
-            continue
-        tags = _read_tags(buf, data_end, rec_end, len(out), only_tags=True)
-        if tags is None:
-            return None  # another field after the data (a repeated one, whose last value wins)
-        if aggregate_id is None:
-            aggregate_id = tags.get(AGGREGATE_TAG)
-        if not out:
-            caller = tags.get(CALLER_TAG)
-        tagged_id, derived = _id_of(tags, len(out))
-        append(make(UserRecord, (pk_table[k], buf[pos:data_end], ehk, tagged_id, caller, derived)))
-        pos = rec_end
-    return out, aggregate_id
 
 
 @overload
@@ -303,7 +202,7 @@ def _decode_generic(buf: bytes) -> tuple[list[UserRecord], str | None]:
     records = []
     try:
         for number, (k, e, data, tags) in enumerate(raw):
-            record_id, derived = _id_of(tags, number)
+            record_id, derived = id_of(tags, number)
             records.append(
                 UserRecord(pk_table[k], data, ehk_table[e] if e >= 0 else None, record_id, caller, derived)
             )

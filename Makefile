@@ -18,7 +18,7 @@ CDK := CDK_DISABLE_VERSION_CHECK=1 $(NODE) node_modules/aws-cdk/bin/cdk
 export JSII_NODE := $(if $(findstring /,$(NODE)),$(abspath $(NODE)),$(NODE))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock browser test lint unit bench cost soak local dashboard status send synth deploy clean
+.PHONY: help setup lock browser test lint unit bench cost soak local dashboard status send synth dist deploy clean
 
 help:
 	@echo "make setup   create .venv from requirements-dev.lock (every package pinned, hashes checked)"
@@ -37,6 +37,7 @@ help:
 	@echo "make status  what the running app holds: shards, consumer groups, DLQs, functions"
 	@echo "make send    POST records to the local API and check every consumer group (SEND_ARGS=--count 20000)"
 	@echo "make synth   synthesize the CDK app offline into cdk.out/ (cdk-nag runs on every synth)"
+	@echo "make dist    build the wheel and the sdist into dist/, checked as a registry checks an upload"
 	@echo "make deploy  deploy the CDK app to the account of your AWS credentials (STAGE=prod for another stage);"
 	@echo "             synthesized by .deploy-venv, made from requirements.lock alone (no test tools)"
 	@echo "make clean   remove .venv, .deploy-venv, node_modules, cdk.out and tool caches"
@@ -146,6 +147,13 @@ status: $(VENV)/.stamp
 
 send: $(VENV)/.stamp
 	$(PY) -m local send $(SEND_ARGS)
+
+# The wheel and the sdist, built with the locked setuptools (no isolated build: offline) and checked
+# as a package index checks an upload (twine check --strict: metadata, the README as its page).
+dist: $(VENV)/.stamp
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 synth: setup
 	$(CDK) synth --no-notices --quiet

@@ -1,6 +1,6 @@
 """The local runtime: the synthesized app on one machine, on loopback (`python -m local up`).
 
-In this repository it is the top-level folder `local/`; installed (`pip install "shardline[local]"`)
+In this repository it is the top-level folder `local/`; installed (with the `local` extra)
 the same folder is the package `shardline.local` (setup.py maps it), run as `shardline local ...`
 (`shardline._cli`). Its modules import each other relatively, and whatever names a module for a
 child process derives the name from the package (`home.module`), so both work.

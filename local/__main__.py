@@ -6,7 +6,7 @@ python -m local send --count 20000 # POST records to the API, then prove where t
 python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
 python -m local usage [--reset]    # the billable operations so far, per component (--json)
 
-(up, status and send are also make verbs.) Installed (`pip install "shardline[local]"`), the same
+(up, status and send are also make verbs.) Installed (with the `local` extra), the same
 command line is `shardline local ...` (`shardline._cli`), run from the team's project folder:
 
 shardline local up --app cdk.out [--stack S] [--stream NAME=SHARDS]

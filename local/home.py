@@ -4,7 +4,7 @@ In this repository (`python -m local`, `make local`) everything is under `.local
 the functions' runtime packages and the Powertools layer (`.local/lambda`, which `make setup`
 installs from requirements-dev.lock), the run's pid file and the functions' logs.
 
-Installed (`pip install "shardline[local]"`, `shardline local up`), a team runs it from its own
+Installed (with the `local` extra, `shardline local up`), a team runs it from its own
 project folder, and two kinds of state part ways:
 
 - the Lambda runtime's packages and the Powertools layer are the same for every project: they are

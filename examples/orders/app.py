@@ -1,6 +1,7 @@
 """The orders app: `python app.py` synthesizes it into cdk.out, checked by cdk-nag.
 
-It depends on shardline only as an installed package (`pip install "shardline[cdk,local]"`).
+It depends on shardline only as an installed package (`pip install "../..[cdk,local]"` from this
+folder of a clone, or the wheel `make dist` builds, with those extras).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The example app in examples/orders, as a team has it: shardline installed from its wheel into a
-fresh venv (`pip install "shardline[cdk,local]"`), none of this repository's folders importable.
+fresh venv (the wheel with its `cdk` and `local` extras), none of this repository's folders importable.
 
 It synthesizes offline and passes cdk-nag (the synth raises on an unacknowledged finding) and
 cfn-lint; then the installed console script runs it (`shardline local up --app cdk.out`), `shardline

@@ -12,7 +12,7 @@ from an empty folder with PYTHONPATH and friends removed, so the source tree can
   console script; `--app` is `--cdk-out`; `local` is not importable, `shardline.local` is, from the venv.
 - The installed runtime starts its endpoint as `python -m shardline.local.endpoint` (derived from its
   package) and keeps its state out of the package (the user's cache and `.shardline/`).
-- Without the extra, `shardline local ...` says `pip install "shardline[local]"` and exits 2.
+- Without the extra, `shardline local ...` says how to install it (with the `local` extra) and exits 2.
 - Installed, `shardline local up --app cdk.out` runs a team's app (tests/support/team_app) from the
   team's folder, installing the Lambda runtime's packages on its first run (from PyPI, as users get them).
 """
@@ -181,7 +181,7 @@ def test_without_the_extra_the_console_script_names_it(wheel: Path, tmp_path: Pa
     bin_dir = _venv(tmp_path / "venv", wheel, with_extra=False)
     done = _run([str(bin_dir / "shardline"), "local", "--help"], tmp_path, check=False)
     assert done.returncode == 2, done
-    assert 'pip install "shardline[local]"' in done.stderr, done.stderr
+    assert 'with its `local` extra: pip install "<its folder or wheel>[local]"' in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -21,7 +21,8 @@ __all__ = ["main"]
 
 #: The modules the `local` extra brings (a ModuleNotFoundError naming one means the extra is missing).
 LOCAL_EXTRA_MODULES = frozenset({"moto", "rich", "jsonschema", "werkzeug", "flask", "flask_cors", "yaml"})
-INSTALL_LOCAL = 'pip install "shardline[local]"'
+#: How to get it: shardline is installed from a clone or its wheel (no package index has it yet).
+INSTALL_LOCAL = 'install shardline with its `local` extra: pip install "<its folder or wheel>[local]"'
 
 
 def _local(argv: list[str]) -> int:

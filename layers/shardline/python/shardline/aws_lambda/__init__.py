@@ -14,7 +14,7 @@ record ids and `Idempotency-Key`), `_http_response` (200/207/503/500 answers wit
 `_http_idempotency` (each written id's payload hash: an id re-used with another body is a 422).
 `_environment` declares every
 variable the functions read. Only `ProducerFunction`, `ConsumerFunction` and `publish_metrics`
-need Powertools (`pip install "shardline[lambda]"`); it is imported when they are used.
+need Powertools (the `lambda` extra); it is imported when they are used.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CDK constructs this repository's app is made of, for a team's own app (`pip install "shardline[cdk]"`).
+"""The CDK constructs this repository's app is made of, for a team's own app (the `cdk` extra).
 
     import aws_cdk as cdk
     from shardline.cdk import PipelineStack, load_config, acknowledge

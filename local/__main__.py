@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import home
+from . import home, running
 from .app import model
 from .app.template import load, unsupported_reason
 from .chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
@@ -115,8 +115,33 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     for command in (up, status, send, redrive, usage):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
+    problem = _find_the_app(args)
+    if problem:
+        print(f"{prog} {args.command}: {problem}", file=sys.stderr)
+        return 2
     verbs = {"up": _up, "status": _status, "send": _send, "redrive": _redrive, "usage": _usage}
     return verbs[args.command](args)
+
+
+def _find_the_app(args: argparse.Namespace) -> str | None:
+    """Fill in the app and the ports not given: for `up`, the defaults; for a command that talks to
+    a running app and was given none of them, the app up from this folder, else the only one up
+    (`local.running`); what to say when several are up and none from here."""
+    given = args.cdk_out is not None or args.endpoint_port is not None or args.api_port is not None
+    run = None
+    if args.command != "up" and not given:
+        located = running.locate()
+        if located.problem:
+            return located.problem
+        run = located.run
+    if run is not None:
+        args.cdk_out, args.stack = Path(run.cdk_out), args.stack or run.stack
+        args.endpoint_port, args.api_port = run.endpoint_port, run.api_port
+        return None
+    args.cdk_out = args.cdk_out if args.cdk_out is not None else Path("cdk.out")
+    args.endpoint_port = args.endpoint_port if args.endpoint_port is not None else DEFAULT_ENDPOINT_PORT
+    args.api_port = args.api_port if args.api_port is not None else DEFAULT_API_PORT
+    return None
 
 
 def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -126,12 +151,19 @@ def _where(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         return argparse.SUPPRESS if suppress else value
 
     parser.add_argument(
-        "--cdk-out", "--app", dest="cdk_out", type=Path, default=default(Path("cdk.out")),
-        help="the synthesized app (the cloud assembly folder `cdk synth` writes)",
+        "--cdk-out", "--app", dest="cdk_out", type=Path, default=default(None),
+        help="the synthesized app (the cloud assembly folder `cdk synth` writes; default: cdk.out, or "
+        "the running app's)",
     )  # fmt: skip
     parser.add_argument("--stack", default=default(None), help="the stack to run, when cdk.out holds several")
-    parser.add_argument("--endpoint-port", type=int, default=default(DEFAULT_ENDPOINT_PORT))
-    parser.add_argument("--api-port", type=int, default=default(DEFAULT_API_PORT))
+    parser.add_argument(
+        "--endpoint-port", type=int, default=default(None),
+        help=f"default: {DEFAULT_ENDPOINT_PORT}, or the running app's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--api-port", type=int, default=default(None),
+        help=f"default: {DEFAULT_API_PORT}, or the running app's",
+    )  # fmt: skip
 
 
 #: How `up` names each step of `Runtime.start` (`local.runtime.STEPS`).
@@ -161,8 +193,9 @@ def _up(args: argparse.Namespace) -> int:
         console.print(f"[red]bad --stream[/]: {error}")
         return 2
     _stop_previous_run(console)
-    if not _runtime_packages(console):
-        return 1
+    refused = 2 if not _ports_free(console, args.endpoint_port, args.api_port) else None
+    if refused or not _runtime_packages(console):
+        return refused or 1
     settings = Settings(
         cdk_out=args.cdk_out,
         stack=args.stack,
@@ -215,6 +248,12 @@ def _up(args: argparse.Namespace) -> int:
             return 1
     STATE_DIR.mkdir(exist_ok=True)
     PID_FILE.write_text(str(os.getpid()))
+    registered = running.register(
+        running.Run(
+            pid=os.getpid(), folder=str(Path.cwd().resolve()), cdk_out=str(settings.cdk_out.resolve()),
+            stack=settings.stack, endpoint_port=settings.endpoint_port, api_port=settings.api_port,
+        )
+    )  # fmt: skip
     try:
         _print_ready(console, runtime)
         try:
@@ -226,6 +265,7 @@ def _up(args: argparse.Namespace) -> int:
     finally:
         runtime.stop()
         PID_FILE.unlink(missing_ok=True)
+        registered.unlink(missing_ok=True)
     console.print("stopped: no process left behind")
     return 0
 
@@ -345,6 +385,18 @@ def _route_name(app: model.LocalApp) -> str:
         return "no REST API in this app"
     paths = ", ".join(f"{m.http_method} {m.path}" for m in app.apis[0].methods)
     return f"routes: {paths}"
+
+
+def _ports_free(console: Console, endpoint_port: int, api_port: int) -> bool:
+    """No other app up on this machine listens on the ports `up` was given (said when one does)."""
+    holder = running.holder_of(endpoint_port, api_port)
+    if holder is not None:
+        console.print(
+            f"[red]ports taken[/]: the app up from {holder.folder} (pid {holder.pid}) listens on "
+            f"{holder.endpoint_port} and {holder.api_port}: stop it, or give this one other ports "
+            "(--endpoint-port, --api-port)"
+        )
+    return holder is None
 
 
 def _stop_previous_run(console: Console) -> None:

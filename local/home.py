@@ -47,6 +47,11 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "shardline" / "lambda"
 
 
+def runs_dir() -> Path:
+    """Where the apps this user has up are registered (`local.running`), beside the cache."""
+    return cache_dir().parent / "runs"
+
+
 def module(name: str) -> str:
     """The dotted name of the runtime's module `name` (e.g. "endpoint"), for `python -m`."""
     return f"{PACKAGE}.{name}"

@@ -80,11 +80,12 @@ def consumer_groups(app: model.LocalApp) -> list[dict[str, str]]:
 
 
 def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[str, Any]:
-    """Everything `status` shows, as JSON-able data."""
+    """Everything `status` shows, as JSON-able data (no groups when the endpoint does not answer)."""
+    kinesis = _get_json(f"{endpoint_url}/_shardline/kinesis")
     dynamodb = client("dynamodb", endpoint_url, retries={"max_attempts": 2})
     sqs = client("sqs", endpoint_url, retries={"max_attempts": 2})
     groups: list[dict[str, Any]] = []
-    for group in consumer_groups(app):
+    for group in consumer_groups(app) if "error" not in kinesis else []:
         leases: list[dict[str, Any]] = []
         for page in dynamodb.get_paginator("scan").paginate(TableName=group["lease_table"]):
             # Only lease rows: a group not built on shardline's consumer may name another table.
@@ -100,7 +101,7 @@ def collect(app: model.LocalApp, *, endpoint_url: str, api_base: str) -> dict[st
                 depths[label] = int(attributes["Attributes"][depth])
         groups.append({**group, "leases": sorted(leases, key=lambda lease: lease["shard"]), "depths": depths})
     return {
-        "kinesis": _get_json(f"{endpoint_url}/_shardline/kinesis"),
+        "kinesis": kinesis,
         "chaos": _get_json(f"{endpoint_url}/_shardline/chaos"),
         "iam": _get_json(f"{endpoint_url}/_shardline/iam"),
         "groups": groups,

@@ -192,10 +192,9 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError as error:
         console.print(f"[red]bad --stream[/]: {error}")
         return 2
-    _stop_previous_run(console)
-    refused = 2 if not _ports_free(console, args.endpoint_port, args.api_port) else None
-    if refused or not _runtime_packages(console):
-        return refused or 1
+    refused = _cannot_start(console, args)
+    if refused:
+        return refused
     settings = Settings(
         cdk_out=args.cdk_out,
         stack=args.stack,
@@ -385,6 +384,15 @@ def _route_name(app: model.LocalApp) -> str:
         return "no REST API in this app"
     paths = ", ".join(f"{m.http_method} {m.path}" for m in app.apis[0].methods)
     return f"routes: {paths}"
+
+
+def _cannot_start(console: Console, args: argparse.Namespace) -> int | None:
+    """Before `up` starts anything: a killed run of this folder stopped; the exit status (said why)
+    when another app holds the ports (2) or the Lambda runtime's packages are missing (1)."""
+    _stop_previous_run(console)
+    if not _ports_free(console, args.endpoint_port, args.api_port):
+        return 2
+    return None if _runtime_packages(console) else 1
 
 
 def _ports_free(console: Console, endpoint_port: int, api_port: int) -> bool:

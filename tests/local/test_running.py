@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def up_process() -> Iterator[subprocess.Popen[bytes]]:
+def up_process() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """Processes whose command line says `local up`, as `shardline local up`'s does (they only sleep)."""
     started: list[subprocess.Popen[bytes]] = []
 
@@ -38,7 +38,7 @@ def up_process() -> Iterator[subprocess.Popen[bytes]]:
             time.sleep(0.01)
         return process
 
-    yield start  # type: ignore[misc]
+    yield start
     for process in started:
         process.kill()
         process.wait()

@@ -441,7 +441,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         render(report, Console(highlight=False, soft_wrap=True))
-    return 0
+    return 1 if "error" in report["kinesis"] else 0  # nothing answers: a script waiting for `up` waits on
 
 
 def _usage(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ once; its dashboard is drawn.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -26,6 +25,7 @@ import boto3
 import pytest
 
 from tests.support.runtime import free_port
+from tests.support.team_venv import run, team_venv
 
 pytestmark = pytest.mark.slow
 
@@ -34,43 +34,13 @@ EXAMPLE = REPO / "examples" / "orders"
 ORDERS = 600
 
 
-def run(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 900) -> str:
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{command[:3]} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A fresh venv with shardline[cdk,local] from the wheel, and a copy of the example app."""
-    root = tmp_path_factory.mktemp("team")
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(root),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
-    # HOME is the team's own; pip keeps the machine's cache (what it downloaded for .venv).
-    env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
-    wheels = root / "wheels"
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-         str(REPO)], cwd=root, env=env)  # fmt: skip
-    (wheel,) = wheels.glob("shardline-*.whl")
-    # The versions this repository is tested with: the same packages the team's pip would pick.
-    pins = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], cwd=root, env=env)
-    constraints = root / "constraints.txt"
-    constraints.write_text(
-        "".join(f"{line}\n" for line in pins.splitlines() if not line.startswith("shardline"))
-    )
-    venv = root / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=env)
-    python = venv / "bin" / "python"
-    # --no-compile: byte-compiling every module of aws-cdk-lib was 45 of this fixture's ~80 s; the
-    # interpreter compiles what the team's commands import, as it would from a read-only install.
-    run([str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(constraints),
-         f"{wheel}[cdk,local]"], cwd=root, env=env)  # fmt: skip
-    app = root / "orders"
+    venv = team_venv(tmp_path_factory.mktemp("team"))
+    app = venv.root / "orders"
     shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("cdk.out", "__pycache__"))
-    return {"root": root, "venv": venv, "python": python, "app": app, "env": env}
+    return {"root": venv.root, "venv": venv.venv, "python": venv.python, "app": app, "env": venv.env}
 
 
 @pytest.fixture(scope="module")

@@ -464,6 +464,26 @@ def test_the_team_s_vpc_puts_the_tasks_in_its_private_subnets_without_a_public_i
     assert {s["Ref"] for s in network["Subnets"]} == private and private
 
 
+def test_two_groups_share_the_cluster_one_of_them_made_in_its_public_subnets():
+    """A team gives its second group the first one's cluster: that VPC has public subnets only (no NAT),
+    so the second group's tasks run there with a public IP too, as the first's, not in private
+    subnets the VPC does not have."""
+
+    def build_(stack: Stack) -> None:
+        first = worker_in(stack)
+        stream = Stream.from_stream_arn(stack, "Others", ORDERS_ARN.replace("/orders", "/others"))
+        WorkerGroup(stack, "Second", name="second", stream=stream, code=HANDLER, cluster=first.cluster)
+
+    template = alone(build_, nag=False)
+    assert len(resources(template, "AWS::EC2::VPC")) == len(resources(template, "AWS::ECS::Cluster")) == 1
+    public = {lid for lid, subnet in resources(template, "AWS::EC2::Subnet").items()
+              if subnet["Properties"]["MapPublicIpOnLaunch"]}  # fmt: skip
+    for service in resources(template, "AWS::ECS::Service").values():
+        network = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+        assert network["AssignPublicIp"] == "ENABLED"
+        assert {s["Ref"] for s in network["Subnets"]} == public and public
+
+
 def test_the_team_s_cluster_lease_table_and_dead_letter_queue_are_taken_and_granted():
     def build_(stack: Stack) -> None:
         vpc = ec2.Vpc(stack, "TeamVpc", max_azs=2, nat_gateways=1, restrict_default_security_group=False)

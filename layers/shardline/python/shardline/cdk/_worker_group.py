@@ -140,7 +140,8 @@ class WorkerGroup(Construct):
     is not).
 
     **Network** (`egress`). "internet" (the default): in the team's `vpc` (or `cluster`'s), the
-    tasks run in its private subnets with egress (`vpc_subnets`), without a public IP. Without one, a
+    tasks run in its private subnets with egress (`vpc_subnets`), without a public IP (a VPC with only
+    public subnets, such as another group's given as `cluster`: in those, with one). Without one, a
     VPC of public subnets only, tasks with a public IP, a security group with no inbound rule and
     HTTPS out only: a worker calls AWS APIs and nothing calls it, and a NAT gateway (about 33 USD a
     month in us-east-1, plus 0.045 USD a GB) would only carry those calls; the gateway endpoints
@@ -376,7 +377,10 @@ class WorkerGroup(Construct):
             if security_groups is not None
             else [task_security_group(self, self.vpc, self.name)]
         )
-        subnets = vpc_subnets or task_subnets(egress, made_here)
+        # A VPC of public subnets only (made here, or by another group whose cluster this one shares):
+        # the tasks run in them with a public IP, as that VPC's own tasks do.
+        public = made_here or not self.vpc.private_subnets
+        subnets = vpc_subnets or task_subnets(egress, public)
         self.service = ecs.FargateService(
             self,
             "Service",
@@ -387,7 +391,7 @@ class WorkerGroup(Construct):
                 "min_healthy_percent": 100,
                 "max_healthy_percent": 200,
                 "circuit_breaker": ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
-                "assign_public_ip": (made_here and egress == "internet")
+                "assign_public_ip": (public and egress == "internet")
                 if assign_public_ip is None
                 else assign_public_ip,
                 "vpc_subnets": subnets,

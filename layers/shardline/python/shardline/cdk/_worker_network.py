@@ -107,13 +107,14 @@ def _flow_log_role(scope: Construct) -> iam.Role:
     )
 
 
-def task_subnets(egress: Egress, made_here: bool) -> ec2.SubnetSelection:
-    """The tasks' subnets: public ones of a VPC made here, the team's private ones with egress, or
-    isolated ones (made here or the team's) when the endpoints are the only way out."""
+def task_subnets(egress: Egress, public: bool) -> ec2.SubnetSelection:
+    """The tasks' subnets: public ones of a VPC that has no others (made here or by another group),
+    the team's private ones with egress, or isolated ones (made here or the team's) when the
+    endpoints are the only way out."""
     if egress == "vpc-endpoints":
         return ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
     return ec2.SubnetSelection(
-        subnet_type=ec2.SubnetType.PUBLIC if made_here else ec2.SubnetType.PRIVATE_WITH_EGRESS
+        subnet_type=ec2.SubnetType.PUBLIC if public else ec2.SubnetType.PRIVATE_WITH_EGRESS
     )
 
 

@@ -413,11 +413,10 @@ def _stop_previous_run(console: Console) -> None:
         return
     try:
         pid = int(PID_FILE.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (ValueError, OSError):
         PID_FILE.unlink(missing_ok=True)
         return
-    if b"local" in cmdline and b"up" in cmdline and pid != os.getpid():
+    if running.is_local_up(pid) and pid != os.getpid():
         console.print(f"stopping the previous run (pid {pid})")
         os.kill(pid, signal.SIGTERM)
     PID_FILE.unlink(missing_ok=True)

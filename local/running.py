@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import home
 
-__all__ = ["Located", "Run", "holder_of", "locate", "register", "runs"]
+__all__ = ["Located", "Run", "holder_of", "is_local_up", "locate", "register", "runs"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def runs() -> list[Run]:
         except (OSError, ValueError, TypeError):
             path.unlink(missing_ok=True)
             continue
-        if _alive(run.pid):
+        if is_local_up(run.pid):
             found.append(run)
         else:
             path.unlink(missing_ok=True)
@@ -91,7 +91,8 @@ def holder_of(endpoint_port: int, api_port: int) -> Run | None:
     )
 
 
-def _alive(pid: int) -> bool:
+def is_local_up(pid: int) -> bool:
+    """Is `pid` a live `local up` (not a process that took the pid of one gone)?"""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

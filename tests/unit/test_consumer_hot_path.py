@@ -44,10 +44,25 @@ DISARMINGS: dict[str, Callable[[], None]] = {
 }
 
 
+def _run_short_of_time(consumer: Any, handle: Callable[[ConsumedRecord], Any], count: int) -> float:
+    """`count` records through `handle` with a 0.5 s budget before the 1 s margin; the seconds it
+    took. The process's SIGALRM handler and timer are put back as they were, whatever happens."""
+    previous = signal.getsignal(signal.SIGALRM)
+    consumer.handler(handle)
+    ends = time.monotonic() + 1.5
+    context = FakeLambdaContext(lambda: int((ends - time.monotonic()) * 1000))
+    started = time.monotonic()
+    try:
+        consumer.process(kinesis_event(records(count)), context)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize("disarm", DISARMINGS)
 def test_property_6_the_time_budget_is_restored_after_a_handler_that_disarms_it(disarm: str) -> None:
     consumer, _table, _sqs = setup(time_margin=1.0)
-    previous = signal.getsignal(signal.SIGALRM)
 
     def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
         if record_id(record) in ("r0", "r2"):
@@ -56,16 +71,7 @@ def test_property_6_the_time_budget_is_restored_after_a_handler_that_disarms_it(
             time.sleep(5)  # hangs past the budget: interrupted all the same
         return [effect(record)]
 
-    consumer.handler(handle)
-    ends = time.monotonic() + 1.5  # a 0.5 s budget before the 1 s margin
-    context = FakeLambdaContext(lambda: int((ends - time.monotonic()) * 1000))
-    started = time.monotonic()
-    try:
-        consumer.process(kinesis_event(records(4)), context)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    assert time.monotonic() - started < 4, "r3 was interrupted, not left to sleep 5 s"
+    assert _run_short_of_time(consumer, handle, 4) < 4, "r3 was interrupted, not left to sleep 5 s"
     snapshot = consumer.metrics.snapshot()
     assert snapshot["TimeBudgetDisarmed"] == 2, "counted once per disarming handler call (r0, r2)"
     assert snapshot["HandlerTimeouts"] == 1
@@ -112,7 +118,6 @@ def test_property_6_a_fast_run_that_clears_the_timer_past_its_first_calls_is_cou
 
 def test_property_6_a_call_that_hangs_right_after_an_unseen_clear_is_interrupted_all_the_same() -> None:
     consumer, _table, _sqs = setup(time_margin=1.0)
-    previous = signal.getsignal(signal.SIGALRM)
 
     def handle(record: ConsumedRecord) -> list[dict[str, Any]]:
         number = int(record_id(record)[1:])
@@ -122,16 +127,7 @@ def test_property_6_a_call_that_hangs_right_after_an_unseen_clear_is_interrupted
             time.sleep(5)  # hangs past the budget: the watchdog sends the SIGALRM the timer does not
         return [effect(record)]
 
-    consumer.handler(handle)
-    ends = time.monotonic() + 1.5  # a 0.5 s budget before the 1 s margin
-    context = FakeLambdaContext(lambda: int((ends - time.monotonic()) * 1000))
-    started = time.monotonic()
-    try:
-        consumer.process(kinesis_event(records(60)), context)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    assert time.monotonic() - started < 4, "r41 was interrupted, not left to sleep 5 s"
+    assert _run_short_of_time(consumer, handle, 60) < 4, "r41 was interrupted, not left to sleep 5 s"
     snapshot = consumer.metrics.snapshot()
     assert snapshot["HandlerTimeouts"] == 1 and snapshot["RecordsProcessed"] == 41
     assert snapshot["TimeBudgetDisarmed"] == 1, "the clear is counted once, though no ask saw it"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -13,10 +14,8 @@ from local.endpoint.handle import Endpoint
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def table(local_endpoint_no_limits, request):
-    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0})
-    name = f"fixes-{request.node.name[:40]}"
+def create_pk_sk_table(dynamodb: Any, name: str) -> None:
+    """An on-demand table keyed by `pk` and `sk`, both strings."""
     dynamodb.create_table(
         TableName=name,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
@@ -26,6 +25,13 @@ def table(local_endpoint_no_limits, request):
         ],
         BillingMode="PAY_PER_REQUEST",
     )
+
+
+@pytest.fixture
+def table(local_endpoint_no_limits, request):
+    dynamodb = client("dynamodb", local_endpoint_no_limits, retries={"max_attempts": 0})
+    name = f"fixes-{request.node.name[:40]}"
+    create_pk_sk_table(dynamodb, name)
     yield dynamodb, name
     dynamodb.delete_table(TableName=name)
 
@@ -85,15 +91,7 @@ def test_a_read_of_one_table_never_sees_a_cancelled_transaction_that_spans_two(t
     committed or been rolled back, whichever table its failing condition is in."""
     dynamodb, name = table
     guards = f"{name[:40]}-guards"
-    dynamodb.create_table(
-        TableName=guards,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_pk_sk_table(dynamodb, guards)
     try:
         assert_reads_never_see_cancelled_writes(dynamodb, name, guard_table=guards)
     finally:

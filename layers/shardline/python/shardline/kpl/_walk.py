@@ -184,31 +184,31 @@ def _odd_record(
         hash_key = hash_table[e] if e >= 0 else None
         if data_end == end:
             return key_table[k], buf[at:end], hash_key, None, False, None
-        # shardline's own layout of a record's id alone: 22 L 0A 05 "sl.id" 12 N <id> (N < 128)
-        if (
-            buf[data_end] == 0x22
-            and buf[data_end + 10] < 0x80
-            and buf[data_end + 2 : data_end + 10] == _ID_TAG_HEAD
-            and buf[data_end + 1] == buf[data_end + 10] + 9
-            and data_end + 11 + buf[data_end + 10] == end
-        ):
-            record_id = buf[data_end + 11 : end].decode("utf-8")
+        # shardline's own layouts of a record's id alone, explicit ("sl.id") or derived ("sl.k")
+        if (record_id := _lone_tag(buf, data_end, end, _ID_TAG_HEAD)) is not None:
             return key_table[k], buf[at:data_end], hash_key, record_id, False, None
-        # ... and of a derived id alone: 22 L 0A 04 "sl.k" 12 N <id> (N < 128)
-        if (
-            buf[data_end] == 0x22
-            and buf[data_end + 9] < 0x80
-            and buf[data_end + 2 : data_end + 9] == _DERIVED_TAG_HEAD
-            and buf[data_end + 1] == buf[data_end + 9] + 8
-            and data_end + 10 + buf[data_end + 9] == end
-        ):
-            record_id = buf[data_end + 10 : end].decode("utf-8")
+        if (record_id := _lone_tag(buf, data_end, end, _DERIVED_TAG_HEAD)) is not None:
             return key_table[k], buf[at:data_end], hash_key, record_id, True, None
     k, e, record_data, tags = read_record(buf, pos, end, number)
     if k < 0:
         raise AggregationError(f"record {number} lacks its partition key index")
     tagged_id, derived = id_of(tags, number)
     return key_table[k], record_data, hash_table[e] if e >= 0 else None, tagged_id, derived, tags
+
+
+def _lone_tag(buf: bytes, at: int, end: int, head: bytes) -> str | None:
+    """The value of the record's one tag, laid out as shardline writes it from `at` to the record's
+    `end`: 22 L <head: 0A len key 12> N <value> (N < 128, L = len(head) + 1 + N); else None."""
+    length_at = at + 2 + len(head)
+    if (
+        buf[at] == 0x22
+        and buf[length_at] < 0x80
+        and buf[at + 2 : length_at] == head
+        and buf[at + 1] == buf[length_at] + len(head) + 1
+        and length_at + 1 + buf[length_at] == end
+    ):
+        return buf[length_at + 1 : end].decode("utf-8")
+    return None
 
 
 def _canonical_head(buf: bytes, pos: int, end: int) -> tuple[int, int, int, int] | None:

@@ -157,41 +157,49 @@ def asset_image(
     """The worker image of `code` (the handler's folder): shardline's Dockerfile in a context staged
     for `scope` (see the module docstring), or, with `build_context`, the team's own folder and
     `dockerfile`; built at deploy."""
-    props: dict[str, Any] = {"platform": PLATFORMS[architecture], "ignore_mode": IgnoreMode.DOCKER}
     if build_context is None:
         if dockerfile is not None:
             raise ValueError(
                 f"{owner}: dockerfile: a Dockerfile of your own goes with build_context (the folder it "
                 "builds in); without build_context the image is shardline's, staged with your handler"
             )
-        folder = Path(code).resolve()  # a relative folder is the working folder's (the app's)
-        if not folder.is_dir():
-            raise ValueError(
-                f"{owner}: code: {code} is not a folder (the handler's folder: absolute, or relative to "
-                f"the working folder {Path.cwd()})"
-            )
-        outdir = Path(Stage.of(scope).asset_outdir).resolve()  # type: ignore[union-attr]  # in one
-        if folder == Path.cwd().resolve() or outdir.is_relative_to(folder) or folder.is_relative_to(outdir):
-            raise ValueError(
-                f"{owner}: code: {code} is the app's folder, or holds or is in its output folder "
-                f"{outdir}: give the handler's own folder (all the image adds of your app)"
-            )
-        context = stage_context(outdir / f"shardline-worker-image.{Names.unique_id(scope)}", folder)
-        props |= {"file": DOCKERFILE, "build_args": {"HANDLER": HANDLER_FOLDER}}
+        context, props = _staged(scope, owner, code)
     else:
-        context = Path(build_context).resolve()
-        folder = (context / code).resolve()  # an absolute `code` stays itself
-        if not folder.is_dir() or folder == context or not folder.is_relative_to(context):
-            raise ValueError(
-                f"{owner}: code: {code} must be a folder inside the build context {context} (its own "
-                "folder, not the context itself)"
-            )
-        file = dockerfile or DOCKERFILE
-        if not (context / file).is_file():
-            raise ValueError(f"{owner}: dockerfile: no {file} in the build context {context}")
-        props |= {
-            "file": file,
-            "build_args": {"HANDLER": folder.relative_to(context).as_posix()},
-            "exclude": [f"**/{path}" for path in NEVER_IN_CONTEXT],
-        }
+        context, props = _teams_own(owner, code, Path(build_context).resolve(), dockerfile or DOCKERFILE)
+    props |= {"platform": PLATFORMS[architecture], "ignore_mode": IgnoreMode.DOCKER}
     return ecs.ContainerImage.from_asset(str(context), **{**props, **(image_props or {})})
+
+
+def _staged(scope: Construct, owner: str, code: str | Path) -> tuple[Path, dict[str, Any]]:
+    """shardline's image: its context staged under the app's output folder, for this group."""
+    folder = Path(code).resolve()  # a relative folder is the working folder's (the app's)
+    if not folder.is_dir():
+        raise ValueError(
+            f"{owner}: code: {code} is not a folder (the handler's folder: absolute, or relative to "
+            f"the working folder {Path.cwd()})"
+        )
+    outdir = Path(Stage.of(scope).asset_outdir).resolve()  # type: ignore[union-attr]  # in one
+    if folder == Path.cwd().resolve() or outdir.is_relative_to(folder) or folder.is_relative_to(outdir):
+        raise ValueError(
+            f"{owner}: code: {code} is the app's folder, or holds or is in its output folder "
+            f"{outdir}: give the handler's own folder (all the image adds of your app)"
+        )
+    context = stage_context(outdir / f"shardline-worker-image.{Names.unique_id(scope)}", folder)
+    return context, {"file": DOCKERFILE, "build_args": {"HANDLER": HANDLER_FOLDER}}
+
+
+def _teams_own(owner: str, code: str | Path, context: Path, file: str) -> tuple[Path, dict[str, Any]]:
+    """The escape hatch: a team's own folder and Dockerfile, the handler's folder inside it."""
+    folder = (context / code).resolve()  # an absolute `code` stays itself
+    if not folder.is_dir() or folder == context or not folder.is_relative_to(context):
+        raise ValueError(
+            f"{owner}: code: {code} must be a folder inside the build context {context} (its own "
+            "folder, not the context itself)"
+        )
+    if not (context / file).is_file():
+        raise ValueError(f"{owner}: dockerfile: no {file} in the build context {context}")
+    return context, {
+        "file": file,
+        "build_args": {"HANDLER": folder.relative_to(context).as_posix()},
+        "exclude": [f"**/{path}" for path in NEVER_IN_CONTEXT],
+    }

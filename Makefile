@@ -57,7 +57,7 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 # installed in its own venv (.locktool), never in .venv. One universal resolution for every platform
 # and Python >= 3.11, with the hash of every file of each pinned version; existing pins are kept
 # unless LOCK_ARGS says otherwise. The runtime lock is resolved within the dev lock (same versions).
-# The worker image's locks (workers/requirements.lock, workers/build.lock) are cut from both.
+# The worker image's lock (shardline/cdk/worker_image/requirements.lock, package data) is cut from both.
 LOCK_TOOL := uv==0.13.9
 LOCKTOOL := .locktool
 LOCKTOOL_STAMP := $(LOCKTOOL)/.stamp-$(subst ==,-,$(LOCK_TOOL))

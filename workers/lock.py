@@ -1,14 +1,17 @@
-"""The worker image's lock files, cut from the project's: `make lock` runs this after it regenerates
+"""The worker image's lock, cut from the project's: `make lock` runs this after it regenerates
 requirements.lock and requirements-dev.lock, so the image installs the same versions with the same
 hashes as the project (`pip install --require-hashes`), and nobody keeps a pin or a hash by hand.
 
-    python workers/lock.py            write workers/requirements.lock and workers/build.lock
-    python workers/lock.py --check    exit 1 (naming the file) when either is not what it would write
+    python workers/lock.py            write the image's requirements.lock
+    python workers/lock.py --check    exit 1 (naming the file) when it is not what it would write
 
-What a worker has around shardline is what a Lambda function has: the runtime's boto3 and its
-dependencies (requirements.lock), the Powertools layer's Powertools, typing-extensions, and
-aws-xray-sdk with wrapt, which its Tracer imports (requirements-dev.lock). setuptools (the dev
-lock's) builds shardline's wheel, in the image's build stage only: its own file."""
+The lock is package data of `shardline.cdk` (`shardline/cdk/worker_image/`, beside the image's
+Dockerfile): a `WorkerGroup` stages both into its build context wherever shardline is installed, so
+there is one copy. What a worker has around shardline is what a Lambda function has: the runtime's
+boto3 and its dependencies (requirements.lock), the Powertools layer's Powertools,
+typing-extensions, and aws-xray-sdk with wrapt, which its Tracer imports (requirements-dev.lock).
+shardline itself is not in it: synth stages a wheel of the package the app imports, pinned by its
+own hash (`shardline.cdk._worker_wheel`), so the image builds nothing and needs no build tools."""
 
 from __future__ import annotations
 
@@ -34,11 +37,11 @@ WORKER_PACKAGES = (
     "aws-xray-sdk",
     "wrapt",
 )
-#: What builds shardline's wheel in the build stage (never in the image).
-BUILD_PACKAGES = ("setuptools",)
 #: A lock's packages: name -> (version, its files' hashes).
 Locked = dict[str, tuple[str, tuple[str, ...]]]
-OUTPUTS = {"workers/requirements.lock": WORKER_PACKAGES, "workers/build.lock": BUILD_PACKAGES}
+#: The image's files, package data of `shardline.cdk` (one copy, in the package that stages them).
+IMAGE_FOLDER = "layers/shardline/python/shardline/cdk/worker_image"
+OUTPUTS = {f"{IMAGE_FOLDER}/requirements.lock": WORKER_PACKAGES}
 #: One entry of a uv/pip-compile lock: `name==version [; marker] \` and its `--hash=` lines.
 ENTRY = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)(?P<marker>[^\\\n]*)\\\n"

@@ -114,13 +114,13 @@ class Function:
 class WorkerService:
     """An `AWS::ECS::Service` running `shardline worker` (a `shardline.cdk.WorkerGroup`), as
     `desired_count` local processes of the image's code: its handler folder and the shardline
-    library of its build context, on the runtime's Python and packages (`local.ecs`)."""
+    its image installs, on the runtime's Python and packages (`local.ecs`)."""
 
     logical_id: str
     name: str  # the consumer group's name (SHARDLINE_GROUP)
     desired_count: int
     code_dir: Path  # the handler's folder in the image's build context (its working folder)
-    library_dir: Path  # the build context's shardline library (`layers/shardline/python`)
+    library_dir: Path  # the image's shardline: the staged wheel (a zip on sys.path) or a source folder
     command: tuple[str, ...] = ("shardline", "worker")  # the container's entry point and command
     environment: dict[str, str] = field(default_factory=dict)  # resolved; no endpoint settings yet
     stop_timeout_seconds: int = 30  # the container's StopTimeout: SIGTERM, then SIGKILL after it

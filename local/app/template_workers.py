@@ -6,10 +6,13 @@ A mix-in of `local.app.template`'s reader, leaning on its `properties`, `resourc
   (`shardline.cdk.WorkerGroup`), run as `DesiredCount` local processes (`local.ecs`). Its image is
   an asset of the cloud assembly (`<stack>.assets.json`, `dockerImages`): the staged build context
   and its `HANDLER` build argument name the handler's folder the container runs in, and the
-  context's `layers/shardline/python` the library it installs — the same files the image is built
-  from, run on the runtime's Python instead of being built (no Docker). The container's
-  environment, entry point and StopTimeout are honoured; an image that is not an asset of the
-  assembly, a task of several containers, or an entry point other than `shardline worker` is refused.
+  context's `shardline.lock` the wheel of shardline the image installs (its sha256 checked, then
+  imported from the zip) — the same files the image is built from, wherever shardline was
+  installed when the app was synthesized, run on the runtime's Python instead of being built (no
+  Docker). A team's own context (`build_context`) runs locally when it holds such a wheel and lock,
+  or shardline's source (`layers/shardline/python`). The container's environment, entry point and
+  StopTimeout are honoured; an image that is not an asset of the assembly, a task of several
+  containers, or an entry point other than `shardline worker` is refused.
 - What has no meaning on loopback is listed, not run: the cluster, the VPC and its parts, and the
   custom resource that locks the VPC's default security group — with the function that provides
   it (a Node.js handler, which would otherwise be refused as a function).
@@ -17,7 +20,9 @@ A mix-in of `local.app.template`'s reader, leaning on its `properties`, `resourc
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +30,17 @@ from typing import Any
 from . import model
 from .template_api import TemplateError
 
-#: The entry point `workers/Dockerfile` gives the image: what the local processes run.
+#: The entry point shardline's worker image has (`shardline/cdk/worker_image/Dockerfile`): what the
+#: local processes run.
 WORKER_COMMAND = ("shardline", "worker")
+#: The staged context's lock of shardline's wheel (`shardline.cdk._worker_wheel.lock_text`): the
+#: wheel's file, beside it, and its sha256.
+SHARDLINE_LOCK = "shardline.lock"
+PINNED_WHEEL = re.compile(
+    r"^\./(?P<name>[^/\s]+\.whl)\s*\\\s*\n\s*--hash=sha256:(?P<digest>[0-9a-f]{64})\s*$", re.MULTILINE
+)
+#: Where a context of shardline's repository layout holds the package's source.
+SOURCE_LIBRARY = ("layers", "shardline", "python")
 NETWORK = "networking is loopback locally: worker processes reach the endpoint directly"
 #: Types a worker group brings that the runtime lists and does not run, with the reason.
 WORKER_NOT_RUN = {
@@ -79,7 +93,7 @@ class WorkerReader:
             name=environment.get("SHARDLINE_GROUP", logical_id),
             desired_count=int(self.resolve_part(logical_id, service.get("DesiredCount", 1))),
             code_dir=(context / handler).resolve(),
-            library_dir=(context / "layers" / "shardline" / "python").resolve(),
+            library_dir=self._library(task_id, context),
             command=command,
             environment=environment,
             stop_timeout_seconds=int(container.get("StopTimeout", 30)),
@@ -125,5 +139,30 @@ class WorkerReader:
                 return (self.cdk_out / source["directory"]).resolve(), str(handler)
         raise TemplateError(
             f"{task_id}: its image is not an image asset of {self.cdk_out} (only an image built from "
-            "workers/Dockerfile runs locally: a worker group's `code`, not its `image`)"
+            "shardline's Dockerfile runs locally: a WorkerGroup's `code`, not its `image` or `image_uri`)"
+        )
+
+    def _library(self, task_id: str, context: Path) -> Path:
+        """The shardline the image installs: the staged wheel its lock pins (checked against its
+        sha256, imported from the zip), or the source folder of a context of the repository's layout."""
+        lock = context / SHARDLINE_LOCK
+        if lock.is_file():
+            pinned = PINNED_WHEEL.search(lock.read_text())
+            if pinned is None:
+                raise TemplateError(f"{task_id}: {lock} pins no wheel (./<name>.whl --hash=sha256:...)")
+            wheel = context / pinned.group("name")
+            if not wheel.is_file() or hashlib.sha256(wheel.read_bytes()).hexdigest() != pinned.group(
+                "digest"
+            ):
+                raise TemplateError(
+                    f"{task_id}: {wheel} is not the wheel {lock} pins (its sha256): synthesize the app again"
+                )
+            return wheel.resolve()
+        source = context.joinpath(*SOURCE_LIBRARY)
+        if (source / "shardline").is_dir():
+            return source.resolve()
+        raise TemplateError(
+            f"{task_id}: its image's build context {context} holds no shardline to run (no {SHARDLINE_LOCK} "
+            "and wheel, as a WorkerGroup's `code` stages them): give the group `code` (shardline's image), "
+            f"or put shardline's wheel and its {SHARDLINE_LOCK} in your build_context"
         )

@@ -8,9 +8,10 @@
 Each service keeps `desired_count` tasks running, as ECS does: a task that exits (a crash, a kill) is
 replaced after `REPLACE_AFTER_S`, under a new task id (a new worker name in the lease table, as a new
 ECS task has). A task is the image's code run natively (`model.WorkerService`: the handler's folder as
-its working folder, the build context's shardline library), on the interpreter and packages of the
-runtime's Python functions (`local.lambda_.runtimes`: the runtime's boto3 and the Powertools layer,
-which the image installs at the same pins), with the container's environment, the endpoint's address and
+its working folder, the shardline its image installs: the staged wheel, imported from the zip), on
+the interpreter and packages of the runtime's Python functions (`local.lambda_.runtimes`: the
+runtime's boto3 and the Powertools layer, which the image installs at the same pins), with the
+container's environment, the endpoint's address and
 the local credentials, sandboxed (`local.lambda_.sandbox`: a private /tmp, the rest read-only, no power
 to remount or mount; where the machine refuses, `note` says so). Its output — JSON logs and EMF lines —
 goes to `<log_dir>/<group>-<n>.log`, which the dashboard reads as the container's log group; each
@@ -41,7 +42,7 @@ __all__ = ["REPLACE_AFTER_S", "WorkerServices"]
 REPLACE_AFTER_S = 1.0
 #: Longest wait for a task to stop after SIGTERM before SIGKILL, whatever its StopTimeout says.
 MAX_STOP_WAIT_S = 30.0
-PYTHON_RUNTIME = "python3.12"  # workers/Dockerfile's PYTHON_VERSION
+PYTHON_RUNTIME = "python3.12"  # the worker image's PYTHON_VERSION (shardline/cdk/worker_image/Dockerfile)
 #: The task's private /tmp: Fargate's default ephemeral storage, 20 GiB (tmpfs: memory as written).
 TASK_TMP_MB = 20 * 1024
 #: How often the task counts are published (Container Insights: once a minute).
@@ -230,10 +231,12 @@ class WorkerServices:
             "WORKER_ID": task_id,
         }
         arguments = list(spec.command[2:])  # after `shardline worker`
+        # The sandbox keeps folders visible: a wheel on the path (a zip) by its folder.
+        keep = [entry if os.path.isdir(entry) else os.path.dirname(entry) for entry in path]
         command = sandbox.wrap(
             [self.interpreter, "-S", "-m", "shardline._cli", "worker", *arguments],
             tmp_mb=TASK_TMP_MB,
-            keep=path,
+            keep=keep,
             cwd=str(spec.code_dir.resolve()),
             shm=True,  # a container has its /dev/shm
         )

@@ -1,6 +1,6 @@
 """`shardline.cdk.WorkerGroup`: a consumer group driven by `shardline worker` tasks on ECS Fargate.
 
-The service and its task definition (the repository's Dockerfile as an image asset, staged at synth
+The service and its task definition (shardline's Dockerfile as an image asset, staged at synth
 and never built; the worker's environment contract; not root; time to hand its leases back), least
 privilege on its task role, the dead-letter bucket for letters over SQS's 1 MiB, enhanced fan-out
 through a stream consumer of the group's own, the team's own VPC, cluster and lease table taken,
@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ from shardline.consumer._sink_writes import ALL_SINK_WRITES, sink_actions
 from tests.support.cdk import ORDERS_ARN, actions_on, alone, default_context, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "workers" / "Dockerfile"
+IMAGE_FILES = ROOT / "layers" / "shardline" / "python" / "shardline" / "cdk" / "worker_image"
+DOCKERFILE = IMAGE_FILES / "Dockerfile"
 HANDLER = "functions/event_sink"
 #: A sink declared with no `writes`: every kind the consumer's API can produce.
 SINK_ACTIONS = sink_actions(ALL_SINK_WRITES)
@@ -174,22 +176,29 @@ def test_the_task_runs_shardline_worker_as_non_root_with_time_to_release_its_lea
     assert log_group["Properties"]["RetentionInDays"] == 30 and "KmsKeyId" in log_group["Properties"]
 
 
-def test_the_image_is_the_repository_s_dockerfile_staged_at_synth_with_the_handler_s_folder(synthesized):
+def test_the_image_is_shardline_s_dockerfile_staged_at_synth_with_the_handler_s_folder(synthesized):
     _, outdir = synthesized
     assets = json.loads((outdir / "Alone.assets.json").read_text())
     [image] = assets["dockerImages"].values()
     source = image["source"]
-    assert source["dockerFile"] == "workers/Dockerfile"
-    assert source["dockerBuildArgs"] == {"HANDLER": HANDLER}
+    assert source["dockerFile"] == "Dockerfile"
+    assert source["dockerBuildArgs"] == {"HANDLER": "handler"}
     assert source["platform"] == "linux/arm64"
     staged = outdir / source["directory"]
     files = {path.relative_to(staged).as_posix() for path in staged.rglob("*") if path.is_file()}
-    assert {"workers/Dockerfile", "pyproject.toml", "setup.py", "LICENSE", "local/__init__.py",
-            f"{HANDLER}/app.py", "layers/shardline/python/shardline/_cli.py"} <= files  # fmt: skip
-    # An allow-list: the handler's folder alone of functions/, no tests, caches, environments, nor
-    # the constructs or the local runtime (which never run in a worker).
-    assert not [f for f in files if f.startswith("functions/") and not f.startswith(f"{HANDLER}/")]
-    assert not [f for f in files if f.startswith(("layers/shardline/python/shardline/cdk/", "local/app/"))]
+    # Its own context: shardline's Dockerfile and lock, its wheel pinned by shardline.lock, and the
+    # handler's folder alone of the app (no tests, caches, environments: NEVER_IN_CONTEXT).
+    [wheel] = [f for f in files if f.endswith(".whl")]
+    handler = {f"handler/{p.relative_to(ROOT / HANDLER).as_posix()}" for p in (ROOT / HANDLER).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}  # fmt: skip
+    assert files == {"Dockerfile", "requirements.lock", "shardline.lock", wheel, *handler}
+    assert "handler/app.py" in files
+    assert (staged / "Dockerfile").read_bytes() == DOCKERFILE.read_bytes()
+    with zipfile.ZipFile(staged / wheel) as archive:
+        packed = archive.namelist()
+    assert "shardline/_cli.py" in packed and "shardline/consumer/_worker.py" in packed
+    # Neither the constructs nor the local runtime (which never run in a worker).
+    assert not [f for f in packed if f.startswith(("shardline/cdk/", "shardline/local/"))]
     for name in NEVER_IN_CONTEXT:
         pattern = re.compile(name.replace(".", r"\.").replace("*", ".*"))
         assert not [f for f in files if any(pattern.fullmatch(part) for part in f.split("/"))], name
@@ -543,8 +552,16 @@ def test_overrides_reach_the_service_the_task_and_the_container():
     [
         ({"code": None}, r"give either code .* or image"),
         ({"image": ecs.ContainerImage.from_registry("team/worker:1")}, r"give either code .* or image"),
-        ({"code": "/tmp"}, r"code: /tmp must be a folder inside the build context"),
-        ({"code": "."}, r"code: \. must be a folder inside the build context .* not the context itself"),
+        ({"code": "/tmp", "build_context": ROOT}, r"code: /tmp must be a folder inside the build context"),
+        (
+            {"code": ".", "build_context": ROOT},
+            r"code: \. must be a folder inside the build context .* not the",
+        ),
+        (
+            {"code": "."},
+            r"code: \. is the app's folder, or holds or is in its output folder .*the handler's own",
+        ),
+        ({"code": "/"}, r"code: / is the app's folder, or holds or is in its output folder"),
         ({"cpu": 300}, r"WorkerGroup 'order-workers': cpu: must be one of 256, 512"),
         ({"cpu": 256, "memory_mb": 4096}, r"memory_mb: with 256 CPU units Fargate takes 512, 1024, 2048 MiB"),
         ({"starting_position": "AT_TIMESTAMP"}, r"starting_position: .* TRIM_HORIZON or LATEST"),
@@ -781,7 +798,7 @@ def test_the_pipeline_stack_builds_a_worker_group_beside_the_lambda_groups(tmp_p
     )
     assets = json.loads((tmp_path / f"{stack.stack_name}.assets.json").read_text())
     [image] = assets["dockerImages"].values()
-    assert image["source"]["dockerBuildArgs"] == {"HANDLER": HANDLER}
+    assert image["source"]["dockerBuildArgs"] == {"HANDLER": "handler"}
 
 
 def test_the_pipeline_stack_gives_a_fan_out_worker_group_its_consumer_and_dead_letter_bucket(tmp_path):
@@ -833,7 +850,7 @@ def test_the_dockerfile_pins_what_the_lock_files_pin():
     (their hashes too: tests/infra/test_worker_image.py)."""
     text = DOCKERFILE.read_text()
     assert not re.findall(r"\b([A-Za-z0-9_.-]+)==([0-9][^\s\\]*)", text)
-    lock = (ROOT / "workers" / "requirements.lock").read_text()
+    lock = (IMAGE_FILES / "requirements.lock").read_text()
     named = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", lock, re.MULTILINE))
     pins = lock_pins()
     assert {"boto3", "botocore", "aws-lambda-powertools"} <= set(named)

@@ -5,6 +5,7 @@ a test named after it, on the Dockerfile's text and the synthesized template (Do
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,15 +25,16 @@ from aws_cdk.assertions import Template
 from app import build
 from shardline.cdk import ConfigError, Sink, Stream, WorkerGroup, load_config
 from shardline.cdk._layers import POWERTOOLS_VERSION
-from shardline.cdk._worker_group import CONTEXT_FILES
 from tests.support.cdk import ORDERS_ARN, alone, default_context, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "workers" / "Dockerfile"
+IMAGE_FILES = ROOT / "layers" / "shardline" / "python" / "shardline" / "cdk" / "worker_image"
+DOCKERFILE = IMAGE_FILES / "Dockerfile"
 HANDLER = "functions/event_sink"
 DIGEST = "sha256:" + "ab" * 32
 REPOSITORY_URI = "111122223333.dkr.ecr.us-east-1.amazonaws.com/order-workers"
-WORKER_LOCKS = {"workers/requirements.lock", "workers/build.lock"}
+#: The worker's packages, package data beside the Dockerfile (cut from the project's by `make lock`).
+WORKER_LOCK = IMAGE_FILES / "requirements.lock"
 
 
 def worker_in(stack: Stack, **props: Any) -> WorkerGroup:
@@ -125,39 +127,72 @@ def test_worker_image_pip_installs_hash_checked_from_the_locks(tmp_path):
     from_locks = set()
     for install in installs:
         words = shlex.split(install)
-        if "--no-index" in words:  # shardline's own wheel, built in this stage: nothing fetched
-            assert any(word.startswith("/wheels/") for word in words), install
-            continue
         assert "--require-hashes" in words and "--no-deps" in words, install
         [requirement] = [words[i + 1] for i, word in enumerate(words) if word in ("-r", "--requirement")]
         assert not [w for w in words if re.match(r"^[A-Za-z][\w.-]*(==|>=)", w)], "no pin outside a lock"
+        if Path(requirement).name == "shardline.lock":  # shardline's own wheel, staged beside it
+            assert "--no-index" in words, install
         from_locks.add(Path(requirement).name)
-    assert from_locks == {Path(path).name for path in WORKER_LOCKS}
-    for path in WORKER_LOCKS:
-        assert path in copied, f"{path} copied into the build stage"
-    # The locks are the project's: same versions, same hashes, generated (never hand-kept).
+    # Nothing is built in the image (no setuptools, no package source): the worker's packages and
+    # shardline's wheel, each from its lock.
+    assert from_locks == {"requirements.lock", "shardline.lock"}
+    assert "requirements.lock" in copied and "shardline.lock" in copied
+    # The lock is the project's: same versions, same hashes, generated (never hand-kept).
     project = lock((ROOT / "requirements-dev.lock").read_text()) | lock(
         (ROOT / "requirements.lock").read_text()
     )
-    for path in WORKER_LOCKS:
-        pins = lock((ROOT / path).read_text())
-        assert pins and {name: pins[name] for name in pins} == {name: project[name] for name in pins}, path
-    worker = lock((ROOT / "workers/requirements.lock").read_text())
+    worker = lock(WORKER_LOCK.read_text())
+    assert worker and worker == {name: project[name] for name in worker}
     assert {"boto3", "botocore", "aws-lambda-powertools", "aws-xray-sdk", "wrapt"} <= set(worker)
     assert worker["aws-lambda-powertools"][0] == POWERTOOLS_VERSION, "the Powertools layer's version"
-    assert set(lock((ROOT / "workers/build.lock").read_text())) == {"setuptools"}
     checked = subprocess.run(
         [sys.executable, "workers/lock.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stderr
-    assert "workers/lock.py" in (ROOT / "Makefile").read_text(), "`make lock` regenerates them"
-    # The build context carries them (its allow-list), and only them of workers/.
-    assert set(CONTEXT_FILES) >= WORKER_LOCKS
+    assert "workers/lock.py" in (ROOT / "Makefile").read_text(), "`make lock` regenerates it"
+    # The staged context carries the package's own copies, and shardline's wheel pinned by its hash.
     alone(lambda stack: worker_in(stack), nag=False, outdir=tmp_path)
     [image] = json.loads((tmp_path / "Alone.assets.json").read_text())["dockerImages"].values()
     staged = tmp_path / image["source"]["directory"]
+    assert (staged / "requirements.lock").read_bytes() == WORKER_LOCK.read_bytes()
+    [wheel] = staged.glob("shardline-*.whl")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert re.search(rf"^\./{re.escape(wheel.name)} \\\n\s+--hash=sha256:{digest}$",
+                     (staged / "shardline.lock").read_text(), re.MULTILINE)  # fmt: skip
+
+
+def test_worker_image_the_escape_hatch_a_team_s_own_context_and_dockerfile(tmp_path):
+    """`build_context` and `dockerfile`: a team's own folder built as it is (its handler inside it, the
+    HANDLER build argument), less NEVER_IN_CONTEXT; a `dockerfile` alone, or a `code` that is no
+    folder, is refused naming the prop."""
+    context = tmp_path / "team"
+    (context / "docker").mkdir(parents=True)
+    (context / "docker" / "Worker.Dockerfile").write_text("FROM scratch\nARG HANDLER\nCOPY ${HANDLER} /app\n")
+    (context / "src" / "tally").mkdir(parents=True)
+    (context / "src" / "tally" / "app.py").write_text("def handle(record):\n    return []\n")
+    (context / "src" / "tally" / "__pycache__").mkdir()
+    (context / "src" / "tally" / "__pycache__" / "app.cpython-312.pyc").write_bytes(b"\0")
+    outdir = tmp_path / "out"
+    alone(
+        lambda stack: worker_in(stack, code="src/tally", build_context=context,
+                                dockerfile="docker/Worker.Dockerfile"),
+        nag=False, outdir=outdir,
+    )  # fmt: skip
+    [image] = json.loads((outdir / "Alone.assets.json").read_text())["dockerImages"].values()
+    assert image["source"]["dockerFile"] == "docker/Worker.Dockerfile"
+    assert image["source"]["dockerBuildArgs"] == {"HANDLER": "src/tally"}
+    staged = outdir / image["source"]["directory"]
     files = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
-    assert {f for f in files if f.startswith("workers/")} == {"workers/Dockerfile", *WORKER_LOCKS}
+    assert files == {"docker/Worker.Dockerfile", "src/tally/app.py"}
+    owner = r"^WorkerGroup 'order-workers': "
+    with pytest.raises(
+        ValueError, match=owner + r"dockerfile: a Dockerfile of your own goes with build_context"
+    ):
+        alone(lambda stack: worker_in(stack, dockerfile="Dockerfile"), nag=False)
+    with pytest.raises(ValueError, match=owner + r"code: nowhere is not a folder .*relative to the working"):
+        alone(lambda stack: worker_in(stack, code="nowhere"), nag=False)
+    with pytest.raises(ValueError, match=owner + r"dockerfile: no Dockerfile in the build context"):
+        alone(lambda stack: worker_in(stack, code="src/tally", build_context=context), nag=False)
 
 
 # -- 3. built once, promoted by digest ------------------------------------------------------------

@@ -168,9 +168,9 @@ class PipelineStack(Stack):
         )
 
     def _workers(self, group: ConsumerGroupConfig, removal: RemovalPolicy) -> WorkerGroup:
-        """A group driven by workers: its image built from the app's folder (`code_root`, which
-        holds workers/Dockerfile and the package's source) with the group's handler folder, or the
-        one a previous stage built, by its digest (`workers.image`)."""
+        """A group driven by workers: shardline's image with the group's handler folder (in
+        `code_root`), staged at synth, or the one a previous stage built, by its digest
+        (`workers.image`)."""
         workers = group.workers
         assert workers is not None
         return WorkerGroup(
@@ -181,7 +181,6 @@ class PipelineStack(Stack):
             code=None if workers.image else self.config.code_root / group.handler,
             image_uri=workers.image,
             egress=workers.egress,
-            build_context=self.config.code_root,
             handler_object=workers.handler_object,
             sinks=[_sink(group)],
             enhanced_fan_out=group.enhanced_fan_out,

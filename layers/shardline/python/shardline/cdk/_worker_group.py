@@ -43,24 +43,14 @@ from shardline.cdk._stream import Stream
 from shardline.cdk._tables import lease_table as new_lease_table
 from shardline.cdk._tables import table
 from shardline.cdk._worker_image import (
-    CONTEXT_FILES as CONTEXT_FILES,
+    NEVER_IN_CONTEXT as NEVER_IN_CONTEXT,
 )
 from shardline.cdk._worker_image import (
-    DOCKERFILE,
     PLATFORMS,
     Architecture,
     asset_image,
     check_image_source,
     promoted_image,
-)
-from shardline.cdk._worker_image import (
-    LEFT_OUT as LEFT_OUT,
-)
-from shardline.cdk._worker_image import (
-    NEVER_IN_CONTEXT as NEVER_IN_CONTEXT,
-)
-from shardline.cdk._worker_image import (
-    REPOSITORY as REPOSITORY,
 )
 from shardline.cdk._worker_network import (
     add_endpoints,
@@ -152,16 +142,22 @@ class WorkerGroup(Construct):
     a grant added later for a service with no endpoint fails the synth). `vpc_props`, `vpc_subnets`
     and `assign_public_ip` change any of it.
 
-    **Image.** `ecs.ContainerImage.from_asset` of `workers/Dockerfile` (`dockerfile`) in
-    `build_context` (default: this repository when shardline runs from its source; a team's app passes
-    its own folder holding the Dockerfile, the package source and its handler), with `code` (the
-    handler's folder, inside the context) as its HANDLER build argument. Synth only stages the
-    context; `cdk deploy` builds and pushes it. The context is an allow-list (`CONTEXT_FILES`, the
-    Dockerfile and the handler's folder; `NEVER_IN_CONTEXT` at any depth): nothing else in the folder
-    (a developer's stray credentials, caches, the tests) reaches the image or its hash, and an edit
-    elsewhere does not roll the workers. The Dockerfile's base is pinned by digest and its installs
-    are hash-checked from locks cut from the project's. The tasks run on `cpu_architecture` (arm64, as
-    the functions: cheaper per vCPU; the Dockerfile builds it on any machine without emulation).
+    **Image.** `code` is the handler's folder (absolute, or relative to the working folder: the
+    app's), anywhere in the team's app: it is all a team adds. Synth stages a build context of its
+    own under the app's output folder (`cdk.out/shardline-worker-image.<group>`): shardline's
+    Dockerfile and the worker's lock (package data of `shardline.cdk`), a wheel of the shardline
+    package the app imports (its constructs and local runtime left out) with a lock pinning it by
+    its sha256, and a copy of the handler's folder (less `NEVER_IN_CONTEXT`); `cdk deploy` builds
+    and pushes it. It is the same whether shardline is installed from a wheel or run from its
+    repository, and the same bytes for the same inputs: an unchanged app does not roll its workers;
+    an edit to the handler or to the library the worker runs does, an edit to the constructs does
+    not. The Dockerfile's base is pinned by digest and every install is hash-checked (`pip install
+    --require-hashes --no-deps`), shardline's own with `--no-index`. The tasks run on
+    `cpu_architecture` (arm64, as the functions: cheaper per vCPU; the Dockerfile builds it on any
+    machine without emulation). The escape hatch, for a team that builds its own image from its own
+    folder: `build_context` (that folder, sent as it is less `NEVER_IN_CONTEXT` and its
+    `.dockerignore`), `dockerfile` (in it; default `Dockerfile`) and `code` inside it, passed as the
+    HANDLER build argument; or `image` (any `ecs.ContainerImage`).
 
     **Built once, promoted by digest.** A pipeline's first stage builds the image (`code`); the
     next stages run that very image by its digest, building nothing: `image_uri`
@@ -194,7 +190,7 @@ class WorkerGroup(Construct):
         egress: Egress = "internet",
         handler_object: str = "app:function",
         build_context: str | Path | None = None,
-        dockerfile: str = DOCKERFILE,
+        dockerfile: str | None = None,
         sinks: Sequence[Sink] = (),
         enhanced_fan_out: bool = False,
         consumer_name: str | None = None,
@@ -360,7 +356,7 @@ class WorkerGroup(Construct):
             },
         )
         image = image or (
-            asset_image(owner, code, build_context, dockerfile, cpu_architecture, image_props)
+            asset_image(self, owner, code, build_context, dockerfile, cpu_architecture, image_props)
             if code is not None  # built by `cdk deploy`: the first stage
             else promoted_image(
                 self,

@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -92,9 +93,12 @@ class WorkerServices:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         interpreter = runtimes.find_interpreter(PYTHON_RUNTIME)
-        self.interpreter = interpreter or os.environ.get("PYTHON", "python3")
+        # Else this runtime's own interpreter, as a function without its runtime's gets: a path, for
+        # the sandbox execs it without a PATH search (a bare "python3" failed every task there).
+        self.interpreter = interpreter or sys.executable
+        running_on = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
         notes = [
-            None if interpreter else f"no {PYTHON_RUNTIME} interpreter: the workers run on python3",
+            None if interpreter else f"no {PYTHON_RUNTIME} interpreter: the workers run on {running_on}",
             (refusal := sandbox.refused()) and f"not sandboxed: {refusal}",
         ]
         self.note = "; ".join(filter(None, notes)) or None

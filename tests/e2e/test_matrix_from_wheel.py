@@ -45,6 +45,9 @@ class MatrixApp:
 
 APPS = {
     "lambda-groups": MatrixApp("lambda_groups.py", {"orders": {"recorder", "fan-out"}, "audit": {"auditor"}}),
+    "worker-groups": MatrixApp(
+        "worker_groups.py", {"events": {"polling", "fan-out-workers"}, "existing": {"on-existing"}}
+    ),
 }
 
 

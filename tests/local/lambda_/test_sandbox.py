@@ -253,3 +253,34 @@ def test_local_handler_told_plainly_when_the_machine_refuses(tmp_path: Path) -> 
     log = (tmp_path / "logs" / "probe.log").read_text()
     assert "local runtime: not sandboxed: unshare(CLONE_NEWUSER|CLONE_NEWNS)" in log and setting in log
     assert answer["payload"]["project"] == "written", "not enforced, as said"
+
+
+def test_a_worker_task_without_its_runtimes_interpreter_runs_on_this_one_sandboxed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No python3.12 on the machine (a team's HOME without pyenv's): the tasks run on this runtime's
+    interpreter, by its path, which the sandbox execs without a PATH search (a bare "python3" made
+    every task of a team's worker group fail with FileNotFoundError)."""
+    from local.ecs import services as ecs_services
+
+    monkeypatch.setattr(ecs_services.runtimes, "find_interpreter", lambda runtime: None)
+    root = tmp_path / "project"
+    root.mkdir()
+    source = textwrap.dedent(ATTEMPTS) + AT_IMPORT + "handle = None\n"
+    code = make_project(root, source).code_dir
+    environment = {"SHARDLINE_STREAM": "s", "SHARDLINE_GROUP": "probe", "LEASE_TABLE": "t"}
+    spec = WorkerService(
+        "Probe", "probe", 1, code, REPO / "layers" / "shardline" / "python",
+        environment={**environment, "SHARDLINE_HANDLER": "app:handle"},
+    )  # fmt: skip
+    logs = tmp_path / "logs"
+    services = ecs_services.WorkerServices((spec,), endpoint_url="http://127.0.0.1:9", log_dir=logs)
+    assert services.interpreter == sys.executable
+    assert "the workers run on Python 3." in (services.note or "")
+    services.start()
+    try:
+        log = spec.log_files(logs)[0]
+        assert wait_until(lambda: told_attempts(log) is not None), log.read_text()
+    finally:
+        services.stop()
+    assert told_attempts(log) == REFUSED

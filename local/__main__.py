@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -36,10 +37,15 @@ from .chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
 from .cloudwatch.monitor import DASHBOARD_ROUTE
 from .runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
 
+if TYPE_CHECKING:
+    from .commands.send_payloads import Payloads
+
 STATE_DIR = home.state_dir()
 PID_FILE = STATE_DIR / "up.pid"
 #: How the user runs this command line, for the lines it prints.
 COMMAND = "python -m local" if home.IN_REPOSITORY else "shardline local"
+#: The producer API's limit on records per request (as Kinesis PutRecords').
+MAX_RECORDS_PER_REQUEST = 500
 
 
 def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
@@ -77,14 +83,30 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     send = commands.add_parser("send", help="POST records to the API, then check every consumer group")
     send.add_argument("--count", type=int, default=10_000)
     send.add_argument("--duration", type=float, help="seconds to send for, at --rate (instead of --count)")
-    send.add_argument("--size", default="100", help="bytes of data per record: N, or MIN-MAX (log-uniform)")
+    send.add_argument(
+        "--size", default=None,
+        help="bytes of send's own data per record: N, or MIN-MAX (log-uniform; default 100)",
+    )  # fmt: skip
+    payloads = send.add_mutually_exclusive_group()
+    payloads.add_argument(
+        "--payload-template", metavar="TEXT|@FILE",
+        help="each record's data: a JSON template whose string values hold {id} {seq} {run} {key} {i} {now} "
+        '(a value of just "{seq}" or "{i}" is a number; see README)',
+    )  # fmt: skip
+    payloads.add_argument(
+        "--payload-file", type=Path, metavar="FILE",
+        help="each record's data: a line of this ndjson file, in order, cycled when --count is larger",
+    )  # fmt: skip
     send.add_argument("--keys", type=int, default=100, help="distinct partition keys")
     send.add_argument("--skew", default="uniform", help="keys: uniform, zipf[:S] or hot[:SHARE]")
     send.add_argument("--poison-rate", type=float, default=0.0, help="share of poison records (450 KiB)")
     send.add_argument("--format", choices=("json", "ndjson"), default="json", help="request bodies")
     send.add_argument("--seed", type=int, help="the same sizes, keys and poison records, run after run")
     send.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
-    send.add_argument("--batch", type=int, default=500, help="records per request")
+    send.add_argument(
+        "--records-per-request", "--batch", dest="batch", type=int, default=500, metavar="N",
+        help="records per request, 1-500 (fewer when their bodies would pass 5 MB)",
+    )  # fmt: skip
     send.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     send.add_argument("--stream", default=None, help="the API's stream name (default: the first)")
     send.add_argument(
@@ -465,7 +487,10 @@ def _send(args: argparse.Namespace) -> int:
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
     try:
-        low, high = parse_size(args.size)
+        payloads = _payloads(args)
+        low, high = parse_size(args.size or "100")
+        if not 1 <= args.batch <= MAX_RECORDS_PER_REQUEST:
+            raise ShapeError(f"--records-per-request: 1 to {MAX_RECORDS_PER_REQUEST}, got {args.batch}")
         if args.duration is not None and not args.rate:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
@@ -477,6 +502,7 @@ def _send(args: argparse.Namespace) -> int:
             progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
             seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
             ids=args.ids, lose_replies=args.lose_replies, api_key=args.api_key or _first_api_key(app),
+            payloads=payloads,
         )  # fmt: skip
     except ShapeError as error:
         print(f"send: {error}", file=sys.stderr)
@@ -498,6 +524,20 @@ def _send(args: argparse.Namespace) -> int:
     )
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
     return 0 if verdict.ok else 1
+
+
+def _payloads(args: argparse.Namespace) -> Payloads | None:
+    """`--payload-template` or `--payload-file`, read and checked (a `PayloadError` when they cannot be)."""
+    from .commands.send_payloads import load_payload_file, parse_template
+    from .commands.send_shapes import ShapeError
+
+    if args.payload_template is None and args.payload_file is None:
+        return None
+    if args.size is not None:
+        raise ShapeError("--size sets send's own payloads: not with --payload-template or --payload-file")
+    if args.payload_template is not None:
+        return parse_template(args.payload_template)
+    return load_payload_file(args.payload_file)
 
 
 def _redrive(args: argparse.Namespace) -> int:

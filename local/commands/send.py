@@ -175,6 +175,10 @@ class SendReport:
     def id_of(self, seq: int) -> str | None:
         return record_id(self.run_id, seq) if self.ids else None
 
+    def seq_of_id(self) -> dict[str, int]:
+        """Every record's id -> its seq (empty without ids): how the verdict knows a record by its id."""
+        return {record_id(self.run_id, seq): seq for seq in range(self.count)} if self.ids else {}
+
     def payload_of(self, seq: int, post_time: float) -> bytes:
         """The data `send` wrote for record `seq` (first POSTed at `post_time`)."""
         if self.payloads is not None:

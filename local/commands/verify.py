@@ -133,7 +133,7 @@ class _Watch:
         self.report, self.function_errors = report, function_errors
         self.dynamodb = client("dynamodb", endpoint_url)
         expected = report.id_of if report.ids else None
-        seq_of_id = {record_id: seq for seq in range(report.count) if (record_id := report.id_of(seq))}
+        seq_of_id = report.seq_of_id()
         self.sink: SinkReader | ScanSinkReader | None = None
         if group.kind == RECORDS and group.incremental:
             self.sink = SinkReader(
@@ -155,7 +155,7 @@ class _Watch:
             else None
         )
         self.dlq = (
-            DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id)
+            DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id, seq_of_id)
             if group.dlq_url
             else None
         )
@@ -329,6 +329,7 @@ def read_stream(
         report.id_of,
         since=report.started - SINCE_SLACK_S,
         watch=watch,
+        seq_of_id=report.seq_of_id(),
     )
     try:
         return _stream_result(reader.read(), report)

@@ -8,6 +8,7 @@ import base64
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def parsing_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return parsing_assembly(tmp_path_factory.mktemp("parsing-app"))
 
 
-def _data(stub: StubApi) -> list[dict]:
+def _data(stub: StubApi) -> list[Any]:
     return [json.loads(base64.b64decode(r["data"])) for request in stub.received for r in request.records]
 
 

@@ -11,6 +11,7 @@ import pytest
 import local.commands.send
 from local.app.provision import client
 from local.commands.send import parse_payload
+from local.commands.send_payloads import parse_template
 from local.commands.verify_readers import SinkReader
 from local.commands.verify_render import render
 from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
@@ -215,3 +216,23 @@ def test_a_record_given_up_after_posts_that_may_have_landed_is_unconfirmed_and_m
     verdict = _verify(pipeline, report)
     assert verdict.ok, render(verdict)
     assert report.as_dict()["unconfirmed"] == 10 and "10 unconfirmed" in render(verdict)
+
+
+def test_7_the_verdict_knows_a_templated_run_by_its_ids_in_sink_dlq_and_stream(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    """A run of the user's payloads carries no run or seq in its data: the sink, the DLQ (a dead
+    letter's `recordId`) and the stream (the KPL aggregate's ids) know its records by their ids."""
+    template = parse_template('{"order": "{id}", "tenant": "{i}"}')
+    report = _send(stub_api, 30, keys=5, batch=10, payloads=template, run_id="run-tpl")
+    refused = [w for w in stub_api.written if json.loads(w.data)["tenant"] == 3]
+    pipeline.write_sink([w for w in stub_api.written if w not in refused])
+    pipeline.count(stub_api.written)
+    for w in refused:
+        pipeline.dead_letter(w, "event-sink", ValueError("tenant 3 is closed"))
+    verdict = _verify(pipeline, report, timeout=5)
+    sink = _group(verdict, "event-sink")
+    seqs = sorted(int(w.id.rsplit("-", 1)[1]) for w in refused if w.id)
+    assert seqs == [3, 8, 13, 18, 23, 28]
+    assert sink.dead_lettered == seqs and sink.lost == [] and not sink.duplicated
+    assert verdict.stream.user_records == 30 and verdict.stream.unbacked == [] and verdict.stream.ok

@@ -68,7 +68,18 @@ from .verify_readers import (
     read_counts,
 )
 from .verify_render import progress_line
-from .verify_verdict import COUNTER, LAG, RECORDS, Group, GroupResult, StreamResult, Verdict
+from .verify_verdict import (
+    CAUSE_IDS,
+    COUNTER,
+    LAG,
+    RECORDS,
+    DeadLetterCause,
+    Group,
+    GroupResult,
+    StreamResult,
+    Verdict,
+    dead_letter_cause,
+)
 
 __all__ = ["consumer_groups", "physical_stream", "read_stream", "run_starts", "wait_and_verify"]
 
@@ -177,16 +188,18 @@ class _Watch:
         result, group = self.result, self.group
         if self.dlq is not None:
             self.dlq.poll()
-            result.dlq_depth = self.dlq.depth
+            result.dlq_queue_depth = self.dlq.depth
         if self.on_failure is not None:
             self.on_failure.poll()
-        letters = set(self.dlq.letters) if self.dlq else set()
+        accepted = set(self.report.accepted)
+        letters = set(self.dlq.letters) & accepted if self.dlq else set()
+        result.dlq_depth = len(letters)  # the run's: earlier runs' letters are not this run's
         if isinstance(self.sink, SinkReader):
             for shard_id in shard_ids:  # shards no answer named (a child after a split): from their start
                 self.sink.add_shard(shard_id)
         if self.sink is not None:
             self.sink.poll(thorough=thorough)
-            result.processed = len((set(self.sink.positions) | letters) & set(self.report.accepted))
+            result.applied = len(set(self.sink.positions) & accepted)
             result.queries, result.items_read = self.sink.queries, self.sink.items_read
         elif group.kind == COUNTER:
             self.counts = read_counts(
@@ -196,11 +209,15 @@ class _Watch:
                 group.key_attribute,
                 group.count_attribute,
             )
-            result.processed = sum(self.counts.values())
+            result.applied = sum(self.counts.values())
         elif self.lag is not None:
             self.lag.poll()
-            result.processed, result.queries = self.lag.processed, self.lag.queries
-        drained = not self.lag.behind if self.lag is not None else result.processed >= result.expected
+            # a checkpoint passes a dead-lettered record too: passed, less the run's dead letters
+            result.applied, result.queries = max(0, self.lag.processed - len(letters)), self.lag.queries
+        settled = result.applied + len(
+            letters - set(self.sink.positions) if self.sink is not None else letters
+        )
+        drained = not self.lag.behind if self.lag is not None else settled >= result.expected
         if result.done_at is None and drained:
             result.done_at = time.time()
             result.drain_s = max(0.0, result.done_at - self.report.finished)
@@ -208,7 +225,12 @@ class _Watch:
     def conclude(self) -> GroupResult:
         """Compare what the readers found with what the API answered, record by record."""
         result, report = self.result, self.report
-        letters = self.dlq.letters if self.dlq else {}
+        letters = {
+            seq: letter
+            for seq, letter in (self.dlq.letters if self.dlq else {}).items()
+            if seq in report.accepted
+        }
+        result.dead_letter_causes = _causes(letters, report)
         result.on_failure = len(self.on_failure.messages) if self.on_failure else 0
         # Without ids, a re-posted record may be applied once per post that may have been written.
         extra = {} if report.ids else report.reposted
@@ -264,6 +286,18 @@ class _Watch:
                 result.poison_whole += 1
             else:
                 result.poison_altered.append(seq)
+
+
+def _causes(letters: dict[int, dict[str, Any]], report: SendReport) -> dict[str, DeadLetterCause]:
+    """The run's dead letters grouped by cause, most frequent first, with a few record ids each."""
+    causes: dict[str, DeadLetterCause] = {}
+    for seq, letter in sorted(letters.items()):
+        cause = causes.setdefault(dead_letter_cause(letter), DeadLetterCause())
+        cause.count += 1
+        cause.poison += report.accepted[seq].poison
+        if len(cause.ids) < CAUSE_IDS:
+            cause.ids.append(letter.get("recordId") or report.id_of(seq) or f"seq {seq}")
+    return dict(sorted(causes.items(), key=lambda item: -item[1].count))
 
 
 def _latencies(first_seen: dict[int, float], report: SendReport) -> dict[str, float]:

@@ -1,7 +1,9 @@
 """A small app of the tests' own whose consumer parses its records: a stream, a producer API and one
 consumer group (`order-writer`) whose handler reads each record's data as JSON and writes an item
 keyed by the record's id — and raises `ValueError` on an order whose `"tenant"` is `BAD_TENANT`,
-so those records are dead-lettered with that cause (the group's failure detail is "message").
+so those records are dead-lettered with that cause (the group's failure detail is "message"), and
+drops an order whose tenant is `DROPPED_TENANT` without a word (a handler's bug: the record is
+neither applied nor dead-lettered, missing).
 
     cdk_out = parsing_assembly(tmp_path)      # synthesized in process, offline
     runtime = start_runtime(cdk_out, logs)    # tests.support.runtime
@@ -13,6 +15,8 @@ from pathlib import Path
 
 #: The tenant the handler refuses: its records end in the group's DLQ.
 BAD_TENANT = 3
+#: The tenant whose records the handler drops: missing from the sink and the DLQ.
+DROPPED_TENANT = 4
 GROUP = "order-writer"
 ROUTE = "orders"
 
@@ -28,6 +32,8 @@ def order_item(table, record):
     order = json.loads(record.data)  # send's own payload would fail here too, on "order"
     if order["tenant"] == {BAD_TENANT}:
         raise ValueError(f"tenant {{order['tenant']}} is closed")
+    if order["tenant"] == {DROPPED_TENANT}:
+        return []
     item = {{"orderId": {{"S": record.id}}, "order": {{"S": str(order["order"])}}}}
     return [{{"Put": {{"TableName": table, "Item": item}}}}]
 

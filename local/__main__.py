@@ -479,6 +479,7 @@ def _usage(args: argparse.Namespace) -> int:
 
 def _send(args: argparse.Namespace) -> int:
     from .commands.send import send
+    from .commands.send_progress import display_for
     from .commands.send_shapes import ShapeError, parse_size
     from .commands.status import function_errors, groups_line
     from .commands.verify import wait_and_verify
@@ -486,6 +487,7 @@ def _send(args: argparse.Namespace) -> int:
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
+    display = display_for(json_output=args.json)  # stderr: stdout is the verdict's
     try:
         payloads = _payloads(args)
         low, high = parse_size(args.size or "100")
@@ -499,7 +501,7 @@ def _send(args: argparse.Namespace) -> int:
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
-            progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
+            progress=False, poison_rate=args.poison_rate, ndjson=args.format == "ndjson", display=display,
             seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
             ids=args.ids, lose_replies=args.lose_replies, api_key=args.api_key or _first_api_key(app),
             payloads=payloads,
@@ -508,6 +510,7 @@ def _send(args: argparse.Namespace) -> int:
         print(f"send: {error}", file=sys.stderr)
         return 2
     if args.no_wait:
+        display.stop()
         return 0
 
     def errors_since(function: str) -> int | None:
@@ -519,9 +522,11 @@ def _send(args: argparse.Namespace) -> int:
         app,
         report,
         timeout=args.timeout,
-        progress=sys.stdout.isatty(),
+        progress=False,
         function_errors=errors_since,
+        display=display,
     )
+    display.stop()
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
     return 0 if verdict.ok else 1
 

@@ -65,6 +65,7 @@ from rich.text import Text
 from ..app import model
 from .send_http import Client, Pacer, backoff, retry_after
 from .send_payloads import Payloads, iso_time
+from .send_progress import Display
 from .send_shapes import LoadShape, ShapeError
 
 MAX_ATTEMPTS = 20  # posts of a record at most; a record still not accepted after that is refused
@@ -268,6 +269,7 @@ class _Sender:
         self.losses = losses or random.Random()  # which answers are lost: one draw per answer
         self.lock = threading.Lock()
         self.sent = 0  # records POSTed, re-posts included
+        self.first_sent = 0  # records POSTed at least once
         self.pending_reposts = 0  # records waiting to be posted again after a whole failure
 
     def run(self, batches: queue.Queue[tuple[int, list[int]]]) -> None:
@@ -311,6 +313,8 @@ class _Sender:
             if not records:  # built after the pacing wait: `t` is when the records are first POSTed
                 post_time = time.time()
                 records = {seq: self._record(seq, post_time) for seq in seqs}
+                with self.lock:
+                    self.first_sent += len(seqs)
             key = f"{report.run_id}-b{number}.{version}" if report.ids else None
             body = self._body([records[seq] for seq in pending])
             status, headers, answer = self._post(client, body, key)
@@ -466,6 +470,7 @@ def send(
     api_key: str | None = None,
     credentials: tuple[str, str] = (model.ACCESS_KEY, model.SECRET_KEY),
     payloads: Payloads | None = None,
+    display: Display | None = None,
 ) -> SendReport:
     """POST `count` records to `{api_url}/{stream}/records` and return what became of each.
 
@@ -476,8 +481,10 @@ def send(
     `x-api-key` (an API with clients requires one). `credentials`: the (access key, secret key) requests
     are signed with — the caller the API stamps on the records (two callers may send the same
     `run_id`: the same ids and Idempotency-Keys, two callers' records).
-    `monitor()` adds a line to the live display (e.g. the consumer groups' progress). `payloads`: the
-    records' data from a template or a file (`local.commands.send_payloads`); needs `ids`, no poison."""
+    `monitor()` adds a line to the live display (e.g. the consumer groups' progress); `display`, when
+    given, shows the progress instead (`local.commands.send_progress`: a bar, lines, or nothing).
+    `payloads`: the records' data from a template or a file (`local.commands.send_payloads`); needs
+    `ids`, no poison."""
     if batch < 1 or concurrency < 1:
         raise ValueError("batch and concurrency must be >= 1")
     if payloads is not None and not ids:
@@ -520,10 +527,28 @@ def send(
     ]
     for thread in threads:
         thread.start()
-    _watch(sender, threads, enabled=progress, monitor=monitor)
+    if display is not None:
+        _show(sender, threads, display)
+    else:
+        _watch(sender, threads, enabled=progress, monitor=monitor)
     for thread in threads:
         thread.join()
     return report
+
+
+def _show(sender: _Sender, threads: list[threading.Thread], display: Display) -> None:
+    """Tell `display` how many records were sent and accepted until the threads finish."""
+    report = sender.report
+
+    def tell(final: bool) -> None:
+        with sender.lock:
+            sent, accepted, refused = sender.first_sent, len(report.accepted), len(report.failed)
+        display.sending(report.count, sent, accepted, refused, final=final)
+
+    while any(thread.is_alive() for thread in threads):
+        tell(False)
+        time.sleep(0.25)
+    tell(True)
 
 
 def _watch(

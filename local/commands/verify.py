@@ -57,6 +57,7 @@ from shardline.kpl._identity import NO_CALLER_SCOPE, caller_scope
 from ..app import environments, model
 from ..app.provision import client
 from .send import SendReport
+from .send_progress import Display
 from .verify_groups import consumer_groups
 from .verify_lag import LagReader, OnFailureReader
 from .verify_readers import (
@@ -381,18 +382,21 @@ def wait_and_verify(
     poll_interval: float = POLL_INTERVAL_S,
     stream: bool = True,
     function_errors: FunctionErrors | None = None,
+    display: Display | None = None,
 ) -> Verdict:
     """Poll every consumer group of the report's stream until it has processed every accepted record
     (or `timeout` seconds pass), then compare: lost, duplicated, counts, ids, dead letters, latency,
     drain, lag; and (`stream`) read the stream: positions, Kinesis-level duplicates. `function_errors`
-    says how many errors a function had since the run began (a group checked by lag must have none)."""
+    says how many errors a function had since the run began (a group checked by lag must have none).
+    `display` shows each group's progress (`local.commands.send_progress`) instead of the live line."""
     stream_name = physical_stream(app, report.stream)
     groups = consumer_groups(app, stream_name)
     starts = run_starts(endpoint_url, stream_name, report.started - SINCE_SLACK_S)
     watches = [_Watch(group, report, endpoint_url, starts, function_errors) for group in groups]
     deadline = time.monotonic() + timeout
     console = Console(stderr=True)
-    live = Live(console=console, refresh_per_second=4) if progress and console.is_terminal else None
+    shown = progress and console.is_terminal and display is None
+    live = Live(console=console, refresh_per_second=4) if shown else None
     started = time.monotonic()
     timed_out = False
     shard_ids: list[str] = []
@@ -405,6 +409,8 @@ def wait_and_verify(
                 watch.poll(shard_ids)
             if live:
                 live.update(progress_line([w.result for w in watches], time.monotonic() - started))
+            if display is not None:
+                display.applying([w.result for w in watches], time.monotonic() - started)
             if all(watch.result.done_at is not None for watch in watches):
                 break
             if time.monotonic() >= deadline:
@@ -413,6 +419,8 @@ def wait_and_verify(
             time.sleep(poll_interval)
         for watch in watches:  # one more read: a duplicate may land after the last record's first copy
             watch.poll(shard_ids, thorough=True)
+        if display is not None:
+            display.applying([w.result for w in watches], time.monotonic() - started, final=True)
     finally:
         if live:
             live.stop()

@@ -35,6 +35,7 @@ from .app import model
 from .app.template import load, unsupported_reason
 from .chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
 from .cloudwatch.monitor import DASHBOARD_ROUTE
+from .exit_codes import FAILED, INTERRUPTED, NOT_RUNNING, OK, USAGE, UsageError, epilog
 from .runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
 
 if TYPE_CHECKING:
@@ -52,13 +53,19 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run a synthesized CDK app on this machine: up | status | send | redrive | usage.",
-        epilog=f"{prog} up (from the app's folder, cdk.out there), then {prog} send and {prog} status.",
+        epilog=f"{prog} up (from the app's folder, cdk.out there), then {prog} send and {prog} status. "
+        + epilog(),
     )
     _where(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the app on loopback until Ctrl-C")
     up.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    up.add_argument(
+        "--json", action="store_true",
+        help='JSON lines on stdout: {"event": "ready", ...} (endpoints, API, app, pid, groups) once up, '
+        '{"event": "stopped"} at the end; the rest on stderr',
+    )  # fmt: skip
     up.add_argument(
         "--no-iam", action="store_true",
         help="do not authorize requests (every local call is allowed, as before; deployed, they are not)",
@@ -129,6 +136,7 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     )
     redrive.add_argument("group", help="the consumer group (SHARDLINE_GROUP) or its function's name")
     redrive.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
+    redrive.add_argument("--json", action="store_true", help="what was redriven, as one JSON object")
 
     usage = commands.add_parser("usage", help="the billable operations so far, per component")
     usage.add_argument("--json", action="store_true", help="machine-readable")
@@ -137,12 +145,45 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     for command in (up, status, send, redrive, usage):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
-    problem = _find_the_app(args)
-    if problem:
-        print(f"{prog} {args.command}: {problem}", file=sys.stderr)
-        return 2
     verbs = {"up": _up, "status": _status, "send": _send, "redrive": _redrive, "usage": _usage}
-    return verbs[args.command](args)
+    try:
+        problem = _find_the_app(args)
+        if problem:
+            raise UsageError(problem)
+        return verbs[args.command](args)
+    except UsageError as error:
+        print(f"{prog} {args.command}: {error}", file=sys.stderr)
+        return USAGE
+    except NotRunning as error:
+        print(f"{prog} {args.command}: {error}", file=sys.stderr)
+        return NOT_RUNNING
+    except KeyboardInterrupt:
+        print(f"{prog} {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+class NotRunning(Exception):
+    """No app answers where the command looked for it (`NOT_RUNNING`)."""
+
+
+def _answers(url: str) -> bool:
+    """Something accepts a connection at `url`'s host and port (the app is up there)."""
+    import socket
+    import urllib.parse
+
+    where = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((where.hostname or "127.0.0.1", where.port or 80), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _require_running(*urls: str) -> None:
+    """`NotRunning` unless every one of `urls` answers."""
+    for url in urls:
+        if not _answers(url):
+            raise NotRunning(f"no app answers at {url}: is `{COMMAND} up` running (and on these ports)?")
 
 
 def _find_the_app(args: argparse.Namespace) -> str | None:
@@ -156,6 +197,8 @@ def _find_the_app(args: argparse.Namespace) -> str | None:
         if located.problem:
             return located.problem
         run = located.run
+        if run is None and not (args.cdk_out or Path("cdk.out")).joinpath("manifest.json").exists():
+            raise NotRunning(f"no app is up (none registered in {home.runs_dir()}) and no cdk.out here")
     if run is not None:
         args.cdk_out, args.stack = Path(run.cdk_out), args.stack or run.stack
         args.endpoint_port, args.api_port = run.endpoint_port, run.api_port
@@ -203,17 +246,18 @@ STEP_LABELS = {
 
 
 def _up(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    # With --json, stdout is the JSON lines' alone: the words go to stderr.
+    console = Console(highlight=False, soft_wrap=True, stderr=args.json)
     try:
         chaos = load_profile(args.chaos)
     except ProfileError as error:
         console.print(f"[red]bad --chaos[/]: {error}")
-        return 2
+        return USAGE
     try:
         existing = _parse_streams(args.streams)
     except ValueError as error:
         console.print(f"[red]bad --stream[/]: {error}")
-        return 2
+        return USAGE
     refused = _cannot_start(console, args)
     if refused:
         return refused
@@ -255,18 +299,25 @@ def _up(args: argparse.Namespace) -> int:
         if not (settings.cdk_out / "manifest.json").exists():
             hint = "`make local` synthesizes it" if home.IN_REPOSITORY else "run `cdk synth`, or give --app"
             console.print(f"[red]no synthesized app in {settings.cdk_out}[/]: {hint}")
-            return 2
+            return USAGE
         try:
             runtime.start()
         except KeyboardInterrupt:
             console.print("interrupted: stopped everything")
-            return 130
+            return INTERRUPTED
         except Exception as error:  # a port in use, a template the runtime cannot read: say which
             console.print(f"[red]could not start[/]: {type(error).__name__}: {error}")
             if not isinstance(error, OSError | ValueError):  # not the machine's or the app's: ours
                 console.print_exception(max_frames=8)  # what a report of the defect needs
             console.print("stopped everything it had started")
-            return 1
+            return FAILED
+    return _serve(console, runtime, done, json_lines=args.json)
+
+
+def _serve(console: Console, runtime: Runtime, done: threading.Event, *, json_lines: bool) -> int:
+    """The app is up: say where it is (`json_lines`: also as `up --json`'s ready line), registered
+    for the other commands, until Ctrl-C or SIGTERM (`done`); then everything stopped."""
+    settings = runtime.settings
     STATE_DIR.mkdir(exist_ok=True)
     PID_FILE.write_text(str(os.getpid()))
     registered = running.register(
@@ -277,6 +328,8 @@ def _up(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         _print_ready(console, runtime)
+        if json_lines:
+            _json_line(ready_event(runtime))
         try:
             while not done.wait(0.5):
                 pass
@@ -288,7 +341,39 @@ def _up(args: argparse.Namespace) -> int:
         PID_FILE.unlink(missing_ok=True)
         registered.unlink(missing_ok=True)
     console.print("stopped: no process left behind")
-    return 0
+    if json_lines:
+        _json_line({"event": "stopped", "pid": os.getpid()})
+    return OK
+
+
+def _json_line(event: dict[str, object]) -> None:
+    print(json.dumps(event, separators=(",", ":")), flush=True)
+
+
+def ready_event(runtime: Runtime) -> dict[str, object]:
+    """`up --json`'s first line: where everything is, what a script needs to talk to the app."""
+    from .commands.status import consumer_groups
+
+    app, settings = runtime.app, runtime.settings
+    assert app is not None
+    return {
+        "event": "ready",
+        "pid": os.getpid(),
+        "folder": str(Path.cwd().resolve()),
+        "app": str(settings.cdk_out.resolve()),
+        "stack": app.stack_name,
+        "endpoint_url": runtime.endpoint_url,
+        "api_url": runtime.api_url if runtime.api is not None else None,
+        "dashboard_url": f"{runtime.api.url}{DASHBOARD_ROUTE}" if runtime.api is not None else None,
+        "region": model.REGION,
+        "account": model.ACCOUNT,
+        "credentials": {"access_key_id": model.ACCESS_KEY, "secret_access_key": model.SECRET_KEY},
+        "api_keys": {plan.name: plan.value for plan in (app.apis[0].keys if app.apis else ())},
+        "streams": [stream.name for stream in app.streams],
+        "groups": consumer_groups(app),
+        "log_dir": str(settings.log_dir),
+        "started_in_s": round(runtime.started_in, 3),
+    }
 
 
 def _print_not_as_deployed(console: Console, runtime: Runtime) -> None:
@@ -413,8 +498,8 @@ def _cannot_start(console: Console, args: argparse.Namespace) -> int | None:
     when another app holds the ports (2) or the Lambda runtime's packages are missing (1)."""
     _stop_previous_run(console)
     if not _ports_free(console, args.endpoint_port, args.api_port):
-        return 2
-    return None if _runtime_packages(console) else 1
+        return USAGE
+    return None if _runtime_packages(console) else FAILED
 
 
 def _ports_free(console: Console, endpoint_port: int, api_port: int) -> bool:
@@ -448,7 +533,7 @@ def _stop_previous_run(console: Console) -> None:
 def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
     endpoint_url = f"http://127.0.0.1:{args.endpoint_port}"
     if not (args.cdk_out / "manifest.json").exists():
-        raise SystemExit(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
+        raise UsageError(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
     app = load(args.cdk_out, endpoint_url=endpoint_url, stack=args.stack)
     api_url = f"http://127.0.0.1:{args.api_port}/{app.apis[0].stage}" if app.apis else ""
     return app, endpoint_url, api_url
@@ -463,7 +548,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         render(report, Console(highlight=False, soft_wrap=True))
-    return 0
+    return NOT_RUNNING if "error" in report.get("kinesis", {}) else OK
 
 
 def _usage(args: argparse.Namespace) -> int:
@@ -474,7 +559,7 @@ def _usage(args: argparse.Namespace) -> int:
         print(json.dumps(reading, indent=2))
     else:
         render(reading, Console(highlight=False))
-    return 1 if "error" in reading else 0
+    return NOT_RUNNING if "error" in reading else OK
 
 
 def _send(args: argparse.Namespace) -> int:
@@ -488,6 +573,7 @@ def _send(args: argparse.Namespace) -> int:
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
     display = display_for(json_output=args.json)  # stderr: stdout is the verdict's
+    api_base = f"http://127.0.0.1:{args.api_port}"
     try:
         payloads = _payloads(args)
         low, high = parse_size(args.size or "100")
@@ -496,7 +582,7 @@ def _send(args: argparse.Namespace) -> int:
         if args.duration is not None and not args.rate:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
-        api_base = f"http://127.0.0.1:{args.api_port}"
+        _require_running(api_base, endpoint_url)  # before anything is sent
         errors_before = function_errors(api_base)
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
@@ -507,11 +593,10 @@ def _send(args: argparse.Namespace) -> int:
             payloads=payloads,
         )  # fmt: skip
     except ShapeError as error:
-        print(f"send: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(str(error)) from None
     if args.no_wait:
         display.stop()
-        return 0
+        return OK
 
     def errors_since(function: str) -> int | None:
         now, before = function_errors(api_base).get(function), errors_before.get(function, 0)
@@ -528,7 +613,7 @@ def _send(args: argparse.Namespace) -> int:
     )
     display.stop()
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
-    return 0 if verdict.ok else 1
+    return OK if verdict.ok else FAILED
 
 
 def _payloads(args: argparse.Namespace) -> Payloads | None:
@@ -546,14 +631,22 @@ def _payloads(args: argparse.Namespace) -> Payloads | None:
 
 
 def _redrive(args: argparse.Namespace) -> int:
-    from .commands.redrive import RedriveError, redrive_group
+    from .commands.redrive import RedriveError, RedriveOutcome, RedriveUnreachable, redrive_group
 
     app, endpoint_url, _ = _local_app(args)
+    outcome = RedriveOutcome()
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
-        return redrive_group(app, args.group, endpoint_url=endpoint_url, log_dir=args.log_dir)
+        code = redrive_group(
+            app, args.group, endpoint_url=endpoint_url, log_dir=args.log_dir, say=say, outcome=outcome
+        )
+    except RedriveUnreachable as error:
+        raise NotRunning(str(error)) from None
     except RedriveError as error:
-        print(f"redrive: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(outcome.as_dict(), indent=2, default=str))
+    return OK if code == 0 else FAILED
 
 
 def _first_api_key(app: model.LocalApp) -> str | None:
@@ -570,7 +663,7 @@ def _first_stream_route(app: model.LocalApp) -> str:
         routes = environments.routes(function)
         if routes:
             return next(iter(routes))
-    raise SystemExit("no producer function (SHARDLINE_STREAMS) in this app")
+    raise UsageError("no producer function (SHARDLINE_STREAMS) in this app: `send` posts to its API")
 
 
 if __name__ == "__main__":

@@ -4,17 +4,20 @@ applied, dead-lettered (with their cause) and missing apart."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from local.__main__ import main
 from local.app.provision import client
 from local.app.template import load
 from local.commands.send import send
 from local.commands.send_payloads import parse_template
 from local.commands.verify import wait_and_verify
 from local.commands.verify_render import render
+from local.exit_codes import FAILED, OK
 from local.runtime import Runtime
 from tests.support.parsing_app import BAD_TENANT, DROPPED_TENANT, GROUP, ROUTE, parsing_assembly
 from tests.support.runtime import start_runtime
@@ -78,3 +81,21 @@ def test_7_verdict_tells_applied_dead_lettered_and_missing_apart(parsing_runtime
     assert as_json["dead_letter_causes"] == {cause: {"count": 4, "poison": 0, "ids": letters.ids}}
     assert f"{GROUP}: dead-lettered ×4 ValueError: tenant 3 is closed: {', '.join(letters.ids)}" in shown
     assert "│ 12/20   │ 4 (4 not poison) │ 4 " in shown
+
+
+def test_7_exit_codes_send_is_0_when_the_verdict_holds_1_when_it_fails_and_json_is_the_verdict_alone(
+    parsing_runtime: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = parsing_runtime.settings
+    where = ["--cdk-out", str(settings.cdk_out), "--endpoint-port", str(settings.endpoint_port),
+             "--api-port", str(settings.api_port)]  # fmt: skip
+    template = ["--payload-template", '{"order": "{id}", "tenant": "{i}"}', "--json", "--timeout", "300"]
+    assert main([*where, "send", "--count", "9", "--keys", "3", *template]) == OK  # tenants 0-2: applied
+    said = capsys.readouterr()
+    verdict = json.loads(said.out)  # stdout is the verdict, whole; stderr has nothing
+    assert said.err == "" and verdict["ok"] and verdict["groups"][0]["applied"] == 9
+    assert main([*where, "send", "--count", "4", "--keys", "4", *template]) == FAILED  # tenant 3: DLQ
+    said = capsys.readouterr()
+    verdict = json.loads(said.out)
+    assert said.err == "" and not verdict["ok"]
+    assert verdict["groups"][0]["dead_letter_causes"]["ValueError: tenant 3 is closed"]["count"] == 1

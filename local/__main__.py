@@ -1,10 +1,14 @@
 """`python -m local up | status | send | redrive`: the local runtime's command line.
 
-python -m local up                 # the app of cdk.out on loopback, until Ctrl-C
+python -m local up [--json]        # the app of cdk.out on loopback, until Ctrl-C
 python -m local status [--json]    # streams and shards, consumer groups, DLQs, functions
 python -m local send --count 20000 # POST records to the API, then prove where they went
+python -m local send --payload-file orders.ndjson --records-per-request 100   # the user's data
 python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
 python -m local usage [--reset]    # the billable operations so far, per component (--json)
+
+Every command exits with one table's statuses (`local.exit_codes`: 0 ok, 1 failed, 2 usage or bad
+input, 3 the app not running, 130 interrupted); `--json` puts JSON alone on stdout.
 
 (up, status and send are also make verbs.) Installed (with the `local` extra), the same
 command line is `shardline local ...` (`shardline._cli`), run from the team's project folder:

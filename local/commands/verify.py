@@ -1,4 +1,4 @@
-"""The end of `send`: wait until every consumer group has processed a run's records, then say where they went.
+"""The end of `send`: wait until every consumer group has settled a run's records, then say where they went.
 
     verdict = wait_and_verify("http://127.0.0.1:4566", app, report)
     print(render(verdict)); sys.exit(0 if verdict.ok else 1)   # render: local.commands.verify_render
@@ -21,6 +21,11 @@ with its own `recordId`, and counted exactly once; every refused record is in no
 the stream; an unconfirmed one (given up after a post that may have landed) in each sink and count
 at most once. A run sent without ids claims less for a re-posted record (one a post of which may
 have been written, `SendReport.reposted`): at least once, and at most once per post.
+
+Each group's records are told apart (`verify_verdict`): applied, dead-lettered (the run's letters in
+its DLQ, grouped by the cause the dead letter gives) and missing; the DLQ's letters of earlier runs
+are not this run's. A run whose data is the user's (a template, a file) is known by its ids alone:
+in the sinks, the dead letters (`recordId`) and the stream (a KPL aggregate's record ids).
 
 Then the stream itself is read (`StreamReader`): every accepted record must be in the Kinesis record
 at the sequence number the API answered (no success without Kinesis's word), and the Kinesis-level
@@ -384,11 +389,12 @@ def wait_and_verify(
     function_errors: FunctionErrors | None = None,
     display: Display | None = None,
 ) -> Verdict:
-    """Poll every consumer group of the report's stream until it has processed every accepted record
-    (or `timeout` seconds pass), then compare: lost, duplicated, counts, ids, dead letters, latency,
-    drain, lag; and (`stream`) read the stream: positions, Kinesis-level duplicates. `function_errors`
-    says how many errors a function had since the run began (a group checked by lag must have none).
-    `display` shows each group's progress (`local.commands.send_progress`) instead of the live line."""
+    """Poll every consumer group of the report's stream until it has settled every accepted record
+    (applied it, or dead-lettered it) or `timeout` seconds pass, then compare: lost, duplicated,
+    counts, ids, dead letters, latency, drain, lag; and (`stream`) read the stream: positions,
+    Kinesis-level duplicates. `function_errors` says how many errors a function had since the run
+    began (a group checked by lag must have none). `display` shows each group's progress
+    (`local.commands.send_progress`) instead of the live line."""
     stream_name = physical_stream(app, report.stream)
     groups = consumer_groups(app, stream_name)
     starts = run_starts(endpoint_url, stream_name, report.started - SINCE_SLACK_S)

@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
         "--payload-file", type=Path, metavar="FILE",
         help="each record's data: a line of this ndjson file, in order, cycled when --count is larger",
     )  # fmt: skip
-    send.add_argument("--keys", type=int, default=100, help="distinct partition keys")
+    send.add_argument(
+        "--keys", type=int, default=100, help="distinct partition keys (a template's {i}: the key's index)"
+    )
     send.add_argument("--skew", default="uniform", help="keys: uniform, zipf[:S] or hot[:SHARE]")
     send.add_argument("--poison-rate", type=float, default=0.0, help="share of poison records (450 KiB)")
     send.add_argument("--format", choices=("json", "ndjson"), default="json", help="request bodies")
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     )
     send.add_argument("--timeout", type=float, default=600, help="seconds to wait for the sinks")
     send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
-    send.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    send.add_argument("--json", action="store_true", help="print the verdict as JSON, alone (no progress)")
     send.add_argument(
         "--no-ids", dest="ids", action="store_false",
         help="records without ids, requests without Idempotency-Key (re-posted records: at least once)",

@@ -57,7 +57,8 @@ def render(verdict: Verdict) -> str:
     console = Console(width=170, record=True, file=io.StringIO())
     console.print(table)
     summary = (
-        f"verdict: {verdict.lost:,} lost, {verdict.duplicate_effects:,} duplicate effects, counts "
+        f"verdict: {verdict.lost:,} missing, {verdict.dead_lettered:,} dead-lettered (not sent as poison), "
+        f"{verdict.duplicate_effects:,} duplicate effects, counts "
         f"{'exact' if not any(g.wrong_counts for g in verdict.groups) else 'WRONG'}"
         + (f", {report.echo_mismatches:,} answers echoing another id" if report.echo_mismatches else "")
     )

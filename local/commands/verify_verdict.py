@@ -215,6 +215,11 @@ class Verdict:
         return sum(len(g.lost) for g in self.groups)
 
     @property
+    def dead_lettered(self) -> int:
+        """Records of the run dead-lettered that were not sent as poison, over every group."""
+        return sum(len(g.dead_lettered) for g in self.groups)
+
+    @property
     def duplicate_effects(self) -> int:
         """Records applied more than once: found twice in an event sink, or a counter over its count."""
         over = sum(max(0, n - low) for g in self.groups for low, n in g.wrong_counts.values())
@@ -225,6 +230,8 @@ class Verdict:
             "ok": self.ok,
             "timed_out": self.timed_out,
             "lost": self.lost,
+            "missing": self.lost,  # the same: neither applied nor dead-lettered
+            "dead_lettered": self.dead_lettered,
             "duplicate_effects": self.duplicate_effects,
             "counts_exact": not any(g.wrong_counts for g in self.groups),
             "latency_resolution_s": self.poll_interval_s,

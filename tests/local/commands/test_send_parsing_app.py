@@ -80,6 +80,7 @@ def test_7_verdict_tells_applied_dead_lettered_and_missing_apart(parsing_runtime
     assert (as_json["applied"], as_json["dlq_depth"], as_json["missing"]) == (12, 4, 4)
     assert as_json["dead_letter_causes"] == {cause: {"count": 4, "poison": 0, "ids": letters.ids}}
     assert f"{GROUP}: dead-lettered ×4 ValueError: tenant 3 is closed: {', '.join(letters.ids)}" in shown
+    assert "verdict: 4 missing, 4 dead-lettered (not sent as poison), 0 duplicate effects" in shown
     assert "│ 12/20   │ 4 (4 not poison) │ 4 " in shown
 
 

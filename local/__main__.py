@@ -1,10 +1,14 @@
 """`python -m local up | status | send | redrive`: the local runtime's command line.
 
-python -m local up                 # the app of cdk.out on loopback, until Ctrl-C
+python -m local up [--json]        # the app of cdk.out on loopback, until Ctrl-C
 python -m local status [--json]    # streams and shards, consumer groups, DLQs, functions
 python -m local send --count 20000 # POST records to the API, then prove where they went
+python -m local send --payload-file orders.ndjson --records-per-request 100   # the user's data
 python -m local redrive GROUP      # what GROUP's on-failure queue points at, through GROUP again
 python -m local usage [--reset]    # the billable operations so far, per component (--json)
+
+Every command exits with one table's statuses (`local.exit_codes`: 0 ok, 1 failed, 2 usage or bad
+input, 3 the app not running, 130 interrupted); `--json` puts JSON alone on stdout.
 
 (up, status and send are also make verbs.) Installed (with the `local` extra), the same
 command line is `shardline local ...` (`shardline._cli`), run from the team's project folder:
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -34,25 +39,37 @@ from .app import model
 from .app.template import load, unsupported_reason
 from .chaos.profiles import PROFILE_NAMES, ProfileError, load_profile
 from .cloudwatch.monitor import DASHBOARD_ROUTE
+from .exit_codes import FAILED, INTERRUPTED, NOT_RUNNING, OK, USAGE, UsageError, epilog
 from .runtime import DEFAULT_API_PORT, DEFAULT_ENDPOINT_PORT, Runtime, Settings
+
+if TYPE_CHECKING:
+    from .commands.send_payloads import Payloads
 
 STATE_DIR = home.state_dir()
 PID_FILE = STATE_DIR / "up.pid"
 #: How the user runs this command line, for the lines it prints.
 COMMAND = "python -m local" if home.IN_REPOSITORY else "shardline local"
+#: The producer API's limit on records per request (as Kinesis PutRecords').
+MAX_RECORDS_PER_REQUEST = 500
 
 
 def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run a synthesized CDK app on this machine: up | status | send | redrive | usage.",
-        epilog=f"{prog} up (from the app's folder, cdk.out there), then {prog} send and {prog} status.",
+        epilog=f"{prog} up (from the app's folder, cdk.out there), then {prog} send and {prog} status. "
+        + epilog(),
     )
     _where(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run the app on loopback until Ctrl-C")
     up.add_argument("--no-limits", action="store_true", help="do not enforce Kinesis's per-shard limits")
+    up.add_argument(
+        "--json", action="store_true",
+        help='JSON lines on stdout: {"event": "ready", ...} (endpoints, API, app, pid, groups) once up, '
+        '{"event": "stopped"} at the end; the rest on stderr',
+    )  # fmt: skip
     up.add_argument(
         "--no-iam", action="store_true",
         help="do not authorize requests (every local call is allowed, as before; deployed, they are not)",
@@ -77,14 +94,32 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     send = commands.add_parser("send", help="POST records to the API, then check every consumer group")
     send.add_argument("--count", type=int, default=10_000)
     send.add_argument("--duration", type=float, help="seconds to send for, at --rate (instead of --count)")
-    send.add_argument("--size", default="100", help="bytes of data per record: N, or MIN-MAX (log-uniform)")
-    send.add_argument("--keys", type=int, default=100, help="distinct partition keys")
+    send.add_argument(
+        "--size", default=None,
+        help="bytes of send's own data per record: N, or MIN-MAX (log-uniform; default 100)",
+    )  # fmt: skip
+    payloads = send.add_mutually_exclusive_group()
+    payloads.add_argument(
+        "--payload-template", metavar="TEXT|@FILE",
+        help="each record's data: a JSON template whose string values hold {id} {seq} {run} {key} {i} {now} "
+        '(a value of just "{seq}" or "{i}" is a number; see README)',
+    )  # fmt: skip
+    payloads.add_argument(
+        "--payload-file", type=Path, metavar="FILE",
+        help="each record's data: a line of this ndjson file, in order, cycled when --count is larger",
+    )  # fmt: skip
+    send.add_argument(
+        "--keys", type=int, default=100, help="distinct partition keys (a template's {i}: the key's index)"
+    )
     send.add_argument("--skew", default="uniform", help="keys: uniform, zipf[:S] or hot[:SHARE]")
     send.add_argument("--poison-rate", type=float, default=0.0, help="share of poison records (450 KiB)")
     send.add_argument("--format", choices=("json", "ndjson"), default="json", help="request bodies")
     send.add_argument("--seed", type=int, help="the same sizes, keys and poison records, run after run")
     send.add_argument("--rate", type=float, default=None, help="records/s at most (default: unpaced)")
-    send.add_argument("--batch", type=int, default=500, help="records per request")
+    send.add_argument(
+        "--records-per-request", "--batch", dest="batch", type=int, default=500, metavar="N",
+        help="records per request, 1-500 (fewer when their bodies would pass 5 MB)",
+    )  # fmt: skip
     send.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     send.add_argument("--stream", default=None, help="the API's stream name (default: the first)")
     send.add_argument(
@@ -92,7 +127,7 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     )
     send.add_argument("--timeout", type=float, default=600, help="seconds to wait for the sinks")
     send.add_argument("--no-wait", action="store_true", help="only send; do not wait for the consumers")
-    send.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    send.add_argument("--json", action="store_true", help="print the verdict as JSON, alone (no progress)")
     send.add_argument(
         "--no-ids", dest="ids", action="store_false",
         help="records without ids, requests without Idempotency-Key (re-posted records: at least once)",
@@ -107,6 +142,7 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     )
     redrive.add_argument("group", help="the consumer group (SHARDLINE_GROUP) or its function's name")
     redrive.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' output")
+    redrive.add_argument("--json", action="store_true", help="what was redriven, as one JSON object")
 
     usage = commands.add_parser("usage", help="the billable operations so far, per component")
     usage.add_argument("--json", action="store_true", help="machine-readable")
@@ -115,12 +151,45 @@ def main(argv: list[str] | None = None, *, prog: str = COMMAND) -> int:
     for command in (up, status, send, redrive, usage):
         _where(command, suppress=True)  # also after the command: `make local LOCAL_ARGS=--api-port=3001`
     args = parser.parse_args(argv)
-    problem = _find_the_app(args)
-    if problem:
-        print(f"{prog} {args.command}: {problem}", file=sys.stderr)
-        return 2
     verbs = {"up": _up, "status": _status, "send": _send, "redrive": _redrive, "usage": _usage}
-    return verbs[args.command](args)
+    try:
+        problem = _find_the_app(args)
+        if problem:
+            raise UsageError(problem)
+        return verbs[args.command](args)
+    except UsageError as error:
+        print(f"{prog} {args.command}: {error}", file=sys.stderr)
+        return USAGE
+    except NotRunning as error:
+        print(f"{prog} {args.command}: {error}", file=sys.stderr)
+        return NOT_RUNNING
+    except KeyboardInterrupt:
+        print(f"{prog} {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+class NotRunning(Exception):
+    """No app answers where the command looked for it (`NOT_RUNNING`)."""
+
+
+def _answers(url: str) -> bool:
+    """Something accepts a connection at `url`'s host and port (the app is up there)."""
+    import socket
+    import urllib.parse
+
+    where = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((where.hostname or "127.0.0.1", where.port or 80), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _require_running(*urls: str) -> None:
+    """`NotRunning` unless every one of `urls` answers."""
+    for url in urls:
+        if not _answers(url):
+            raise NotRunning(f"no app answers at {url}: is `{COMMAND} up` running (and on these ports)?")
 
 
 def _find_the_app(args: argparse.Namespace) -> str | None:
@@ -134,6 +203,8 @@ def _find_the_app(args: argparse.Namespace) -> str | None:
         if located.problem:
             return located.problem
         run = located.run
+        if run is None and not (args.cdk_out or Path("cdk.out")).joinpath("manifest.json").exists():
+            raise NotRunning(f"no app is up (none registered in {home.runs_dir()}) and no cdk.out here")
     if run is not None:
         args.cdk_out, args.stack = Path(run.cdk_out), args.stack or run.stack
         args.endpoint_port, args.api_port = run.endpoint_port, run.api_port
@@ -181,17 +252,18 @@ STEP_LABELS = {
 
 
 def _up(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    # With --json, stdout is the JSON lines' alone: the words go to stderr.
+    console = Console(highlight=False, soft_wrap=True, stderr=args.json)
     try:
         chaos = load_profile(args.chaos)
     except ProfileError as error:
         console.print(f"[red]bad --chaos[/]: {error}")
-        return 2
+        return USAGE
     try:
         existing = _parse_streams(args.streams)
     except ValueError as error:
         console.print(f"[red]bad --stream[/]: {error}")
-        return 2
+        return USAGE
     refused = _cannot_start(console, args)
     if refused:
         return refused
@@ -233,18 +305,25 @@ def _up(args: argparse.Namespace) -> int:
         if not (settings.cdk_out / "manifest.json").exists():
             hint = "`make local` synthesizes it" if home.IN_REPOSITORY else "run `cdk synth`, or give --app"
             console.print(f"[red]no synthesized app in {settings.cdk_out}[/]: {hint}")
-            return 2
+            return USAGE
         try:
             runtime.start()
         except KeyboardInterrupt:
             console.print("interrupted: stopped everything")
-            return 130
+            return INTERRUPTED
         except Exception as error:  # a port in use, a template the runtime cannot read: say which
             console.print(f"[red]could not start[/]: {type(error).__name__}: {error}")
             if not isinstance(error, OSError | ValueError):  # not the machine's or the app's: ours
                 console.print_exception(max_frames=8)  # what a report of the defect needs
             console.print("stopped everything it had started")
-            return 1
+            return FAILED
+    return _serve(console, runtime, done, json_lines=args.json)
+
+
+def _serve(console: Console, runtime: Runtime, done: threading.Event, *, json_lines: bool) -> int:
+    """The app is up: say where it is (`json_lines`: also as `up --json`'s ready line), registered
+    for the other commands, until Ctrl-C or SIGTERM (`done`); then everything stopped."""
+    settings = runtime.settings
     STATE_DIR.mkdir(exist_ok=True)
     PID_FILE.write_text(str(os.getpid()))
     registered = running.register(
@@ -255,6 +334,8 @@ def _up(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         _print_ready(console, runtime)
+        if json_lines:
+            _json_line(ready_event(runtime))
         try:
             while not done.wait(0.5):
                 pass
@@ -266,7 +347,39 @@ def _up(args: argparse.Namespace) -> int:
         PID_FILE.unlink(missing_ok=True)
         registered.unlink(missing_ok=True)
     console.print("stopped: no process left behind")
-    return 0
+    if json_lines:
+        _json_line({"event": "stopped", "pid": os.getpid()})
+    return OK
+
+
+def _json_line(event: dict[str, object]) -> None:
+    print(json.dumps(event, separators=(",", ":")), flush=True)
+
+
+def ready_event(runtime: Runtime) -> dict[str, object]:
+    """`up --json`'s first line: where everything is, what a script needs to talk to the app."""
+    from .commands.status import consumer_groups
+
+    app, settings = runtime.app, runtime.settings
+    assert app is not None
+    return {
+        "event": "ready",
+        "pid": os.getpid(),
+        "folder": str(Path.cwd().resolve()),
+        "app": str(settings.cdk_out.resolve()),
+        "stack": app.stack_name,
+        "endpoint_url": runtime.endpoint_url,
+        "api_url": runtime.api_url if runtime.api is not None else None,
+        "dashboard_url": f"{runtime.api.url}{DASHBOARD_ROUTE}" if runtime.api is not None else None,
+        "region": model.REGION,
+        "account": model.ACCOUNT,
+        "credentials": {"access_key_id": model.ACCESS_KEY, "secret_access_key": model.SECRET_KEY},
+        "api_keys": {plan.name: plan.value for plan in (app.apis[0].keys if app.apis else ())},
+        "streams": [stream.name for stream in app.streams],
+        "groups": consumer_groups(app),
+        "log_dir": str(settings.log_dir),
+        "started_in_s": round(runtime.started_in, 3),
+    }
 
 
 def _print_not_as_deployed(console: Console, runtime: Runtime) -> None:
@@ -391,8 +504,8 @@ def _cannot_start(console: Console, args: argparse.Namespace) -> int | None:
     when another app holds the ports (2) or the Lambda runtime's packages are missing (1)."""
     _stop_previous_run(console)
     if not _ports_free(console, args.endpoint_port, args.api_port):
-        return 2
-    return None if _runtime_packages(console) else 1
+        return USAGE
+    return None if _runtime_packages(console) else FAILED
 
 
 def _ports_free(console: Console, endpoint_port: int, api_port: int) -> bool:
@@ -425,7 +538,7 @@ def _stop_previous_run(console: Console) -> None:
 def _local_app(args: argparse.Namespace) -> tuple[model.LocalApp, str, str]:
     endpoint_url = f"http://127.0.0.1:{args.endpoint_port}"
     if not (args.cdk_out / "manifest.json").exists():
-        raise SystemExit(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
+        raise UsageError(f"no synthesized app in {args.cdk_out}: give the one `up` runs (--app)")
     app = load(args.cdk_out, endpoint_url=endpoint_url, stack=args.stack)
     api_url = f"http://127.0.0.1:{args.api_port}/{app.apis[0].stage}" if app.apis else ""
     return app, endpoint_url, api_url
@@ -440,7 +553,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         render(report, Console(highlight=False, soft_wrap=True))
-    return 1 if "error" in report["kinesis"] else 0  # nothing answers: a script waiting for `up` waits on
+    return NOT_RUNNING if "error" in report.get("kinesis", {}) else OK
 
 
 def _usage(args: argparse.Namespace) -> int:
@@ -451,11 +564,12 @@ def _usage(args: argparse.Namespace) -> int:
         print(json.dumps(reading, indent=2))
     else:
         render(reading, Console(highlight=False))
-    return 1 if "error" in reading else 0
+    return NOT_RUNNING if "error" in reading else OK
 
 
 def _send(args: argparse.Namespace) -> int:
     from .commands.send import send
+    from .commands.send_progress import display_for
     from .commands.send_shapes import ShapeError, parse_size
     from .commands.status import function_errors, groups_line
     from .commands.verify import wait_and_verify
@@ -463,25 +577,31 @@ def _send(args: argparse.Namespace) -> int:
 
     app, endpoint_url, api_url = _local_app(args)
     stream = args.stream or _first_stream_route(app)
+    display = display_for(json_output=args.json)  # stderr: stdout is the verdict's
+    api_base = f"http://127.0.0.1:{args.api_port}"
     try:
-        low, high = parse_size(args.size)
+        payloads = _payloads(args)
+        low, high = parse_size(args.size or "100")
+        if not 1 <= args.batch <= MAX_RECORDS_PER_REQUEST:
+            raise ShapeError(f"--records-per-request: 1 to {MAX_RECORDS_PER_REQUEST}, got {args.batch}")
         if args.duration is not None and not args.rate:
             raise ShapeError("--duration needs --rate (records/s)")
         count = int(args.duration * args.rate) if args.duration is not None else args.count
-        api_base = f"http://127.0.0.1:{args.api_port}"
+        _require_running(api_base, endpoint_url)  # before anything is sent
         errors_before = function_errors(api_base)
         report = send(
             f"{api_url}/streams", stream, count=count, size=low, max_size=high, keys=args.keys,
             skew=args.skew, rate=args.rate, batch=args.batch, concurrency=args.concurrency,
-            progress=sys.stdout.isatty(), poison_rate=args.poison_rate, ndjson=args.format == "ndjson",
+            progress=False, poison_rate=args.poison_rate, ndjson=args.format == "ndjson", display=display,
             seed=args.seed, monitor=lambda: groups_line(app, endpoint_url=endpoint_url, api_base=api_base),
             ids=args.ids, lose_replies=args.lose_replies, api_key=args.api_key or _first_api_key(app),
+            payloads=payloads,
         )  # fmt: skip
     except ShapeError as error:
-        print(f"send: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(str(error)) from None
     if args.no_wait:
-        return 0
+        display.stop()
+        return OK
 
     def errors_since(function: str) -> int | None:
         now, before = function_errors(api_base).get(function), errors_before.get(function, 0)
@@ -492,22 +612,46 @@ def _send(args: argparse.Namespace) -> int:
         app,
         report,
         timeout=args.timeout,
-        progress=sys.stdout.isatty(),
+        progress=False,
         function_errors=errors_since,
+        display=display,
     )
+    display.stop()
     print(json.dumps(verdict.as_dict(), indent=2, default=str) if args.json else render(verdict))
-    return 0 if verdict.ok else 1
+    return OK if verdict.ok else FAILED
+
+
+def _payloads(args: argparse.Namespace) -> Payloads | None:
+    """`--payload-template` or `--payload-file`, read and checked (a `PayloadError` when they cannot be)."""
+    from .commands.send_payloads import load_payload_file, parse_template
+    from .commands.send_shapes import ShapeError
+
+    if args.payload_template is None and args.payload_file is None:
+        return None
+    if args.size is not None:
+        raise ShapeError("--size sets send's own payloads: not with --payload-template or --payload-file")
+    if args.payload_template is not None:
+        return parse_template(args.payload_template)
+    return load_payload_file(args.payload_file)
 
 
 def _redrive(args: argparse.Namespace) -> int:
-    from .commands.redrive import RedriveError, redrive_group
+    from .commands.redrive import RedriveError, RedriveOutcome, RedriveUnreachable, redrive_group
 
     app, endpoint_url, _ = _local_app(args)
+    outcome = RedriveOutcome()
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
-        return redrive_group(app, args.group, endpoint_url=endpoint_url, log_dir=args.log_dir)
+        code = redrive_group(
+            app, args.group, endpoint_url=endpoint_url, log_dir=args.log_dir, say=say, outcome=outcome
+        )
+    except RedriveUnreachable as error:
+        raise NotRunning(str(error)) from None
     except RedriveError as error:
-        print(f"redrive: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(outcome.as_dict(), indent=2, default=str))
+    return OK if code == 0 else FAILED
 
 
 def _first_api_key(app: model.LocalApp) -> str | None:
@@ -524,7 +668,7 @@ def _first_stream_route(app: model.LocalApp) -> str:
         routes = environments.routes(function)
         if routes:
             return next(iter(routes))
-    raise SystemExit("no producer function (SHARDLINE_STREAMS) in this app")
+    raise UsageError("no producer function (SHARDLINE_STREAMS) in this app: `send` posts to its API")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +41,27 @@ class RedriveError(Exception):
     """The group cannot be redriven: no such group, no on-failure queue, its code has no consumer."""
 
 
+class RedriveUnreachable(RedriveError):
+    """No AWS endpoint answers: the app is not running (there)."""
+
+
+@dataclass
+class RedriveOutcome:
+    """What a redrive did (`redrive --json`): each message's answer, and how many were redriven or kept."""
+
+    group: str = ""
+    queue_url: str = ""
+    redriven: int = 0  # messages redriven whole, and deleted
+    left: int = 0  # messages kept in the queue (visible again)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # per message: ok, result or error, kept
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.left == 0, "group": self.group, "queue_url": self.queue_url, "redriven": self.redriven,
+            "left": self.left, "messages": self.messages,
+        }  # fmt: skip
+
+
 def redrive_group(
     app: model.LocalApp,
     name: str,
@@ -47,9 +69,12 @@ def redrive_group(
     endpoint_url: str,
     log_dir: Path,
     say: Callable[[str], None] = print,
+    outcome: RedriveOutcome | None = None,
 ) -> int:
     """Redrive every message of group `name`'s on-failure queue; 0 when each one went through whole
-    (and was deleted), 1 when some are left in the queue. Raises `RedriveError`."""
+    (and was deleted), 1 when some are left in the queue. Raises `RedriveError` (`RedriveUnreachable`
+    when no endpoint answers). `outcome`, when given, is filled in with what was done."""
+    outcome = outcome if outcome is not None else RedriveOutcome()
     groups = consumer_groups(app)
     group = next((g for g in groups if name in (g["group"], g["function"])), None)
     if group is None:
@@ -63,9 +88,10 @@ def redrive_group(
         sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     except EndpointConnectionError:
         where = f"no AWS endpoint answers at {endpoint_url}"
-        raise RedriveError(f"{where}: is `{home.UP_COMMAND}` running?") from None
+        raise RedriveUnreachable(f"{where}: is `{home.UP_COMMAND}` running?") from None
     except ClientError as error:
         raise RedriveError(f"consumer group {name}: its on-failure queue {queue_url}: {error}") from None
+    outcome.group, outcome.queue_url = group["group"], queue_url
     kept: list[str] = []  # receipt handles of messages left in the queue
     if (refusal := sandbox.refused()) is not None:
         say(f"not as deployed: the group's code runs not sandboxed: {refusal}")
@@ -81,7 +107,9 @@ def redrive_group(
                 for message in messages:
                     reply = worker.redrive(message["Body"])
                     say(describe(reply))
-                    if reply.get("ok") and reply["result"]["complete"]:
+                    whole = bool(reply.get("ok") and reply["result"]["complete"])
+                    outcome.messages.append({**reply, "deleted": whole})
+                    if whole:
                         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                         done += 1
                     else:
@@ -89,6 +117,7 @@ def redrive_group(
         finally:
             for handle in kept:  # visible again: the next run tries them again
                 sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
+    outcome.redriven, outcome.left = done, len(kept)
     say(f"consumer group {group['group']}: {done} redriven and deleted, {len(kept)} left in {queue_url}")
     return 1 if kept else 0
 

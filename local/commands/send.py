@@ -37,7 +37,9 @@ sinks, the stream and dead-letter queues (see `payload`):
     {"run":"<run id>","seq":<0..count-1>,"t":<epoch seconds of the first POST>,"poison":true,"pad":"xxx"}
 
 `poison` is present only on poison records; partition keys are `<run id>-k<index>`, so a run's
-counters never mix with an earlier run's.
+counters never mix with an earlier run's. With `payloads` (a template or a file of payloads,
+`local.commands.send_payloads`) the data is the user's instead, and the verdict knows each record by
+its id alone: such a run needs ids, and takes no poison records (their data is send's own).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ from rich.text import Text
 
 from ..app import model
 from .send_http import Client, Pacer, backoff, retry_after
+from .send_payloads import Payloads, iso_time
+from .send_progress import Display
 from .send_shapes import LoadShape, ShapeError
 
 MAX_ATTEMPTS = 20  # posts of a record at most; a record still not accepted after that is refused
@@ -127,6 +131,7 @@ class SendReport:
     poison_every: int
     shape: LoadShape = field(repr=False, default_factory=lambda: LoadShape(0))
     ids: bool = True  # records carry ids (and requests an Idempotency-Key)
+    payloads: Payloads | None = None  # the user's data (a template, a file); None: send's own `payload`
     accepted: dict[int, Accepted] = field(default_factory=dict)  # seq -> where it went
     failed: dict[int, str] = field(default_factory=dict)  # seq -> why it was refused (the last answer)
     #: seq -> why it was given up, though a post of it may have been written (see the module's doc)
@@ -171,9 +176,22 @@ class SendReport:
     def id_of(self, seq: int) -> str | None:
         return record_id(self.run_id, seq) if self.ids else None
 
+    def seq_of_id(self) -> dict[str, int]:
+        """Every record's id -> its seq (empty without ids): how the verdict knows a record by its id."""
+        return {record_id(self.run_id, seq): seq for seq in range(self.count)} if self.ids else {}
+
     def payload_of(self, seq: int, post_time: float) -> bytes:
         """The data `send` wrote for record `seq` (first POSTed at `post_time`)."""
+        if self.payloads is not None:
+            return self.payloads.payload(self.fields_of(seq, post_time))
         return payload(self.run_id, seq, post_time, self.shape.size(seq), self.shape.poison(seq))
+
+    def fields_of(self, seq: int, post_time: float) -> dict[str, Any]:
+        """A template's placeholders for record `seq` (`local.commands.send_payloads`)."""
+        return {
+            "id": record_id(self.run_id, seq), "seq": seq, "run": self.run_id,
+            "key": self.partition_key_of(seq), "i": self.shape.key_index(seq), "now": iso_time(post_time),
+        }  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         reposted_accepted = sum(1 for seq in self.reposted if seq in self.accepted)
@@ -182,6 +200,7 @@ class SendReport:
             "stream": self.stream,
             "count": self.count,
             "ids": self.ids,
+            "payloads": self.payloads.describe() if self.payloads is not None else "send's own",
             "size": [self.shape.min_size, self.shape.max_size],
             "keys": self.keys,
             "skew": self.shape.skew,
@@ -250,6 +269,7 @@ class _Sender:
         self.losses = losses or random.Random()  # which answers are lost: one draw per answer
         self.lock = threading.Lock()
         self.sent = 0  # records POSTed, re-posts included
+        self.first_sent = 0  # records POSTed at least once
         self.pending_reposts = 0  # records waiting to be posted again after a whole failure
 
     def run(self, batches: queue.Queue[tuple[int, list[int]]]) -> None:
@@ -293,6 +313,8 @@ class _Sender:
             if not records:  # built after the pacing wait: `t` is when the records are first POSTed
                 post_time = time.time()
                 records = {seq: self._record(seq, post_time) for seq in seqs}
+                with self.lock:
+                    self.first_sent += len(seqs)
             key = f"{report.run_id}-b{number}.{version}" if report.ids else None
             body = self._body([records[seq] for seq in pending])
             status, headers, answer = self._post(client, body, key)
@@ -404,13 +426,15 @@ class _Sender:
         return record
 
 
-def batches_of(shape: LoadShape, batch: int) -> list[list[int]]:
-    """The records in requests of at most `batch` records and about `BODY_BUDGET` bytes of body."""
+def batches_of(shape: LoadShape, batch: int, size_of: Callable[[int], int] | None = None) -> list[list[int]]:
+    """The records in requests of at most `batch` records and about `BODY_BUDGET` bytes of body
+    (`size_of(seq)`: record `seq`'s data at most, else the shape's size)."""
+    size_of = size_of or shape.size
     batches: list[list[int]] = []
     current: list[int] = []
     budget = 0
     for seq in range(shape.count):
-        cost = shape.size(seq) * 4 // 3 + 250  # base64 data, the key, the id and the JSON around them
+        cost = size_of(seq) * 4 // 3 + 250  # base64 data, the key, the id and the JSON around them
         if current and (len(current) >= batch or budget + cost > BODY_BUDGET):
             batches.append(current)
             current, budget = [], 0
@@ -445,6 +469,8 @@ def send(
     lose_replies: float = 0.0,
     api_key: str | None = None,
     credentials: tuple[str, str] = (model.ACCESS_KEY, model.SECRET_KEY),
+    payloads: Payloads | None = None,
+    display: Display | None = None,
 ) -> SendReport:
     """POST `count` records to `{api_url}/{stream}/records` and return what became of each.
 
@@ -455,9 +481,21 @@ def send(
     `x-api-key` (an API with clients requires one). `credentials`: the (access key, secret key) requests
     are signed with — the caller the API stamps on the records (two callers may send the same
     `run_id`: the same ids and Idempotency-Keys, two callers' records).
-    `monitor()` adds a line to the live display (e.g. the consumer groups' progress)."""
+    `monitor()` adds a line to the live display (e.g. the consumer groups' progress); `display`, when
+    given, shows the progress instead (`local.commands.send_progress`: a bar, lines, or nothing).
+    `payloads`: the records' data from a template or a file (`local.commands.send_payloads`); needs
+    `ids`, no poison."""
     if batch < 1 or concurrency < 1:
         raise ValueError("batch and concurrency must be >= 1")
+    if payloads is not None and not ids:
+        raise ShapeError(
+            "a payload template or file needs ids (drop --no-ids): the verdict knows such records by their "
+            "ids alone (<run id>-<seq>), since their data no longer carries send's run and seq"
+        )
+    if payloads is not None and (poison_rate or poison_every):
+        raise ShapeError(
+            "--poison-rate takes send's own payloads (450 KiB of them): not with a template or file"
+        )
     if not 0 <= lose_replies < 1:
         raise ShapeError(f"--lose-replies: a share in [0, 1), got {lose_replies}")
     shape = LoadShape(count, size, max_size or size, keys, skew, poison_rate, poison_every, seed)
@@ -471,9 +509,10 @@ def send(
         poison_every=poison_every,
         shape=shape,
         ids=ids,
+        payloads=payloads,
     )
     batches: queue.Queue[tuple[int, list[int]]] = queue.Queue()
-    for number, seqs in enumerate(batches_of(shape, batch)):
+    for number, seqs in enumerate(batches_of(shape, batch, payloads.size_hint if payloads else None)):
         batches.put((number, seqs))
     rng = random.Random(None if seed is None else f"{seed}:send")
     losses = random.Random(None if seed is None else f"{seed}:lose")
@@ -488,10 +527,28 @@ def send(
     ]
     for thread in threads:
         thread.start()
-    _watch(sender, threads, enabled=progress, monitor=monitor)
+    if display is not None:
+        _show(sender, threads, display)
+    else:
+        _watch(sender, threads, enabled=progress, monitor=monitor)
     for thread in threads:
         thread.join()
     return report
+
+
+def _show(sender: _Sender, threads: list[threading.Thread], display: Display) -> None:
+    """Tell `display` how many records were sent and accepted until the threads finish."""
+    report = sender.report
+
+    def tell(final: bool) -> None:
+        with sender.lock:
+            sent, accepted, refused = sender.first_sent, len(report.accepted), len(report.failed)
+        display.sending(report.count, sent, accepted, refused, final=final)
+
+    while any(thread.is_alive() for thread in threads):
+        tell(False)
+        time.sleep(0.25)
+    tell(True)
 
 
 def _watch(

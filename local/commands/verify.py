@@ -1,4 +1,4 @@
-"""The end of `send`: wait until every consumer group has processed a run's records, then say where they went.
+"""The end of `send`: wait until every consumer group has settled a run's records, then say where they went.
 
     verdict = wait_and_verify("http://127.0.0.1:4566", app, report)
     print(render(verdict)); sys.exit(0 if verdict.ok else 1)   # render: local.commands.verify_render
@@ -21,6 +21,11 @@ with its own `recordId`, and counted exactly once; every refused record is in no
 the stream; an unconfirmed one (given up after a post that may have landed) in each sink and count
 at most once. A run sent without ids claims less for a re-posted record (one a post of which may
 have been written, `SendReport.reposted`): at least once, and at most once per post.
+
+Each group's records are told apart (`verify_verdict`): applied, dead-lettered (the run's letters in
+its DLQ, grouped by the cause the dead letter gives) and missing; the DLQ's letters of earlier runs
+are not this run's. A run whose data is the user's (a template, a file) is known by its ids alone:
+in the sinks, the dead letters (`recordId`) and the stream (a KPL aggregate's record ids).
 
 Then the stream itself is read (`StreamReader`): every accepted record must be in the Kinesis record
 at the sequence number the API answered (no success without Kinesis's word), and the Kinesis-level
@@ -57,6 +62,7 @@ from shardline.kpl._identity import NO_CALLER_SCOPE, caller_scope
 from ..app import environments, model
 from ..app.provision import client
 from .send import SendReport
+from .send_progress import Display
 from .verify_groups import consumer_groups
 from .verify_lag import LagReader, OnFailureReader
 from .verify_readers import (
@@ -68,7 +74,18 @@ from .verify_readers import (
     read_counts,
 )
 from .verify_render import progress_line
-from .verify_verdict import COUNTER, LAG, RECORDS, Group, GroupResult, StreamResult, Verdict
+from .verify_verdict import (
+    CAUSE_IDS,
+    COUNTER,
+    LAG,
+    RECORDS,
+    DeadLetterCause,
+    Group,
+    GroupResult,
+    StreamResult,
+    Verdict,
+    dead_letter_cause,
+)
 
 __all__ = ["consumer_groups", "physical_stream", "read_stream", "run_starts", "wait_and_verify"]
 
@@ -133,7 +150,7 @@ class _Watch:
         self.report, self.function_errors = report, function_errors
         self.dynamodb = client("dynamodb", endpoint_url)
         expected = report.id_of if report.ids else None
-        seq_of_id = {record_id: seq for seq in range(report.count) if (record_id := report.id_of(seq))}
+        seq_of_id = report.seq_of_id()
         self.sink: SinkReader | ScanSinkReader | None = None
         if group.kind == RECORDS and group.incremental:
             self.sink = SinkReader(
@@ -155,7 +172,7 @@ class _Watch:
             else None
         )
         self.dlq = (
-            DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id)
+            DeadLetterReader(client("sqs", endpoint_url), group.dlq_url, report.run_id, seq_of_id)
             if group.dlq_url
             else None
         )
@@ -177,16 +194,18 @@ class _Watch:
         result, group = self.result, self.group
         if self.dlq is not None:
             self.dlq.poll()
-            result.dlq_depth = self.dlq.depth
+            result.dlq_queue_depth = self.dlq.depth
         if self.on_failure is not None:
             self.on_failure.poll()
-        letters = set(self.dlq.letters) if self.dlq else set()
+        accepted = set(self.report.accepted)
+        letters = set(self.dlq.letters) & accepted if self.dlq else set()
+        result.dlq_depth = len(letters)  # the run's: earlier runs' letters are not this run's
         if isinstance(self.sink, SinkReader):
             for shard_id in shard_ids:  # shards no answer named (a child after a split): from their start
                 self.sink.add_shard(shard_id)
         if self.sink is not None:
             self.sink.poll(thorough=thorough)
-            result.processed = len((set(self.sink.positions) | letters) & set(self.report.accepted))
+            result.applied = len(set(self.sink.positions) & accepted)
             result.queries, result.items_read = self.sink.queries, self.sink.items_read
         elif group.kind == COUNTER:
             self.counts = read_counts(
@@ -196,11 +215,15 @@ class _Watch:
                 group.key_attribute,
                 group.count_attribute,
             )
-            result.processed = sum(self.counts.values())
+            result.applied = sum(self.counts.values())
         elif self.lag is not None:
             self.lag.poll()
-            result.processed, result.queries = self.lag.processed, self.lag.queries
-        drained = not self.lag.behind if self.lag is not None else result.processed >= result.expected
+            # a checkpoint passes a dead-lettered record too: passed, less the run's dead letters
+            result.applied, result.queries = max(0, self.lag.processed - len(letters)), self.lag.queries
+        settled = result.applied + len(
+            letters - set(self.sink.positions) if self.sink is not None else letters
+        )
+        drained = not self.lag.behind if self.lag is not None else settled >= result.expected
         if result.done_at is None and drained:
             result.done_at = time.time()
             result.drain_s = max(0.0, result.done_at - self.report.finished)
@@ -208,7 +231,12 @@ class _Watch:
     def conclude(self) -> GroupResult:
         """Compare what the readers found with what the API answered, record by record."""
         result, report = self.result, self.report
-        letters = self.dlq.letters if self.dlq else {}
+        letters = {
+            seq: letter
+            for seq, letter in (self.dlq.letters if self.dlq else {}).items()
+            if seq in report.accepted
+        }
+        result.dead_letter_causes = _causes(letters, report)
         result.on_failure = len(self.on_failure.messages) if self.on_failure else 0
         # Without ids, a re-posted record may be applied once per post that may have been written.
         extra = {} if report.ids else report.reposted
@@ -264,6 +292,18 @@ class _Watch:
                 result.poison_whole += 1
             else:
                 result.poison_altered.append(seq)
+
+
+def _causes(letters: dict[int, dict[str, Any]], report: SendReport) -> dict[str, DeadLetterCause]:
+    """The run's dead letters grouped by cause, most frequent first, with a few record ids each."""
+    causes: dict[str, DeadLetterCause] = {}
+    for seq, letter in sorted(letters.items()):
+        cause = causes.setdefault(dead_letter_cause(letter), DeadLetterCause())
+        cause.count += 1
+        cause.poison += report.accepted[seq].poison
+        if len(cause.ids) < CAUSE_IDS:
+            cause.ids.append(letter.get("recordId") or report.id_of(seq) or f"seq {seq}")
+    return dict(sorted(causes.items(), key=lambda item: -item[1].count))
 
 
 def _latencies(first_seen: dict[int, float], report: SendReport) -> dict[str, float]:
@@ -329,6 +369,7 @@ def read_stream(
         report.id_of,
         since=report.started - SINCE_SLACK_S,
         watch=watch,
+        seq_of_id=report.seq_of_id(),
     )
     try:
         return _stream_result(reader.read(), report)
@@ -346,18 +387,22 @@ def wait_and_verify(
     poll_interval: float = POLL_INTERVAL_S,
     stream: bool = True,
     function_errors: FunctionErrors | None = None,
+    display: Display | None = None,
 ) -> Verdict:
-    """Poll every consumer group of the report's stream until it has processed every accepted record
-    (or `timeout` seconds pass), then compare: lost, duplicated, counts, ids, dead letters, latency,
-    drain, lag; and (`stream`) read the stream: positions, Kinesis-level duplicates. `function_errors`
-    says how many errors a function had since the run began (a group checked by lag must have none)."""
+    """Poll every consumer group of the report's stream until it has settled every accepted record
+    (applied it, or dead-lettered it) or `timeout` seconds pass, then compare: lost, duplicated,
+    counts, ids, dead letters, latency, drain, lag; and (`stream`) read the stream: positions,
+    Kinesis-level duplicates. `function_errors` says how many errors a function had since the run
+    began (a group checked by lag must have none). `display` shows each group's progress
+    (`local.commands.send_progress`) instead of the live line."""
     stream_name = physical_stream(app, report.stream)
     groups = consumer_groups(app, stream_name)
     starts = run_starts(endpoint_url, stream_name, report.started - SINCE_SLACK_S)
     watches = [_Watch(group, report, endpoint_url, starts, function_errors) for group in groups]
     deadline = time.monotonic() + timeout
     console = Console(stderr=True)
-    live = Live(console=console, refresh_per_second=4) if progress and console.is_terminal else None
+    shown = progress and console.is_terminal and display is None
+    live = Live(console=console, refresh_per_second=4) if shown else None
     started = time.monotonic()
     timed_out = False
     shard_ids: list[str] = []
@@ -370,6 +415,8 @@ def wait_and_verify(
                 watch.poll(shard_ids)
             if live:
                 live.update(progress_line([w.result for w in watches], time.monotonic() - started))
+            if display is not None:
+                display.applying([w.result for w in watches], time.monotonic() - started)
             if all(watch.result.done_at is not None for watch in watches):
                 break
             if time.monotonic() >= deadline:
@@ -378,6 +425,8 @@ def wait_and_verify(
             time.sleep(poll_interval)
         for watch in watches:  # one more read: a duplicate may land after the last record's first copy
             watch.poll(shard_ids, thorough=True)
+        if display is not None:
+            display.applying([w.result for w in watches], time.monotonic() - started, final=True)
     finally:
         if live:
             live.stop()

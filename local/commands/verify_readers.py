@@ -216,10 +216,16 @@ def read_counts(
 
 
 class DeadLetterReader:
-    """The run's letters in a group's DLQ, read without consuming them (their visibility is restored)."""
+    """The run's letters in a group's DLQ, read without consuming them (their visibility is restored).
 
-    def __init__(self, sqs: Any, url: str, run_id: str) -> None:
+    A letter is the run's when its data is `send`'s payload of the run, else when its `recordId` (the
+    client id the record arrived with, which shardline's dead letters carry) is one of `seq_of_id`'s:
+    a run of the user's payloads (a template, a file) is known by its ids alone. Letters of earlier
+    runs are not kept (`letters`), only counted in the queue's `depth`."""
+
+    def __init__(self, sqs: Any, url: str, run_id: str, seq_of_id: dict[str, int] | None = None) -> None:
         self._sqs, self._url, self._run = sqs, url, run_id
+        self._seq_of_id = seq_of_id or {}
         self.depth = 0
         self.letters: dict[int, dict[str, Any]] = {}  # seq -> the letter (deduplicated by its id)
         self._read_at_depth = 0
@@ -261,6 +267,8 @@ class DeadLetterReader:
         fields = parse_payload(data)
         if fields is not None and fields["run"] == self._run:
             self.letters.setdefault(fields["seq"], letter | {"_data": data})
+        elif fields is None and letter.get("recordId") in self._seq_of_id:
+            self.letters.setdefault(self._seq_of_id[letter["recordId"]], letter | {"_data": data})
 
 
 class StreamCopies:
@@ -305,7 +313,9 @@ class StreamReader:
     as an observer, and counts the copies of one run's records (`StreamCopies`).
 
     `positions` maps seq -> the (shard id, sequence number) the API answered for it, to check each
-    accepted record is at its position; `expected_id(seq)` is the id it was sent with (None: none)."""
+    accepted record is at its position; `expected_id(seq)` is the id it was sent with (None: none).
+    A user record whose data is not `send`'s payload is the run's by its id in the KPL aggregate
+    (`seq_of_id`): a run of the user's payloads; a plain Kinesis record carries no id to know it by."""
 
     def __init__(
         self,
@@ -317,8 +327,10 @@ class StreamReader:
         expected_id: Callable[[int], str | None],
         since: float | None = None,
         watch: Iterable[int] = (),
+        seq_of_id: dict[str, int] | None = None,
     ) -> None:
         self._kinesis, self._stream, self._run = kinesis, stream_name, run_id
+        self._seq_of_id = seq_of_id or {}
         self._positions, self._expected_id, self._since = positions, expected_id, since
         self._watch = frozenset(watch)  # seqs whose every copy is noted (`StreamCopies.where`)
         self.copies = StreamCopies(count)
@@ -394,6 +406,8 @@ class StreamReader:
             fields = parse_payload(member)
             if fields is not None and fields["run"] == self._run and 0 <= fields["seq"] < self.copies.count:
                 seqs.append((fields["seq"], member_id))
+            elif fields is None and member_id is not None and member_id in self._seq_of_id:
+                seqs.append((self._seq_of_id[member_id], member_id))
         if not seqs:
             return
         copies = self.copies

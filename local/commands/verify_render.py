@@ -20,14 +20,18 @@ from .verify_verdict import LAG, GroupResult, StreamResult, Verdict
 def render(verdict: Verdict) -> str:
     """The verdict as text: the groups' table, the summary, the stream, and where records went twice."""
     report = verdict.report
-    table = Table(
-        title=f"run {report.run_id}: {len(report.accepted):,} accepted, {len(report.failed):,} refused, "
+    title = (
+        f"run {report.run_id}: {len(report.accepted):,} accepted, {len(report.failed):,} refused, "
         + (f"{len(report.unconfirmed):,} unconfirmed, " if report.unconfirmed else "")
         + f"{len(report.reposted):,} re-posted ({sum(report.whole_failures.values()):,} requests failed as "
         f"a whole, {report.replies_lost:,} replies lost), {report.accepted_per_second:,.0f}/s"
         + ("" if report.ids else " — without ids: at least once for re-posted records")
+        + (f"; data: {report.payloads.describe()}" if report.payloads is not None else "")
     )
-    columns = "group|sink|processed|lost|dup|counts|ids|DLQ|poison in DLQ|latency p50/p99/max|drain|ok"
+    table = Table()  # the title is a line of its own: a table's title wraps at the table's width
+    columns = (
+        "group|sink|applied|dead-lettered|missing|dup|counts|ids|poison in DLQ|latency p50/p99/max|drain|ok"
+    )
     for column in columns.split("|"):
         table.add_column(column)
     for g in verdict.groups:
@@ -35,8 +39,9 @@ def render(verdict: Verdict) -> str:
         table.add_row(
             g.group.name,
             g.group.kind,
-            f"{g.processed:,}/{g.expected:,}",
-            str(len(g.lost)),
+            f"{g.applied:,}/{g.expected:,}",
+            f"{g.dlq_depth:,}" + (f" ({len(g.dead_lettered):,} not poison)" if g.dead_lettered else ""),
+            f"{g.missing:,}",
             str(len(g.duplicated)),
             ("exact" if not g.wrong_counts else f"{len(g.wrong_counts)} wrong")
             if g.group.kind == "counter"
@@ -44,7 +49,6 @@ def render(verdict: Verdict) -> str:
             ("ok" if not g.wrong_ids else f"{len(g.wrong_ids)} wrong")
             if g.group.kind == "records" and report.ids
             else "-",
-            str(g.dlq_depth),
             f"{g.poison_whole}/{g.poison_whole + len(g.poison_missing)}",
             f"{lat['p50']:.2f}/{lat['p99']:.2f}/{lat['max']:.2f} s" if lat else "-",
             f"{g.drain_s:.1f} s" if g.drain_s is not None else "not drained",
@@ -53,12 +57,13 @@ def render(verdict: Verdict) -> str:
     console = Console(width=170, record=True, file=io.StringIO())
     console.print(table)
     summary = (
-        f"verdict: {verdict.lost:,} lost, {verdict.duplicate_effects:,} duplicate effects, counts "
+        f"verdict: {verdict.lost:,} missing, {verdict.dead_lettered:,} dead-lettered (not sent as poison), "
+        f"{verdict.duplicate_effects:,} duplicate effects, counts "
         f"{'exact' if not any(g.wrong_counts for g in verdict.groups) else 'WRONG'}"
         + (f", {report.echo_mismatches:,} answers echoing another id" if report.echo_mismatches else "")
     )
     note = f"latency: POST -> first poll that saw it in the sink (resolution {verdict.poll_interval_s} s)"
-    lines = [console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
+    lines = [title, console.export_text().rstrip(), summary, stream_line(verdict.stream), note]
     report = verdict.report
     if report.whole_failures:  # why, so that a slow or failing API is told from a consumer fault
         why = ", ".join(f"{reason} ×{n:,}" for reason, n in report.whole_failures.most_common(4))
@@ -66,12 +71,30 @@ def render(verdict: Verdict) -> str:
     for why, n in Counter([*report.failed.values(), *report.unconfirmed.values()]).most_common(3):
         lines.append(f"  given up ×{n:,}: {why}")
     lines += [group_note(g) for g in verdict.groups if group_note(g)]
+    for g in verdict.groups:
+        lines += dead_letter_lines(g)
     for denial in verdict.access_denied[:10]:
         lines.append(f"  ACCESS DENIED ({denial['who']}): {denial['message']}")
     for g in verdict.groups:
         for seq, items in list(g.duplicated_at.items())[:10]:
             lines.append(f"  record {seq} in {g.group.name} {len(items)} times: {'; '.join(items)}")
     return "\n".join(lines) + ("\ntimed out" if verdict.timed_out else "")
+
+
+def dead_letter_lines(g: GroupResult) -> list[str]:
+    """A group's dead letters of the run by cause (count, a few ids), and what the queue holds besides."""
+    lines = [
+        f"  {g.group.name}: dead-lettered ×{cause.count:,} {text}"
+        + (f" ({cause.poison:,} sent as poison)" if cause.poison else "")
+        + f": {', '.join(cause.ids)}{' ...' if cause.count > len(cause.ids) else ''}"
+        for text, cause in list(g.dead_letter_causes.items())[:5]
+    ]
+    earlier = g.dlq_queue_depth - g.dlq_depth
+    if earlier > 0:
+        lines.append(
+            f"  {g.group.name}: its DLQ holds {earlier:,} more messages, not this run's (not judged)"
+        )
+    return lines
 
 
 def group_note(g: GroupResult) -> str:
@@ -113,9 +136,10 @@ def stream_line(stream: StreamResult) -> str:
 
 
 def progress_line(results: list[GroupResult], elapsed: float) -> Text:
-    """Each group's progress while the verdict waits: processed of expected, its DLQ's depth."""
+    """Each group's progress while the verdict waits: applied of expected, the run's dead letters."""
     parts = [
-        f"{r.group.name}: {r.processed:,}/{r.expected:,}" + (f" (DLQ {r.dlq_depth})" if r.dlq_depth else "")
+        f"{r.group.name}: applied {r.applied:,}/{r.expected:,}"
+        + (f", dead-lettered {r.dlq_depth:,}" if r.dlq_depth else "")
         for r in results
     ]
     return Text(f"waiting for the consumers: {'  '.join(parts)}  {elapsed:,.1f} s")

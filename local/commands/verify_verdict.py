@@ -1,6 +1,13 @@
 """The verdict of a `send` run, as data: per consumer group where each record went, and what the stream holds.
 
 `wait_and_verify` (`local.commands.verify`) fills it in; `local.commands.verify_render` prints it.
+Each group's accepted records fall in three parts, of this run only: *applied* (in the sink, or
+counted; for a group checked by lag, passed by its checkpoint and not dead-lettered), *dead-lettered*
+(the run's records in the group's DLQ, by their ids or send's payload, grouped by cause: the dead
+letter's error type and message, or its fingerprint) and *missing* (neither). A dead-lettered record
+fails the group unless it was sent as poison; the DLQ's letters of earlier runs count for nothing
+(`dlq_queue_depth` only says the queue holds them).
+
 A group with a sink is `ok` when it drained and nothing is lost, applied twice, miscounted,
 dead-lettered that should not be, or altered; a group checked by lag (no sink declared) when it
 caught up with every shard the run wrote to, with no function error, no healthy record dead-lettered
@@ -18,6 +25,34 @@ from .send import SendReport
 #: The kinds of check: a sink holding records (by id), one holding counts (per key), or lag and errors.
 RECORDS, COUNTER, LAG = "records", "counter", "lag"
 NOT_DECLARED = "sink not declared: checked by lag and errors only"
+
+
+@dataclass
+class DeadLetterCause:
+    """The run's dead letters of one cause in a group: how many, and a few of their record ids."""
+
+    count: int = 0
+    ids: list[str] = field(default_factory=list)  # at most `CAUSE_IDS`
+    poison: int = 0  # of them, records sent as poison
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "poison": self.poison, "ids": self.ids}
+
+
+#: Record ids the verdict lists per dead-letter cause.
+CAUSE_IDS = 5
+
+
+def dead_letter_cause(letter: dict[str, Any]) -> str:
+    """Why a dead letter failed, as shardline's dead letter says it (`shardline.consumer._failure_text`):
+    its error type and message when the group writes messages, else its type and fingerprint, else
+    its `error` text."""
+    kind, message = letter.get("errorType"), letter.get("errorMessage")
+    if kind and message is not None:
+        return f"{kind}: {message}"
+    if kind and letter.get("errorFingerprint"):
+        return f"{kind} [{letter['errorFingerprint']}]"
+    return str(letter.get("error") or "no error given")[:200]
 
 
 @dataclass(frozen=True)
@@ -49,7 +84,7 @@ class GroupResult:
 
     group: Group
     expected: int = 0  # accepted records (poison included)
-    processed: int = 0  # found in the sink (distinct) or counted, plus the run's dead letters
+    applied: int = 0  # found in the sink (distinct) or counted; LAG: passed by the checkpoint, not DLQ'd
     done_at: float | None = None
     drain_s: float | None = None  # done_at - the last POST answer
     lost: list[int] = field(default_factory=list)
@@ -60,8 +95,11 @@ class GroupResult:
     #: items of the run whose `recordId` is not the record's id (absent included), with ids on
     wrong_ids: dict[int, list[str | None]] = field(default_factory=dict)
     wrong_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (expected, counted)
-    dlq_depth: int = 0
+    dlq_depth: int = 0  # the run's records in the group's DLQ (poison included)
+    dlq_queue_depth: int = 0  # every message in the queue, earlier runs' included (not judged)
     dead_lettered: list[int] = field(default_factory=list)  # non-poison records of the run in the DLQ
+    #: the run's dead letters by cause ("ValueError: bad", or "ValueError [fingerprint]"): count, a few ids
+    dead_letter_causes: dict[str, DeadLetterCause] = field(default_factory=dict)
     poison_whole: int = 0  # poison records found in the DLQ with data and key as sent
     poison_altered: list[int] = field(default_factory=list)
     poison_missing: list[int] = field(default_factory=list)
@@ -75,6 +113,13 @@ class GroupResult:
     on_failure: int = 0  # messages of the run in its mapping's on-failure queue
 
     @property
+    def missing(self) -> int:
+        """Accepted records neither applied nor dead-lettered (by id for a records sink; a count else)."""
+        if self.group.kind == RECORDS:
+            return len(self.lost)
+        return max(0, self.expected - self.applied - self.dlq_depth)
+
+    @property
     def ok(self) -> bool:
         if self.group.kind == LAG:
             errors = bool(self.function_errors) or bool(self.on_failure)
@@ -85,6 +130,8 @@ class GroupResult:
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "group"}
+        out["missing"] = self.missing
+        out["dead_letter_causes"] = {cause: c.as_dict() for cause, c in self.dead_letter_causes.items()}
         out["wrong_counts"] = {k: list(v) for k, v in self.wrong_counts.items()}
         out["duplicated"] = {str(k): v for k, v in self.duplicated.items()}
         out["duplicated_at"] = {str(k): v for k, v in self.duplicated_at.items()}
@@ -168,6 +215,11 @@ class Verdict:
         return sum(len(g.lost) for g in self.groups)
 
     @property
+    def dead_lettered(self) -> int:
+        """Records of the run dead-lettered that were not sent as poison, over every group."""
+        return sum(len(g.dead_lettered) for g in self.groups)
+
+    @property
     def duplicate_effects(self) -> int:
         """Records applied more than once: found twice in an event sink, or a counter over its count."""
         over = sum(max(0, n - low) for g in self.groups for low, n in g.wrong_counts.values())
@@ -178,6 +230,8 @@ class Verdict:
             "ok": self.ok,
             "timed_out": self.timed_out,
             "lost": self.lost,
+            "missing": self.lost,  # the same: neither applied nor dead-lettered
+            "dead_lettered": self.dead_lettered,
             "duplicate_effects": self.duplicate_effects,
             "counts_exact": not any(g.wrong_counts for g in self.groups),
             "latency_resolution_s": self.poll_interval_s,

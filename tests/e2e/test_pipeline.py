@@ -74,7 +74,7 @@ def test_send_of_5000_records_reaches_both_consumer_groups_exactly_once(runtime)
     assert set(groups) == {"event-sink", "key-counter"}
     assert groups["event-sink"].group.kind == "records" and groups["key-counter"].group.kind == "counter"
     for result in groups.values():
-        assert result.processed == result.expected == 5_000, result.group.name
+        assert result.applied == result.expected == 5_000, result.group.name
         assert not result.lost and not result.duplicated and not result.wrong_counts, result.group.name
         assert result.dlq_depth == 0, result.group.name
 

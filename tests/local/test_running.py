@@ -14,6 +14,7 @@ import pytest
 
 from local import home, running
 from local.__main__ import main
+from local.exit_codes import NOT_RUNNING
 from tests.support.runtime import free_port
 
 
@@ -86,7 +87,7 @@ def test_7_status_without_ports_or_app_talks_to_the_running_app(
 ):
     monkeypatch.chdir(tmp_path)  # not the app's folder, and no cdk.out here
     run = a_run(up_process(), tmp_path / "elsewhere", cdk_out)  # nothing listens on its ports
-    assert main(["status"]) == 1  # nothing answers: a script waiting for the app waits on
+    assert main(["status"]) == NOT_RUNNING
     shown = capsys.readouterr().out
     assert "endpoint not answering" in shown and f":{run.endpoint_port}" in shown, shown
 

@@ -30,6 +30,9 @@ from local.app import model
 from local.app.provision import client
 from local.commands.send import SendReport, send
 from local.commands.verify import wait_and_verify
+from shardline.consumer._dead_letters import dead_letter_message
+from shardline.consumer._deaggregation import ConsumedRecord
+from shardline.consumer._failure_text import failure_text
 from shardline.kinesis import UserRecord
 from shardline.kpl._encode import encode
 from shardline.kpl._identity import AggregateId, new_producer_id
@@ -302,22 +305,15 @@ class Pipeline:
                 ExpressionAttributeValues={":n": {"N": str(n)}},
             )
 
-    def dead_letter(self, w: Written, group: str) -> None:
-        """What shardline's DeadLetterQueue sends for a poison record."""
-        letter = {
-            "version": 1,
-            "id": uuid.uuid4().hex,
-            "group": group,
-            "stream": self.stream,
-            "shardId": w.shard_id,
-            "sequenceNumber": w.sequence_number,
-            "subSequenceNumber": None,
-            "partitionKey": w.key,
-            "explicitHashKey": None,
-            "data": base64.b64encode(w.data).decode(),
-            "error": "ValueError: poison",
-            "attempts": 3,
-        }
+    def dead_letter(self, w: Written, group: str, error: BaseException | None = None) -> None:
+        """What shardline's DeadLetterQueue sends for a record that failed with `error` (its id, its
+        error's type, fingerprint and message as `dead_letter_message` writes them)."""
+        record = ConsumedRecord(
+            self.stream, w.shard_id, w.sequence_number, w.sub_sequence, w.key, None, w.data, time.time(),
+            aggregate_id=w.aggregate_id, id=w.id,
+        )  # fmt: skip
+        cause = failure_text(error or ValueError("poison"), "message").text
+        letter = dead_letter_message(record, group, cause, 3, time.time())
         queue = self.counter_dlq_url if group == "key-counter" else self.dlq_url
         client("sqs", self.endpoint).send_message(QueueUrl=queue, MessageBody=json.dumps(letter))
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from local.app import model
-from local.commands.redrive import RedriveError, redrive_group
+from local.commands.redrive import RedriveError, RedriveOutcome, redrive_group
 from shardline.consumer import LeaseTable
 from tests.support.esm import CallableInvoker
 from tests.support.esm.aws import client, create_stream, new_queue, put, seqs, wait_until
@@ -143,3 +143,22 @@ def test_a_group_the_command_cannot_redrive_is_refused_with_its_reason(local_end
     with pytest.raises(RedriveError, match="defines 0 consumers"):
         app.redrive()
     assert app.depth() == 1  # nothing was received
+
+
+def test_7_redrive_json_says_what_was_redriven(local_endpoint, tmp_path):
+    """`redrive --json` prints the `RedriveOutcome`: each message's redrive, how many went through
+    (and were deleted) and how many are left."""
+    app = App(local_endpoint, tmp_path)
+    outcome = RedriveOutcome()
+    code = redrive_group(
+        app.app, GROUP, endpoint_url=app.endpoint, log_dir=app.log_dir, say=lambda _: None, outcome=outcome
+    )
+    printed = json.loads(json.dumps(outcome.as_dict(), default=str))  # as `redrive --json` prints it
+    assert code == 0
+    assert {k: printed[k] for k in ("ok", "group", "queue_url", "redriven", "left")} == {
+        "ok": True, "group": GROUP, "queue_url": app.queue_url, "redriven": 1, "left": 0,
+    }  # fmt: skip
+    [message] = printed["messages"]
+    assert message["deleted"] and message["ok"]
+    assert (message["result"]["records_read"], message["result"]["processed"]) == (6, 6)
+    assert message["result"]["complete"] and not message["result"]["missing"]

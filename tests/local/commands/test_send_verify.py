@@ -11,8 +11,9 @@ import pytest
 import local.commands.send
 from local.app.provision import client
 from local.commands.send import parse_payload
+from local.commands.send_payloads import parse_template
 from local.commands.verify_readers import SinkReader
-from local.commands.verify_render import render
+from local.commands.verify_render import progress_line, render
 from tests.support.send import Pipeline, StubApi, Written, _group, _send, _verify
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ def test_verify_passes_when_each_record_is_in_the_sink_once_and_counts_are_exact
     assert verdict.ok, render(verdict)
     sink, counter = _group(verdict, "event-sink"), _group(verdict, "key-counter")
     assert (sink.group.kind, counter.group.kind) == ("records", "counter")
-    assert sink.processed == counter.processed == 200
+    assert sink.applied == counter.applied == 200
     assert sink.latency_s["p50"] >= 0 and sink.latency_s["max"] >= sink.latency_s["p99"]
     assert sink.drain_s is not None and counter.drain_s is not None
     assert json.loads(json.dumps(verdict.as_dict()))["ok"] is True
@@ -215,3 +216,60 @@ def test_a_record_given_up_after_posts_that_may_have_landed_is_unconfirmed_and_m
     verdict = _verify(pipeline, report)
     assert verdict.ok, render(verdict)
     assert report.as_dict()["unconfirmed"] == 10 and "10 unconfirmed" in render(verdict)
+
+
+def test_7_the_verdict_knows_a_templated_run_by_its_ids_in_sink_dlq_and_stream(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    """A run of the user's payloads carries no run or seq in its data: the sink, the DLQ (a dead
+    letter's `recordId`) and the stream (the KPL aggregate's ids) know its records by their ids."""
+    template = parse_template('{"order": "{id}", "tenant": "{i}"}')
+    report = _send(stub_api, 30, keys=5, batch=10, payloads=template, run_id="run-tpl")
+    refused = [w for w in stub_api.written if json.loads(w.data)["tenant"] == 3]
+    pipeline.write_sink([w for w in stub_api.written if w not in refused])
+    pipeline.count(stub_api.written)
+    for w in refused:
+        pipeline.dead_letter(w, "event-sink", ValueError("tenant 3 is closed"))
+    verdict = _verify(pipeline, report, timeout=5)
+    sink = _group(verdict, "event-sink")
+    seqs = sorted(int(w.id.rsplit("-", 1)[1]) for w in refused if w.id)
+    assert seqs == [3, 8, 13, 18, 23, 28]
+    assert sink.dead_lettered == seqs and sink.lost == [] and not sink.duplicated
+    assert verdict.stream.user_records == 30 and verdict.stream.unbacked == [] and verdict.stream.ok
+
+
+def test_7_verdict_counts_only_this_runs_dead_letters(stub_api: StubApi, pipeline: Pipeline) -> None:
+    """The DLQ holds an earlier run's letters: this run's verdict neither counts nor judges them."""
+    template = parse_template('{"order": "{id}", "tenant": "{i}"}')
+    _send(stub_api, 10, keys=5, payloads=template, run_id="run-before")
+    for w in stub_api.written[:4]:
+        pipeline.dead_letter(w, "event-sink", ValueError("tenant closed"))
+    stub_api.written.clear()
+    report = _send(stub_api, 10, keys=5, payloads=template, run_id="run-now")
+    pipeline.write_sink(stub_api.written)
+    pipeline.count(stub_api.written)
+    verdict = _verify(pipeline, report)
+    sink = _group(verdict, "event-sink")
+    assert verdict.ok, render(verdict)
+    assert (sink.applied, sink.dlq_depth, sink.missing, sink.dlq_queue_depth) == (10, 0, 0, 4)
+    assert sink.dead_letter_causes == {} and sink.dead_lettered == []
+    assert "event-sink: its DLQ holds 4 more messages, not this run's (not judged)" in render(verdict)
+    line = progress_line(verdict.groups, 1.0).plain
+    assert "event-sink: applied 10/10" in line and "dead-lettered" not in line
+
+
+def test_7_a_poison_record_in_the_dlq_is_counted_by_cause_and_is_ok(
+    stub_api: StubApi, pipeline: Pipeline
+) -> None:
+    report = _send(stub_api, 20, poison_every=10, run_id="run-poison")
+    poison = [w for w in stub_api.written if parse_payload(w.data).get("poison")]
+    pipeline.write_sink([w for w in stub_api.written if w not in poison])
+    pipeline.count(stub_api.written)
+    for w in poison:
+        pipeline.dead_letter(w, "event-sink", ValueError("item too large"))
+    verdict = _verify(pipeline, report)
+    sink = _group(verdict, "event-sink")
+    assert verdict.ok, render(verdict)
+    assert (sink.applied, sink.dlq_depth, sink.missing) == (18, 2, 0) and sink.dead_lettered == []
+    cause = sink.dead_letter_causes["ValueError: item too large"]
+    assert (cause.count, cause.poison, cause.ids) == (2, 2, ["run-poison-9", "run-poison-19"])

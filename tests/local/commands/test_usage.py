@@ -91,7 +91,8 @@ def test_a_running_app_answers_its_usage_and_the_command_prints_and_resets_it(
 
 
 def test_the_command_says_when_no_runtime_answers(capsys) -> None:
+    from local.exit_codes import NOT_RUNNING
     from tests.support.runtime import free_port
 
-    assert main(["usage", "--api-port", str(free_port())]) == 1
+    assert main(["usage", "--api-port", str(free_port())]) == NOT_RUNNING
     assert "runtime not answering" in capsys.readouterr().out

@@ -150,7 +150,7 @@ def test_the_verdict_reads_each_groups_declaration(stub_api: StubApi, team: Team
         COUNTER, "tenant", "orders",
     )  # fmt: skip
     assert (forwarder.group.kind, forwarder.group.source) == (LAG, NOT_DECLARED)
-    assert orders.processed == tenants.processed == forwarder.processed == 40
+    assert orders.applied == tenants.applied == forwarder.applied == 40
     assert forwarder.function_errors == 0 and not forwarder.behind
     assert "forwarder: sink not declared: checked by lag and errors only; caught up with the stream: yes" in (
         render(verdict)

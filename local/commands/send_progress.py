@@ -16,18 +16,34 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-if TYPE_CHECKING:
-    from .verify_verdict import GroupResult
 
 __all__ = ["BarDisplay", "Display", "LineDisplay", "QuietDisplay", "display_for"]
 
 #: Seconds between two plain progress lines, at least.
 LINE_INTERVAL_S = 5.0
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class GroupResult(Protocol):
+    """What a display reads of a group's result (`verify_verdict.GroupResult`, which imports `send`,
+    which shows its progress here: named by its shape, not imported, so the two stay acyclic)."""
+
+    @property
+    def group(self) -> _Named: ...
+    @property
+    def applied(self) -> int: ...
+    @property
+    def expected(self) -> int: ...
+    @property
+    def dlq_depth(self) -> int: ...
 
 
 class Display(Protocol):

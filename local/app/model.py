@@ -9,6 +9,7 @@ Names follow the usual local conventions: account `000000000000`, region `us-eas
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,14 @@ def stream_arn(name: str) -> str:
 def consumer_arn(stream: str, name: str, created: int) -> str:
     """A registered stream consumer's ARN, as Kinesis shapes it (its creation time last, epoch s)."""
     return f"{stream_arn(stream)}/consumer/{name}:{created}"
+
+
+def consumer_created(stream: str, name: str) -> int:
+    """The creation time (epoch s) the local endpoint gives a consumer it registers: fixed per stream
+    and name, so the app's `Fn::GetAtt [Consumer, ConsumerARN]`, resolved before the endpoint
+    registers it, is the ARN it registers (Kinesis's is the registration's time)."""
+    digest = hashlib.sha256(f"{stream}/{name}".encode()).digest()
+    return 1_700_000_000 + int.from_bytes(digest[:4]) % 10_000_000
 
 
 def function_arn(name: str) -> str:

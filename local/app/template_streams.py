@@ -6,7 +6,8 @@ A mix-in of `local.app.template`'s reader, leaning on its `properties`, `name` a
 - `AWS::Kinesis::Stream`: provisioned streams (on-demand is refused: the runtime meters shards).
 - `AWS::Kinesis::StreamConsumer` (`StreamARN`, `ConsumerName`): an enhanced fan-out consumer,
   registered on the local endpoint. Its `ConsumerARN` (also its `Ref`) has Kinesis's shape,
-  `<stream ARN>/consumer/<name>:<creation time>`, the time stable per logical id. An event-source
+  `<stream ARN>/consumer/<name>:<creation time>`, the time stable per stream and name
+  (`model.consumer_created`), which the endpoint registers it with. An event-source
   mapping whose `EventSourceArn` is that ARN reads through the consumer (`EventSourceMapping.
   consumer_name`), with the consumer's own read budget (see `local.lambda_.esm.runner`).
 - A stream that a mapping, a consumer or the producer's `SHARDLINE_STREAMS` names by ARN or name,
@@ -19,7 +20,6 @@ consumers on one stream (RegisterStreamConsumer's LimitExceededException): so do
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -84,8 +84,7 @@ class StreamReader:
     def consumer_att(self, logical_id: str, attribute: str) -> str | None:
         """An attribute of an `AWS::Kinesis::StreamConsumer` (its Ref is its ARN); None if unknown."""
         stream, name = self.consumer_name(logical_id)
-        digest = hashlib.sha256(f"{stream}/{name}".encode()).digest()
-        created = 1_700_000_000 + int.from_bytes(digest[:4]) % 10_000_000
+        created = model.consumer_created(stream, name)  # the time the endpoint registers it with
         return {
             "ConsumerARN": model.consumer_arn(stream, name, created),
             "ConsumerName": name,

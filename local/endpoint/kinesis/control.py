@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.kinesis import exceptions as kinesis_errors
 from moto.kinesis import models, responses
 
+from ...app.model import consumer_created
 from .fixes import (
     DEFAULT_MAX_RECORD_KIB,
     STATE,
@@ -192,7 +194,12 @@ def consumer_status(consumer: models.Consumer) -> str:
 
 
 def _register_stream_consumer(self: models.KinesisBackend, stream_arn: str, consumer_name: str) -> Any:
+    """moto's consumer, with Kinesis's ARN (moto leaves out its `:<creation time>`) and the creation
+    time the app's template resolves it with (`model.consumer_created`)."""
     consumer = _original_register(self, stream_arn, consumer_name)
+    created = consumer_created(stream_arn.rsplit("/", 1)[-1], consumer_name)
+    consumer.created = datetime.datetime.fromtimestamp(created, datetime.UTC).replace(tzinfo=None)
+    consumer.consumer_arn = f"{consumer.consumer_arn}:{created}"
     consumer.active_at = time.time() + STATE.consumer_creating_seconds  # type: ignore[attr-defined]
     return consumer
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -349,3 +350,27 @@ def test_subscribed_reads_spend_the_consumers_own_2_mib_a_second_not_the_shared_
     )  # the named call's, the shared one
     usage = get_json(f"{endpoint}/_shardline/usage")["services"]["kinesis_consumers"][f"{name}/one"]
     assert (usage["subscriptions"], usage["records_read"], usage["bytes_read"]) == (1, 6, 6 * MiB)
+
+
+def test_a_registered_consumers_arn_has_kinesiss_shape_and_is_the_one_the_template_resolves(endpoint):
+    """Kinesis names a consumer `<stream ARN>/consumer/<name>:<creation time>` (moto left the time
+    out), and an app's `Fn::GetAtt [Consumer, ConsumerARN]` (a worker group's STREAM_CONSUMER_ARN)
+    resolves locally to the ARN the endpoint registered: a worker subscribes with it."""
+    from local.app.model import consumer_arn, consumer_created
+
+    client, name = new_stream(endpoint, 1)
+    arn = register(client, name, "workers")
+    shape = rf"arn:aws:kinesis:us-east-1:\d{{12}}:stream/{name}/consumer/workers:\d{{10}}"
+    assert re.fullmatch(shape, arn), arn
+    assert arn == consumer_arn(name, "workers", consumer_created(name, "workers"))
+    described = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
+    assert described["ConsumerARN"] == arn
+    assert int(described["ConsumerCreationTimestamp"].timestamp()) == consumer_created(name, "workers")
+    deadline = time.monotonic() + 10
+    while described["ConsumerStatus"] != "ACTIVE":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+        described = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
+    (shard,) = shard_ids(client, name)
+    answer = client.subscribe_to_shard(ConsumerARN=arn, ShardId=shard, StartingPosition=TRIM)
+    answer["EventStream"].close()

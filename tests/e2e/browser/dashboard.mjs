@@ -2,7 +2,7 @@
 // what a person would see, as JSON on stdout:
 //   node dashboard.mjs <url> <screenshot.png> <until> <timeout s> [chart title|chart title...]
 // <until>: "traffic" (every chart named has MIN_POINTS datapoints or more), "alarm" (an alarm in ALARM), "render"
-// (five renders). The report: each widget (kind, title, points, rows, coloured pixels of its chart), the alarms' states, the
+// (five renders), "message" (the status line's first words, for a page that cannot render). The report: each widget (kind, title, points, rows, coloured pixels of its chart), the alarms' states, the
 // renders' page and server times, and the browser's console errors.
 import { chromium } from "playwright-core";
 
@@ -15,13 +15,21 @@ const browser = await chromium.launch({
 });
 const errors = [];
 const report = { url, until, met: false };
-try {
+watch: try {
   const page = await browser.newPage({ viewport: { width: 1600, height: 1400 } });
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("request", (r) => { if (!r.url().startsWith("http://127.0.0.1")) errors.push(`left loopback: ${r.url()}`); });
   const opened = Date.now();
   await page.goto(url, { waitUntil: "load" });
+  if (until === "message") {  // a page that never renders: what its status line tells the user
+    await page.waitForFunction(() => document.getElementById("timing").textContent.trim(), null, { timeout: 30_000 });
+    report.message = await page.evaluate(() => document.getElementById("timing").textContent);
+    report.met = true;
+    await page.screenshot({ path: screenshot, fullPage: true });
+    report.screenshot = screenshot;
+    break watch;  // nothing else to wait for
+  }
   await page.waitForFunction(() => (window.shardlineDashboard || {}).renders >= 1, null, { timeout: 30_000 });
   report.first_render_s = (Date.now() - opened) / 1000;
   const deadline = Date.now() + Number(timeoutS) * 1000;

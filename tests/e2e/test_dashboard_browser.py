@@ -10,10 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.server
-import json
-import shutil
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -29,15 +26,11 @@ from local.cloudwatch.metrics import MetricId
 from local.cloudwatch.monitor import Monitor
 from local.commands.send import send
 from local.runtime import Runtime
-from tests.support.node import NODE
+from tests.support.dashboard_browser import browse
 from tests.support.runtime import start_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("browser") / "dashboard.mjs"
-OUTPUT = ROOT / "build" / "test-output"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TRAFFIC_AND_CONSUMERS = (
     "Traffic in: API requests",
     "Traffic in: Kinesis records",
@@ -48,31 +41,6 @@ TRAFFIC_AND_CONSUMERS = (
     "key-counter: processed, duplicates skipped, DLQ",
     "key-counter: lag",
 )
-
-
-def browse(
-    url: str,
-    name: str,
-    until: str,
-    timeout_s: float,
-    charts: tuple[str, ...] = (),
-    *,
-    allow_errors: bool = False,
-) -> dict[str, Any]:
-    """Run the browser script; its report (see dashboard.mjs). `allow_errors`: the page's console
-    errors are expected (a file it cannot load), not a failure."""
-    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: `make setup` installs it"
-    OUTPUT.mkdir(parents=True, exist_ok=True)
-    screenshot = OUTPUT / f"{name}.png"
-    command = [str(NODE), str(SCRIPT), url, str(screenshot), until, str(timeout_s), "|".join(charts)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    print(json.dumps({k: v for k, v in report.items() if k != "widgets"}, indent=1)[:4000])
-    assert not [e for e in report["errors"] if "left loopback" in e], report["errors"]
-    assert allow_errors or not report["errors"], report["errors"]  # no script error
-    assert screenshot.stat().st_size > 10_000
-    return report
 
 
 def _send_in_background(

@@ -20,12 +20,9 @@ from an empty folder with PYTHONPATH and friends removed, so the source tree can
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 import zipfile
 from pathlib import Path
@@ -35,58 +32,14 @@ import pytest
 from local.app.provision import client
 from tests.support.runtime import free_port
 from tests.support.team_app import team_assembly, team_template
+from tests.support.wheel import build_shardline_wheel, clean_env, run, venv_with
 
 ROOT = Path(__file__).resolve().parents[2]
-_NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv", ".deploy-venv", ".local", ".locktool", "node_modules", "cdk.out", "build", "dist",
-    "*.egg-info", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis",
-    "tests", "bench",
-)  # fmt: skip
-TIMEOUT = 240
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    return {**env, **extra}
-
-
-def _run(
-    command: list[str], cwd: Path, *, check: bool = True, **env: str
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        command, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
-    if check and done.returncode != 0:
-        pytest.fail(f"{' '.join(command)} exited {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("local-wheel")
-    copy = folder / "repository"
-    shutil.copytree(ROOT, copy, ignore=_NOT_COPIED, symlinks=True)
-    assert not (copy / "node_modules").exists(), "the wheel must not need npm's folder"
-    dist = folder / "dist"
-    _run(
-        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(dist), str(copy)], folder
-    )
-    (built,) = dist.glob("*.whl")
-    return built
-
-
-def _venv(folder: Path, wheel: Path, *, with_extra: bool) -> Path:
-    """A fresh virtualenv with the wheel (no dependencies); with the extra's packages borrowed from
-    .venv through a `.pth`. Returns its bin folder."""
-    _run([sys.executable, "-m", "venv", str(folder)], folder.parent)
-    python = folder / "bin" / "python"
-    _run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)], folder.parent
-    )
-    if with_extra:
-        site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], folder)
-        (Path(site.stdout.strip()) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return folder / "bin"
+    return build_shardline_wheel(tmp_path_factory.mktemp("local-wheel"))
 
 
 def test_the_wheel_ships_the_runtime_as_shardline_local_and_no_top_level_local(wheel: Path) -> None:
@@ -115,7 +68,7 @@ def test_3_a_git_install_ships_the_dashboards_libraries(tmp_path: Path) -> None:
     dashboard's libraries are part of that tree (`pip install .` and the wheel: above)."""
     dist = tmp_path / "dist"
     source = f"git+file://{ROOT}"
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
           str(dist), source], tmp_path)  # fmt: skip
     (built,) = dist.glob("*.whl")
     with zipfile.ZipFile(built) as archive:
@@ -125,24 +78,24 @@ def test_3_a_git_install_ships_the_dashboards_libraries(tmp_path: Path) -> None:
 
 
 def test_the_console_script_runs_the_local_runtimes_command_line(wheel: Path, tmp_path: Path) -> None:
-    bin_dir = _venv(tmp_path / "venv", wheel, with_extra=True)
+    bin_dir = venv_with(tmp_path / "venv", wheel, with_extra=True)
     empty = tmp_path / "project"
     empty.mkdir()
     shardline = str(bin_dir / "shardline")
-    top = _run([shardline, "--help"], empty).stdout
+    top = run([shardline, "--help"], empty).stdout
     assert "local" in top and "shardline <command>" in top
-    local_help = _run([shardline, "local", "--help"], empty).stdout
+    local_help = run([shardline, "local", "--help"], empty).stdout
     assert "usage: shardline local" in local_help
     for command in ("up", "status", "send", "redrive"):
         assert command in local_help
     # issue 42, 8: the installed command speaks in its own words, not the repository's
     assert "python -m local" not in local_help and "make " not in local_help, local_help
-    status_help = _run([shardline, "local", "status", "--help"], empty).stdout
+    status_help = run([shardline, "local", "status", "--help"], empty).stdout
     assert "usage: shardline local status" in status_help and "--json" in status_help
-    up_help = _run([shardline, "local", "up", "--help"], empty).stdout
+    up_help = run([shardline, "local", "up", "--help"], empty).stdout
     assert "--app" in up_help and "--stream" in up_help
     # No synthesized app here: `up` says so (and how to make one), not a traceback.
-    missing = _run(
+    missing = run(
         [shardline, "local", "up", "--app", "nowhere"],
         empty,
         check=False,
@@ -166,7 +119,7 @@ print(json.dumps({"module": home.module("endpoint"), "root": str(handle.IMPORT_R
                   "repository": home.IN_REPOSITORY, "url": url, "up": home.UP_COMMAND}))
 """
     found = json.loads(
-        _run(
+        run(
             [str(bin_dir / "python"), "-I", "-c", probe], empty, SHARDLINE_CACHE_DIR=str(tmp_path / "cache")
         ).stdout
     )
@@ -178,8 +131,8 @@ print(json.dumps({"module": home.module("endpoint"), "root": str(handle.IMPORT_R
 
 
 def test_without_the_extra_the_console_script_names_it(wheel: Path, tmp_path: Path) -> None:
-    bin_dir = _venv(tmp_path / "venv", wheel, with_extra=False)
-    done = _run([str(bin_dir / "shardline"), "local", "--help"], tmp_path, check=False)
+    bin_dir = venv_with(tmp_path / "venv", wheel, with_extra=False)
+    done = run([str(bin_dir / "shardline"), "local", "--help"], tmp_path, check=False)
     assert done.returncode == 2, done
     assert 'with its `local` extra: pip install "<its folder or wheel>[local]"' in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
@@ -190,13 +143,13 @@ def test_an_installed_runtime_runs_a_teams_app_from_its_project_folder(wheel: Pa
     """`shardline local up --app cdk.out` from the team's folder: the Lambda runtime's packages
     installed into the cache on the first `up` (said so), the state in `.shardline/`, the app's
     fan-out mapping and existing stream running, `status` answering, Ctrl-C stopping everything."""
-    bin_dir = _venv(tmp_path / "venv", wheel, with_extra=True)
+    bin_dir = venv_with(tmp_path / "venv", wheel, with_extra=True)
     project = tmp_path / "project"
     project.mkdir()
     team_assembly(project, team_template())
     endpoint_port, api_port = free_port(), free_port()
     ports = ["--endpoint-port", str(endpoint_port), "--api-port", str(api_port)]
-    env = _env(SHARDLINE_CACHE_DIR=str(tmp_path / "cache"))
+    env = clean_env(SHARDLINE_CACHE_DIR=str(tmp_path / "cache"))
     command = [str(bin_dir / "shardline"), "local", "up", "--app", "cdk.out", "--stream", "existing-orders=2"]
     up = subprocess.Popen(
         [*command, *ports],
@@ -231,7 +184,7 @@ def test_an_installed_runtime_runs_a_teams_app_from_its_project_folder(wheel: Pa
             ):
                 received.add(message["Body"])
         assert received == sent
-        status = _run(
+        status = run(
             [str(bin_dir / "shardline"), "local", "status", "--app", "cdk.out", "--json", *ports], project
         )
         assert "existing-orders" in status.stdout

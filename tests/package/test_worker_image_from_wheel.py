@@ -33,8 +33,7 @@ from typing import Any
 import pytest
 
 from shardline.cdk._worker_wheel import build_wheel
-from tests.package.test_local_install import _run, _venv
-from tests.package.test_local_install import wheel as wheel  # the module's wheel fixture
+from tests.support.wheel import build_shardline_wheel, run, venv_with
 
 pytestmark = [pytest.mark.slow]
 
@@ -79,20 +78,25 @@ class TeamApp:
 
     def synth(self) -> tuple[str, Path, dict[str, Any]]:
         """`python app.py`: the image asset's hash, its staged folder and its source entry."""
-        _run([str(self.python), "app.py", str(ROOT)], self.folder)
+        run([str(self.python), "app.py", str(ROOT)], self.folder)
         assets = json.loads((self.folder / "cdk.out" / "tally.assets.json").read_text())
         [(asset_hash, image)] = assets["dockerImages"].items()
         return asset_hash, self.folder / "cdk.out" / image["source"]["directory"], image["source"]
 
     def site_packages(self) -> Path:
-        found = _run([str(self.python), "-c", "import shardline; print(shardline.__file__)"], self.folder)
+        found = run([str(self.python), "-c", "import shardline; print(shardline.__file__)"], self.folder)
         return Path(found.stdout.strip()).parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_shardline_wheel(tmp_path_factory.mktemp("worker-wheel"))
 
 
 @pytest.fixture(scope="module")
 def team(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> TeamApp:
     root = tmp_path_factory.mktemp("team")
-    bin_dir = _venv(root / "venv", wheel, with_extra=True)
+    bin_dir = venv_with(root / "venv", wheel, with_extra=True)
     return TeamApp(root / "orders-app", bin_dir / "python")
 
 
@@ -178,10 +182,10 @@ def test_2_the_staged_context_installs_with_pip_require_hashes(team: TeamApp, tm
         re.sub(r"\\\n\s*", "", dockerfile),
     ), dockerfile
     target = tmp_path / "target"
-    _run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "--no-index",
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "--no-index",
           "--target", str(target), "-r", "shardline.lock"], staged)  # fmt: skip
     assert (target / "bin" / "shardline").is_file()
-    answer = _run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+    answer = run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                    "from shardline._cli import main; sys.exit(main(['worker', '--help']))", str(target)],
                   tmp_path)  # fmt: skip
     assert "--lease-table" in answer.stdout and "--handler" in answer.stdout, answer.stdout
@@ -192,7 +196,7 @@ def test_2_the_staged_context_installs_with_pip_require_hashes(team: TeamApp, tm
     (tampered / "shardline.lock").write_text((staged / "shardline.lock").read_text())
     (tampered / wheel_file.name).write_bytes(wheel_file.read_bytes() + b"\0")
     again = ["--target", str(tmp_path / "again"), "-r", "shardline.lock"]
-    refused = _run([sys.executable, "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-index",
+    refused = run([sys.executable, "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-index",
                     *again], tampered, check=False)  # fmt: skip
     assert refused.returncode != 0 and "DO NOT MATCH" in refused.stderr.upper(), refused.stderr
 

@@ -132,10 +132,8 @@ def told_attempts(log: Path) -> dict[str, str] | None:
     return found[0] if found else None
 
 
-def test_local_ecs_worker_task_cannot_remount_mount_or_write_the_repository(tmp_path: Path) -> None:
-    """A worker group's task (local ECS) imports the group's code, which tries the same at import."""
-    from local.ecs.services import WorkerServices
-
+def _probe_worker(tmp_path: Path) -> tuple[Path, str, WorkerService]:
+    """A worker group whose code tries the escapes at import: its project, source and service."""
     root = tmp_path / "project"
     root.mkdir()
     source = textwrap.dedent(ATTEMPTS) + AT_IMPORT + "handle = None\n"
@@ -145,6 +143,14 @@ def test_local_ecs_worker_task_cannot_remount_mount_or_write_the_repository(tmp_
         "Probe", "probe", 1, code, REPO / "layers" / "shardline" / "python",
         environment={**environment, "SHARDLINE_HANDLER": "app:handle"},
     )  # fmt: skip
+    return root, source, spec
+
+
+def test_local_ecs_worker_task_cannot_remount_mount_or_write_the_repository(tmp_path: Path) -> None:
+    """A worker group's task (local ECS) imports the group's code, which tries the same at import."""
+    from local.ecs.services import WorkerServices
+
+    root, source, spec = _probe_worker(tmp_path)
     services = WorkerServices((spec,), endpoint_url="http://127.0.0.1:9", log_dir=tmp_path / "logs").start()
     try:
         log = spec.log_files(tmp_path / "logs")[0]
@@ -264,15 +270,7 @@ def test_a_worker_task_without_its_runtimes_interpreter_runs_on_this_one_sandbox
     from local.ecs import services as ecs_services
 
     monkeypatch.setattr(ecs_services.runtimes, "find_interpreter", lambda runtime: None)
-    root = tmp_path / "project"
-    root.mkdir()
-    source = textwrap.dedent(ATTEMPTS) + AT_IMPORT + "handle = None\n"
-    code = make_project(root, source).code_dir
-    environment = {"SHARDLINE_STREAM": "s", "SHARDLINE_GROUP": "probe", "LEASE_TABLE": "t"}
-    spec = WorkerService(
-        "Probe", "probe", 1, code, REPO / "layers" / "shardline" / "python",
-        environment={**environment, "SHARDLINE_HANDLER": "app:handle"},
-    )  # fmt: skip
+    *_, spec = _probe_worker(tmp_path)
     logs = tmp_path / "logs"
     services = ecs_services.WorkerServices((spec,), endpoint_url="http://127.0.0.1:9", log_dir=logs)
     assert services.interpreter == sys.executable

@@ -241,5 +241,5 @@ def test_node_toolchain_still_maintained(kinesis_mock: str):
     ).stdout.strip()  # fmt: skip
     assert Path(jsii_node) == NODE, jsii_node
     # playwright-core's driver: the browser tests run their script with the pinned Node.
-    browser_tests = (ROOT / "tests" / "e2e" / "test_dashboard_browser.py").read_text()
+    browser_tests = (ROOT / "tests" / "support" / "dashboard_browser.py").read_text()
     assert "command = [str(NODE), str(SCRIPT)" in browser_tests

@@ -553,7 +553,10 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         render(report, Console(highlight=False, soft_wrap=True))
-    return NOT_RUNNING if "error" in report.get("kinesis", {}) else OK
+    # Up means every part a command talks to answers: the endpoint, and the API where the app has one
+    # (it starts after the functions: a script waiting for `up` must not post before it answers).
+    down = "error" in report.get("kinesis", {}) or (bool(app.apis) and "error" in report.get("runtime", {}))
+    return NOT_RUNNING if down else OK
 
 
 def _usage(args: argparse.Namespace) -> int:
